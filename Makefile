@@ -1,0 +1,28 @@
+# Two entry points for a fresh clone: `make demo` runs the main job, `make test` runs the tests.
+# Each creates .venv and installs what it needs (torch pinned to the 2.13.0 CPU build).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: install demo test lint clean
+
+$(BIN)/fedfew: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $(BIN)/fedfew
+
+install: $(BIN)/fedfew
+
+demo: install
+	$(BIN)/fedfew demo
+
+test: install
+	$(BIN)/python -m pytest
+
+lint: install
+	$(BIN)/ruff check src tests
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache
