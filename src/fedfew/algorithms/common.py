@@ -1,0 +1,136 @@
+"""Pieces shared by several algorithms: local episode sampling, minibatch training, evaluation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedfew.data.dataset import LabelledDataset
+from fedfew.engine.algorithm import ClientData, EpisodeShape, EvalData, Options
+from fedfew.episodes import Episode, EpisodeError, EpisodeSampler
+from fedfew.evaluation import dataset_accuracy, episode_scores, mean_ci95
+from fedfew.meta.learners import EpisodicLearner, ProtoNet
+
+
+def local_sampler(data: LabelledDataset, shape: EpisodeShape) -> EpisodeSampler | None:
+    """The episode sampler for a client's own data.
+
+    Non-IID clients often lack N classes with K + Q samples. We keep N and K and lower Q (down to 1);
+    if fewer than N classes have K + 1 samples we lower N (down to 2). A client that cannot form a
+    2-way K-shot 1-query task returns None and sits the round out. The papers are silent on this;
+    dropping such clients entirely would bias the federation towards IID clients.
+    """
+    counts = data.class_counts()
+    need = shape.k_shot + 1
+    usable = counts[counts >= need]
+    if len(usable) < 2:
+        return None
+    n_way = min(shape.n_way, len(usable))
+    q = max(1, min(shape.q_query, int(usable.sort(descending=True).values[n_way - 1]) - shape.k_shot))
+    try:
+        return EpisodeSampler(data, n_way, shape.k_shot, q)
+    except EpisodeError:  # pragma: no cover - guarded by the counts above
+        return None
+
+
+def make_optimizer(name: str, params: Any, lr: float, momentum: float = 0.0, weight_decay: float = 0.0) -> torch.optim.Optimizer:
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+    raise ValueError(f"unknown optimizer {name!r}; use sgd or adam")
+
+
+class TrainOptions(Options):
+    """Minibatch training on a client's samples (FedAvg, FedProx, FML, AdFL)."""
+
+    local_epochs: int = 1
+    batch_size: int = 32
+    optimizer: Literal["sgd", "adam"] = "sgd"
+    lr: float = 0.01
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+
+
+def minibatches(n: int, batch_size: int, generator: torch.Generator) -> list[torch.Tensor]:
+    order = torch.randperm(n, generator=generator)
+    return list(order.split(batch_size))
+
+
+def label_map(train_classes: list[int], num_classes: int) -> torch.Tensor:
+    """Global class id -> index among ``train_classes`` (-1 for the others)."""
+    mapping = torch.full((num_classes,), -1, dtype=torch.long)
+    mapping[torch.as_tensor(train_classes, dtype=torch.long)] = torch.arange(len(train_classes))
+    return mapping
+
+
+def train_epochs(
+    model: nn.Module,
+    data: LabelledDataset,
+    targets: torch.Tensor,
+    options: TrainOptions,
+    generator: torch.Generator,
+    extra_loss: Callable[[nn.Module], torch.Tensor] | None = None,
+) -> dict[str, float]:
+    """``options.local_epochs`` passes of minibatch training with cross-entropy on ``targets``
+    (plus ``extra_loss(model)``, e.g. FedProx's proximal term). Returns the mean loss and accuracy."""
+    model.train()
+    optimizer = make_optimizer(options.optimizer, model.parameters(), options.lr, options.momentum, options.weight_decay)
+    total_loss, correct, seen = 0.0, 0, 0
+    for _ in range(options.local_epochs):
+        for batch in minibatches(len(data), options.batch_size, generator):
+            args = (data.inputs[batch],) if data.lengths is None else (data.inputs[batch], data.lengths[batch])
+            logits = model(*args)
+            loss = F.cross_entropy(logits, targets[batch])
+            if extra_loss is not None:
+                loss = loss + extra_loss(model)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            total_loss += float(loss) * len(batch)
+            correct += int((logits.argmax(-1) == targets[batch]).sum())
+            seen += len(batch)
+    return {"loss": total_loss / max(seen, 1), "accuracy": correct / max(seen, 1)}
+
+
+def evaluate_episodes(model: nn.Module, learner: EpisodicLearner, data: EvalData) -> dict[str, float]:
+    """Mean query accuracy and 95% CI of ``learner.predict`` over the fixed episodes."""
+    if data.episodes is None:
+        raise ValueError(f"no {data.split} episodes to evaluate on")
+    model.eval()
+    score = mean_ci95(episode_scores(data.episodes, lambda ep: learner.predict(model, ep)))
+    model.train()
+    return {"accuracy": score.mean, "ci95": score.ci95}
+
+
+def evaluate_model(model: nn.Module, data: EvalData, fewshot_learner: EpisodicLearner | None = None) -> dict[str, float]:
+    """Few-shot episodes (prototype classifier on the encoder's features unless another learner is
+    given) or plain accuracy on a labelled set."""
+    if data.episodes is not None:
+        return evaluate_episodes(model, fewshot_learner or ProtoNet(), data)
+    if data.dataset is None:
+        raise ValueError(f"no {data.split} data to evaluate on")
+    d = data.dataset
+    return {"accuracy": dataset_accuracy(model, d.inputs, d.labels, d.lengths)}
+
+
+def per_client_scores(
+    clients: list[ClientData], states: dict[int, Any], score: Callable[[ClientData, Any], list[float]]
+) -> dict[str, float]:
+    """Average of per-client score lists (equal length, e.g. one per fixed episode): the mean over
+    clients, and a CI over the per-episode client means."""
+    rows = [score(c, states[c.client_id]) for c in clients if states.get(c.client_id) is not None]
+    if not rows:
+        raise ValueError("no client has a model to evaluate")
+    table = torch.tensor(rows, dtype=torch.float64)
+    summary = mean_ci95(table.mean(0).tolist())
+    return {"accuracy": summary.mean, "ci95": summary.ci95, "client_min": float(table.mean(1).min()),
+            "client_max": float(table.mean(1).max())}
+
+
+def episode_accuracy(logits: torch.Tensor, episode: Episode) -> float:
+    return float((logits.argmax(-1) == episode.query_labels).float().mean())

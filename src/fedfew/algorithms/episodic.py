@@ -1,0 +1,117 @@
+"""FedAvg over episodic meta-learning: the shared base of fl-maml (FedFSL-naive), fl-proto,
+fedfsl-prox and the FedFSL-MI variants.
+
+Round t (FedFSL, Algorithm 1): the server sends w^t; client k sets w_k = w^t and takes
+``local_steps`` outer steps, each on ``meta_batch`` episodes sampled from its own data, with Adam on
+the episodic loss (eq. 8); the server averages the returned models weighted by |B_k|, the number of
+episodes each client trained on (eq. 10), or by samples or uniformly.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+
+from fedfew.algorithms.common import evaluate_episodes, local_sampler, make_optimizer
+from fedfew.engine.aggregation import weighted_average, weights_for
+from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, Context, EvalData, Options
+from fedfew.engine.state import get_state, load_state_
+from fedfew.episodes import Episode
+from fedfew.meta.learners import MAML, EpisodicLearner, ProtoNet, proximal_term
+from fedfew.models.base import FewShotModel
+from fedfew.seeding import seed_torch_init
+
+
+class EpisodicOptions(Options):
+    local_steps: int = 5
+    meta_batch: int = 1
+    optimizer: Literal["adam", "sgd"] = "adam"
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    aggregation: Literal["episodes", "samples", "uniform"] = "episodes"
+    mu: float = 0.0
+
+
+class MAMLOptions(EpisodicOptions):
+    inner_lr: float = 0.01
+    inner_steps: int = 1
+    test_inner_steps: int = 10
+    first_order: bool = False
+
+
+def build_learner(options: Options) -> EpisodicLearner:
+    if isinstance(options, MAMLOptions):
+        return MAML(options.inner_lr, options.inner_steps, options.test_inner_steps, options.first_order)
+    return ProtoNet()
+
+
+class EpisodicFedAvg(Algorithm):
+    """FedAvg whose local update is episodic meta-training with ``self.learner``."""
+
+    Options = EpisodicOptions
+
+    def __init__(self, options: EpisodicOptions, context: Context) -> None:
+        super().__init__(options, context)
+        self.learner = build_learner(options)
+        self.model = self.new_model()  # the one workspace model of this process
+
+    def new_model(self) -> FewShotModel:
+        n_out = self.context.episode.n_way if self.learner.head == "n_way" else None
+        return self.context.make_model(n_out)
+
+    def init_server(self, generator: torch.Generator) -> dict[str, Any]:
+        seed_torch_init(generator)
+        return {"model": get_state(self.new_model())}
+
+    # -- client ---------------------------------------------------------------------------
+    def local_objective(self, payload: dict[str, Any], episode: Episode) -> tuple[torch.Tensor, dict[str, float]]:
+        """The loss one episode contributes to the local objective; subclasses add terms."""
+        loss, logits = self.learner.loss(self.model, episode)
+        acc = float((logits.argmax(-1) == episode.query_labels).float().mean())
+        return loss, {"loss": float(loss.detach()), "accuracy": acc}
+
+    def client_update(self, payload: dict[str, Any], state: Any, data: ClientData,
+                      generator: torch.Generator) -> ClientResult:
+        opts = self.options
+        sampler = local_sampler(data.train, self.context.episode)
+        if sampler is None:  # too little data for any episode: sit this round out
+            return ClientResult(upload={}, state=state, metrics={}, num_samples=data.num_samples)
+        model = load_state_(self.model, payload["model"])
+        model.train()
+        anchor = {k: v.clone() for k, v in payload["model"].items()} if opts.mu > 0 else None
+        optimizer = make_optimizer(opts.optimizer, model.parameters(), opts.lr, weight_decay=opts.weight_decay)
+        sums: dict[str, float] = {}
+        for _ in range(opts.local_steps):
+            optimizer.zero_grad(set_to_none=True)
+            total = torch.zeros(())
+            for _ in range(opts.meta_batch):
+                loss, metrics = self.local_objective(payload, sampler.sample(generator))
+                total = total + loss / opts.meta_batch
+                for k, v in metrics.items():
+                    sums[k] = sums.get(k, 0.0) + v
+            if anchor is not None:
+                total = total + proximal_term(model, anchor, opts.mu)
+            total.backward()
+            optimizer.step()
+        episodes = opts.local_steps * opts.meta_batch
+        return ClientResult(
+            upload={"model": get_state(model)},
+            state=state,
+            metrics={k: v / episodes for k, v in sums.items()},
+            num_samples=data.num_samples,
+            num_episodes=episodes,
+        )
+
+    # -- server ---------------------------------------------------------------------------
+    def aggregate(self, server: dict[str, Any], results: dict[int, ClientResult],
+                  generator: torch.Generator) -> dict[str, Any]:
+        sent = [r for r in results.values() if "model" in r.upload]
+        if not sent:
+            return server
+        weights = weights_for(self.options.aggregation, [r.num_samples for r in sent], [r.num_episodes for r in sent])
+        return {**server, "model": weighted_average([r.upload["model"] for r in sent], weights)}
+
+    def evaluate(self, server: dict[str, Any], client_states: dict[int, Any], clients: list[ClientData],
+                 data: EvalData, generator: torch.Generator) -> dict[str, float]:
+        return evaluate_episodes(load_state_(self.model, server["model"]), self.learner, data)

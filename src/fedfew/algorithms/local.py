@@ -1,0 +1,70 @@
+"""local (FSL-local): each client meta-trains alone on its own data; nothing is communicated.
+
+Each client keeps its own model as private state, trained exactly like one client of fl-maml (or
+fl-proto with ``learner: proto``). Meta-test scores every client's model on the same fixed episodes
+and reports the mean over clients (FedFSL and F2L, Table 1/3, "Local").
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+
+from fedfew.algorithms.common import per_client_scores
+from fedfew.algorithms.episodic import EpisodicFedAvg, MAMLOptions
+from fedfew.engine.algorithm import ClientData, ClientResult, EvalData, register
+from fedfew.engine.state import get_state, load_state_
+from fedfew.evaluation import accuracy
+from fedfew.meta.learners import ProtoNet
+from fedfew.seeding import seed_torch_init
+
+
+class LocalOptions(MAMLOptions):
+    learner: Literal["maml", "proto"] = "maml"
+
+
+@register("local", help="FSL-local: every client meta-trains alone; scores averaged over clients")
+class Local(EpisodicFedAvg):
+    Options = LocalOptions
+    personalised = True
+
+    def __init__(self, options: LocalOptions, context: Any) -> None:
+        super().__init__(options, context)
+        if options.learner == "proto":
+            self.learner = ProtoNet()
+            self.model = self.new_model()
+
+    def init_server(self, generator: torch.Generator) -> dict[str, Any]:
+        return {}
+
+    def init_client_state(self, client: ClientData, generator: torch.Generator) -> dict[str, Any]:
+        seed_torch_init(generator)
+        return {"model": get_state(self.new_model())}
+
+    def broadcast(self, server: dict[str, Any], client_id: int) -> dict[str, Any]:
+        return {}
+
+    def client_update(self, payload: dict[str, Any], state: dict[str, Any], data: ClientData,
+                      generator: torch.Generator) -> ClientResult:
+        result = super().client_update({"model": state["model"]}, state, data, generator)
+        new_state = {"model": result.upload["model"]} if "model" in result.upload else state
+        return ClientResult(upload={}, state=new_state, metrics=result.metrics,
+                            num_samples=result.num_samples, num_episodes=result.num_episodes)
+
+    def aggregate(self, server: dict[str, Any], results: dict[int, ClientResult],
+                  generator: torch.Generator) -> dict[str, Any]:
+        return server
+
+    def evaluate(self, server: dict[str, Any], client_states: dict[int, Any], clients: list[ClientData],
+                 data: EvalData, generator: torch.Generator) -> dict[str, float]:
+        if data.episodes is None:
+            raise ValueError("local is a few-shot method: it needs evaluation episodes")
+        episodes = list(data.episodes)
+
+        def score(client: ClientData, state: dict[str, Any]) -> list[float]:
+            model = load_state_(self.model, state["model"])
+            model.eval()
+            return [accuracy(self.learner.predict(model, ep), ep.query_labels) for ep in episodes]
+
+        return per_client_scores(clients, client_states, score)

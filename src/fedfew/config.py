@@ -1,0 +1,234 @@
+"""Experiment configuration: a YAML file validated by a schema.
+
+Unknown keys, wrong types and impossible combinations are :class:`ConfigError` naming the key and
+what is allowed. Any value can be overridden with ``key=value`` (``--set`` on the command line);
+a key is a dotted path (``federation.rounds=50``) or, where unambiguous, a bare field name
+(``rounds=50``).
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(ValueError):
+    """A configuration is invalid; the message names the key and what is allowed."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DatasetConfig(Section):
+    name: str = "digits"
+    root: str | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class SplitConfig(Section):
+    """Which class splits train the clients, select the model and test it (few-shot tasks)."""
+
+    train: str = "base"
+    val: str | None = "val"
+    test: str = "novel"
+
+
+class ClassificationConfig(Section):
+    """Sample splits for classification tasks (FML, AdFL)."""
+
+    test_fraction: float = Field(0.2, gt=0, lt=1)
+    client_val_fraction: float = Field(0.0, ge=0, lt=1)
+
+
+class PartitionConfig(Section):
+    name: str = "dirichlet"
+    num_clients: int = Field(10, ge=1)
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class ModelConfig(Section):
+    name: str = "conv4"
+    options: dict[str, Any] = Field(default_factory=dict)
+    channels_last: bool = True
+
+
+class AlgorithmConfig(Section):
+    name: str = "fl-maml"
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class FederationConfig(Section):
+    rounds: int = Field(50, ge=1)
+    clients_per_round: int | float = Field(1.0, gt=0)
+
+
+class EpisodeConfig(Section):
+    n_way: int = Field(5, ge=2)
+    k_shot: int = Field(1, ge=1)
+    q_query: int = Field(15, ge=1)
+    val_episodes: int = Field(100, ge=1)
+    test_episodes: int = Field(600, ge=1)
+
+
+class EvalConfig(Section):
+    every: int = Field(5, ge=1)
+    track_test: bool = False
+
+
+class RuntimeConfig(Section):
+    threads: int = Field(2, ge=1)
+    output_dir: str = "runs"
+    progress: bool = True
+
+
+class ExperimentConfig(Section):
+    name: str = "experiment"
+    seed: int = 0
+    task: Literal["fewshot", "classification"] = "fewshot"
+    dataset: DatasetConfig = Field(default_factory=DatasetConfig)
+    splits: SplitConfig = Field(default_factory=SplitConfig)
+    classification: ClassificationConfig = Field(default_factory=ClassificationConfig)
+    partition: PartitionConfig = Field(default_factory=PartitionConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    federation: FederationConfig = Field(default_factory=FederationConfig)
+    episodes: EpisodeConfig = Field(default_factory=EpisodeConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+
+    @model_validator(mode="after")
+    def _check_names(self) -> ExperimentConfig:
+        from fedfew.registry import RegistryError
+
+        import fedfew.algorithms  # noqa: F401  (registers algorithms)
+        from fedfew.data import DATASETS
+        from fedfew.engine import ALGORITHMS
+        from fedfew.models import MODELS
+        from fedfew.partition import PARTITIONS
+
+        for key, registry, name in (
+            ("dataset.name", DATASETS, self.dataset.name),
+            ("partition.name", PARTITIONS, self.partition.name),
+            ("model.name", MODELS, self.model.name),
+            ("algorithm.name", ALGORITHMS, self.algorithm.name),
+        ):
+            try:
+                registry.get(name)
+            except RegistryError as err:
+                raise ValueError(f"{key}: {err}") from None
+        options_model = ALGORITHMS.get(self.algorithm.name).Options
+        try:
+            options_model.model_validate(self.algorithm.options)
+        except ValidationError as err:
+            raise ValueError(_format(err, prefix="algorithm.options", model=options_model, header=False)) from None
+        fpr = self.federation.clients_per_round
+        if isinstance(fpr, int) and fpr > self.partition.num_clients:
+            raise ValueError(
+                f"federation.clients_per_round={fpr} exceeds partition.num_clients={self.partition.num_clients}"
+            )
+        if isinstance(fpr, float) and fpr > 1.0:
+            raise ValueError("federation.clients_per_round as a fraction must be in (0, 1]")
+        return self
+
+    def algorithm_options(self) -> BaseModel:
+        from fedfew.engine import ALGORITHMS
+
+        return ALGORITHMS.get(self.algorithm.name).Options.model_validate(self.algorithm.options)
+
+
+def _allowed(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> list[str]:
+    """Field names allowed at ``loc`` (for 'did you mean' hints)."""
+    current: Any = model
+    for part in loc[:-1]:
+        if current is None or not hasattr(current, "model_fields") or part not in current.model_fields:
+            return []
+        current = current.model_fields[part].annotation
+    return list(current.model_fields) if current is not None and hasattr(current, "model_fields") else []
+
+
+def _format(err: ValidationError, prefix: str = "", model: type[BaseModel] | None = None, header: bool = True) -> str:
+    lines = []
+    for e in err.errors():
+        loc = tuple(e["loc"])
+        key = ".".join(str(p) for p in ((prefix,) if prefix else ()) + loc) or "(top level)"
+        if e["type"] == "extra_forbidden":
+            allowed = _allowed(model, loc)
+            close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            lines.append(f"{key}: unknown key{hint}; allowed here: {', '.join(allowed)}")
+        else:
+            msg = e["msg"].removeprefix("Value error, ")
+            if e["type"] == "value_error":
+                lines.append(msg)
+            else:
+                lines.append(f"{key}: {msg} (got {e.get('input')!r})")
+    body = "\n  ".join(lines)
+    return f"invalid configuration:\n  {body}" if header else body
+
+
+def _leaf_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
+    paths = []
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            paths += _leaf_paths(annotation, f"{prefix}{name}.")
+        else:
+            paths.append(f"{prefix}{name}")
+    return paths
+
+
+def apply_override(data: dict[str, Any], assignment: str) -> None:
+    """Apply one ``key=value`` override in place; the value is parsed as YAML."""
+    if "=" not in assignment:
+        raise ConfigError(f"override {assignment!r} must look like key=value (e.g. federation.rounds=50)")
+    key, raw = assignment.split("=", 1)
+    key = key.strip()
+    value = yaml.safe_load(raw) if raw.strip() else None
+    if "." not in key:
+        matches = [p for p in _leaf_paths(ExperimentConfig) if p.split(".")[-1] == key]
+        if len(matches) == 1:
+            key = matches[0]
+        elif len(matches) > 1:
+            raise ConfigError(f"override key {key!r} is ambiguous: use one of {', '.join(matches)}")
+        else:
+            raise ConfigError(f"override key {key!r} is unknown; use a dotted path such as federation.rounds")
+    node = data
+    parts = key.split(".")
+    for part in parts[:-1]:
+        if not isinstance(node.get(part, {}), dict):
+            raise ConfigError(f"override {key!r}: {part!r} is not a section")
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value
+
+
+def load_config(source: str | Path | dict[str, Any] | None = None, overrides: list[str] | None = None) -> ExperimentConfig:
+    """Read and validate a config from a YAML path or a dict, applying ``key=value`` overrides."""
+    if source is None:
+        data: dict[str, Any] = {}
+    elif isinstance(source, dict):
+        data = yaml.safe_load(yaml.safe_dump(source))  # a deep copy
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as err:
+            raise ConfigError(f"config file {path} is not valid YAML: {err}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {path} must hold a mapping at the top level")
+    for assignment in overrides or []:
+        apply_override(data, assignment)
+    try:
+        return ExperimentConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format(err, model=ExperimentConfig)) from None
+
+
+def dump_config(config: ExperimentConfig) -> str:
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

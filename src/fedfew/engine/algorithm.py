@@ -1,0 +1,148 @@
+"""The algorithm interface every method implements, and the registry that names them.
+
+A client update is a pure function of (payload from the server, the client's own persistent state,
+the client's own data, a seeded generator): nothing is read from globals, so the same update can run
+in this process, in a worker process or on a real federated runtime. The algorithm object holds only
+its options, the experiment context and a reusable workspace model (a speed cache whose contents are
+overwritten at the start of every use).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+from pydantic import BaseModel, ConfigDict
+
+from fedfew.data.dataset import LabelledDataset
+from fedfew.episodes import FixedEpisodes
+from fedfew.models.base import FewShotModel
+from fedfew.registry import Registry
+
+
+class Options(BaseModel):
+    """Base for an algorithm's options: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass
+class EpisodeShape:
+    n_way: int = 5
+    k_shot: int = 1
+    q_query: int = 15
+
+
+@dataclass
+class Context:
+    """What an algorithm knows about the experiment (never a client's data).
+
+    ``make_model(num_classes)`` builds a fresh model of the configured architecture (``None`` for a
+    head-less encoder, an int for a linear head); ``make_model_named(name, num_classes)`` builds
+    another zoo model, for heterogeneous private models.
+    """
+
+    seed: int
+    make_model: Callable[[int | None], FewShotModel]
+    make_model_named: Callable[[str, int | None], FewShotModel]
+    input_shape: tuple[int, ...]
+    num_classes: int
+    train_classes: list[int]
+    episode: EpisodeShape = field(default_factory=EpisodeShape)
+    task: str = "fewshot"  # "fewshot" (meta-test on novel-class episodes) or "classification"
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ClientData:
+    """A client's own data, built once per run. ``train`` keeps global class ids."""
+
+    client_id: int
+    train: LabelledDataset
+    val: LabelledDataset | None = None
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.train)
+
+
+@dataclass
+class ClientResult:
+    """What a client update returns: ``upload`` (tensors, counted as bytes sent up), the client's new
+    private ``state`` (never sent), ``metrics``, and the counts the server may weight by."""
+
+    upload: dict[str, Any]
+    state: Any = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    num_samples: int = 0
+    num_episodes: int = 0
+
+
+@dataclass
+class EvalData:
+    """Evaluation material for one split ("val" or "test"): fixed episodes for few-shot tasks, a
+    labelled set for classification tasks; either may be missing."""
+
+    split: str
+    episodes: FixedEpisodes | None = None
+    dataset: LabelledDataset | None = None
+
+
+class Algorithm:
+    """Base class. Subclasses set ``name`` (via :func:`register`) and usually ``Options``, and
+    override ``init_server``, ``client_update``, ``aggregate`` and ``evaluate``."""
+
+    name: ClassVar[str] = ""
+    Options: ClassVar[type[Options]] = Options
+    #: True when the method produces per-client models (metrics are averaged over clients).
+    personalised: ClassVar[bool] = False
+
+    def __init__(self, options: Options, context: Context) -> None:
+        self.options = options
+        self.context = context
+
+    # -- server side -------------------------------------------------------------------------
+    def init_server(self, generator: torch.Generator) -> Any:
+        raise NotImplementedError
+
+    def broadcast(self, server: Any, client_id: int) -> dict[str, Any]:
+        """The payload sent to ``client_id`` (counted as bytes sent down)."""
+        return {"model": server["model"]}
+
+    def aggregate(self, server: Any, results: dict[int, ClientResult], generator: torch.Generator) -> Any:
+        raise NotImplementedError
+
+    # -- client side -------------------------------------------------------------------------
+    def init_client_state(self, client: ClientData, generator: torch.Generator) -> Any:
+        return None
+
+    def client_update(
+        self, payload: dict[str, Any], state: Any, data: ClientData, generator: torch.Generator
+    ) -> ClientResult:
+        raise NotImplementedError
+
+    # -- evaluation --------------------------------------------------------------------------
+    def evaluate(
+        self,
+        server: Any,
+        client_states: dict[int, Any],
+        clients: list[ClientData],
+        data: EvalData,
+        generator: torch.Generator,
+    ) -> dict[str, float]:
+        raise NotImplementedError
+
+
+ALGORITHMS: Registry[type[Algorithm]] = Registry("algorithm")
+
+
+def register(name: str, help: str = "") -> Callable[[type[Algorithm]], type[Algorithm]]:
+    """Class decorator: register an algorithm under ``name`` and set its ``name`` attribute."""
+
+    def decorate(cls: type[Algorithm]) -> type[Algorithm]:
+        cls.name = name
+        return ALGORITHMS.register(name, help=help or (cls.__doc__ or "").strip().split("\n")[0])(cls)
+
+    return decorate

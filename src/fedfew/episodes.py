@@ -1,0 +1,158 @@
+"""N-way K-shot Q-query episodes.
+
+An :class:`EpisodeSampler` draws tasks from a pool (one client's local data, or a global class
+split): N classes among those with at least K + Q samples, then K support and Q query samples of
+each, disjoint. Sampling is one ``randperm`` and one ``argsort`` over an index table, no Python loop
+per sample. :func:`fixed_episodes` gives the evaluation tasks every method is scored on: they depend
+only on the dataset, the split and the seed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from fedfew.data.dataset import LabelledDataset
+from fedfew.seeding import torch_generator
+
+
+class EpisodeError(ValueError):
+    """An episode cannot be sampled as asked; the message says what the data allows."""
+
+
+@dataclass
+class Episode:
+    """One few-shot task. Labels are remapped to 0..N-1 in the order of ``classes`` (the original
+    class ids, which F2L's server model needs to classify over all base classes)."""
+
+    support: torch.Tensor
+    support_labels: torch.Tensor
+    query: torch.Tensor
+    query_labels: torch.Tensor
+    classes: torch.Tensor
+    support_index: torch.Tensor
+    query_index: torch.Tensor
+    support_lengths: torch.Tensor | None = None
+    query_lengths: torch.Tensor | None = None
+
+    @property
+    def n_way(self) -> int:
+        return len(self.classes)
+
+    @property
+    def k_shot(self) -> int:
+        return len(self.support_labels) // self.n_way
+
+    def support_args(self) -> tuple[torch.Tensor, ...]:
+        """Model arguments for the support set: ``(inputs,)`` or ``(token_ids, lengths)``."""
+        return (self.support,) if self.support_lengths is None else (self.support, self.support_lengths)
+
+    def query_args(self) -> tuple[torch.Tensor, ...]:
+        return (self.query,) if self.query_lengths is None else (self.query, self.query_lengths)
+
+
+class EpisodeSampler:
+    """Samples N-way K-shot Q-query episodes from ``dataset`` restricted to ``classes`` and/or
+    ``indices`` (positions in ``dataset``)."""
+
+    def __init__(
+        self,
+        dataset: LabelledDataset,
+        n_way: int,
+        k_shot: int,
+        q_query: int,
+        classes: list[int] | torch.Tensor | None = None,
+        indices: torch.Tensor | None = None,
+    ) -> None:
+        if n_way < 1 or k_shot < 1 or q_query < 0:
+            raise EpisodeError(f"need n_way >= 1, k_shot >= 1, q_query >= 0; got {n_way}, {k_shot}, {q_query}")
+        self.dataset, self.n_way, self.k_shot, self.q_query = dataset, n_way, k_shot, q_query
+        pool = torch.arange(len(dataset)) if indices is None else torch.as_tensor(indices, dtype=torch.long)
+        if classes is not None:
+            pool = pool[torch.isin(dataset.labels[pool], torch.as_tensor(list(classes), dtype=torch.long))]
+        labels = dataset.labels[pool]
+        present, counts = torch.unique(labels, return_counts=True)
+        need = k_shot + q_query
+        self.classes = present[counts >= need]
+        if len(self.classes) < n_way:
+            best = sorted(counts.tolist(), reverse=True)[:n_way]
+            raise EpisodeError(
+                f"{dataset.name}: a {n_way}-way {k_shot}-shot {q_query}-query episode needs {n_way} classes "
+                f"with at least {need} samples each; this pool has {len(self.classes)} such classes "
+                f"(of {len(present)}; the {n_way} largest hold {best} samples). "
+                "Lower n_way, k_shot or q_query, or give the pool more data."
+            )
+        # Index table [classes, max_count] of dataset positions, padded with -1.
+        order = torch.argsort(labels, stable=True)
+        sorted_pool, sorted_labels = pool[order], labels[order]
+        keep = torch.isin(sorted_labels, self.classes)
+        sorted_pool, sorted_labels = sorted_pool[keep], sorted_labels[keep]
+        class_counts = counts[counts >= need]
+        width = int(class_counts.max())
+        starts = torch.cumsum(class_counts, 0) - class_counts
+        rank = torch.arange(len(sorted_pool)) - torch.repeat_interleave(starts, class_counts)
+        row = torch.repeat_interleave(torch.arange(len(self.classes)), class_counts)
+        self.table = torch.full((len(self.classes), width), -1, dtype=torch.long)
+        self.table[row, rank] = sorted_pool
+        self.counts = class_counts
+
+    def sample_indices(self, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(classes [N], support positions [N*K], query positions [N*Q]) grouped by class."""
+        rows = torch.randperm(len(self.classes), generator=generator)[: self.n_way]
+        table = self.table[rows]
+        scores = torch.rand(table.shape, generator=generator).masked_fill(table < 0, 2.0)
+        picks = table.gather(1, scores.argsort(dim=1)[:, : self.k_shot + self.q_query])
+        return self.classes[rows], picks[:, : self.k_shot].reshape(-1), picks[:, self.k_shot :].reshape(-1)
+
+    def sample(self, generator: torch.Generator) -> Episode:
+        return self.materialise(*self.sample_indices(generator))
+
+    def materialise(self, classes: torch.Tensor, support: torch.Tensor, query: torch.Tensor) -> Episode:
+        data = self.dataset
+        n = len(classes)
+        lengths = data.lengths
+        return Episode(
+            support=data.inputs[support],
+            support_labels=torch.arange(n).repeat_interleave(len(support) // n),
+            query=data.inputs[query],
+            query_labels=torch.arange(n).repeat_interleave(len(query) // n) if len(query) else query.clone(),
+            classes=classes,
+            support_index=support,
+            query_index=query,
+            support_lengths=None if lengths is None else lengths[support],
+            query_lengths=None if lengths is None else lengths[query],
+        )
+
+
+class FixedEpisodes:
+    """A reproducible list of evaluation episodes, stored as indices and materialised on access."""
+
+    def __init__(self, sampler: EpisodeSampler, num: int, seed: int, tag: str = "eval") -> None:
+        generator = torch_generator(seed, "episodes", tag)
+        self.sampler = sampler
+        self.draws = [sampler.sample_indices(generator) for _ in range(num)]
+
+    def __len__(self) -> int:
+        return len(self.draws)
+
+    def __getitem__(self, i: int) -> Episode:
+        return self.sampler.materialise(*self.draws[i])
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        for draw in self.draws:
+            yield self.sampler.materialise(*draw)
+
+
+def fixed_episodes(
+    dataset: LabelledDataset,
+    classes: list[int],
+    n_way: int,
+    k_shot: int,
+    q_query: int,
+    num: int,
+    seed: int,
+    tag: str = "eval",
+) -> FixedEpisodes:
+    """``num`` episodes over ``classes`` that depend only on the data, the split, the shape and ``seed``."""
+    return FixedEpisodes(EpisodeSampler(dataset, n_way, k_shot, q_query, classes=classes), num, seed, tag)

@@ -1,0 +1,140 @@
+"""From a validated config to a finished run: data, partition, clients, evaluation tasks, algorithm
+and simulator, built once (no data is re-read per round)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+import fedfew.algorithms  # noqa: F401  (registers the algorithms)
+from fedfew.config import ConfigError, ExperimentConfig
+from fedfew.data import LabelledDataset, load_dataset
+from fedfew.engine import ALGORITHMS, Algorithm, ClientData, Context, EpisodeShape, EvalData, Simulator
+from fedfew.episodes import EpisodeError, fixed_episodes
+from fedfew.models import FewShotModel, build_model
+from fedfew.partition import PartitionError, partition
+from fedfew.seeding import numpy_generator
+
+
+@dataclass
+class Experiment:
+    config: ExperimentConfig
+    dataset: LabelledDataset
+    clients: list[ClientData]
+    context: Context
+    algorithm: Algorithm
+    val: EvalData | None
+    test: EvalData
+
+    def simulator(self) -> Simulator:
+        return Simulator(self.algorithm, self.clients, self.config.seed, self.val, self.test)
+
+
+def _model_factory(config: ExperimentConfig, input_shape: tuple[int, ...], extra: dict[str, Any]):
+    def make_named(name: str, num_classes: int | None, **options: Any) -> FewShotModel:
+        merged = {**extra, **(config.model.options if name == config.model.name else {}), **options}
+        return build_model(name, input_shape, num_classes, channels_last=config.model.channels_last, **merged)
+
+    def make(num_classes: int | None) -> FewShotModel:
+        return make_named(config.model.name, num_classes)
+
+    return make, make_named
+
+
+def _text_model_options(dataset: LabelledDataset, model_name: str) -> dict[str, Any]:
+    """Text encoders need the vocabulary size (and take pretrained vectors if the loader has them)."""
+    if not dataset.is_text:
+        return {}
+    options: dict[str, Any] = {}
+    vocab = dataset.extras.get("vocab")
+    if vocab is not None:
+        options["vocab_size"] = len(vocab)
+    if dataset.extras.get("embeddings") is not None:
+        options["pretrained"] = dataset.extras["embeddings"]
+    return options
+
+
+def _sample_split(labels: torch.Tensor, fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """A stratified split of positions into (rest, held-out ``fraction``)."""
+    rest, held = [], []
+    y = labels.numpy()
+    for c in np.unique(y):
+        idx = rng.permutation(np.flatnonzero(y == c))
+        cut = int(round(len(idx) * fraction))
+        held.append(idx[:cut])
+        rest.append(idx[cut:])
+    return np.sort(np.concatenate(rest)), np.sort(np.concatenate(held))
+
+
+def build_experiment(config: ExperimentConfig) -> Experiment:
+    torch.set_num_threads(config.runtime.threads)
+    seed = config.seed
+    dataset = load_dataset(config.dataset.name, config.dataset.root, **config.dataset.options)
+    episode = EpisodeShape(config.episodes.n_way, config.episodes.k_shot, config.episodes.q_query)
+    val: EvalData | None = None
+    if config.task == "fewshot":
+        for key in ("train", "test"):
+            split = getattr(config.splits, key)
+            if not dataset.splits.get(split):
+                raise ConfigError(f"splits.{key}: dataset {dataset.name!r} has no classes in split {split!r}")
+        train_classes = list(dataset.splits[config.splits.train])
+        pool = dataset.split(config.splits.train)
+        try:
+            test = EvalData("test", episodes=fixed_episodes(
+                dataset, dataset.splits[config.splits.test], episode.n_way, episode.k_shot, episode.q_query,
+                config.episodes.test_episodes, seed, tag="test"))
+            if config.splits.val and dataset.splits.get(config.splits.val):
+                val = EvalData("val", episodes=fixed_episodes(
+                    dataset, dataset.splits[config.splits.val], episode.n_way, episode.k_shot, episode.q_query,
+                    config.episodes.val_episodes, seed, tag="val"))
+        except EpisodeError as err:
+            raise ConfigError(f"episodes: {err}") from None
+    else:
+        train_classes = list(range(dataset.num_classes))
+        is_test = dataset.extras.get("is_test")
+        if isinstance(is_test, torch.Tensor) and bool(is_test.any()) and bool((~is_test).any()):
+            train_idx, test_idx = torch.nonzero(~is_test).flatten(), torch.nonzero(is_test).flatten()
+        else:
+            rest, held = _sample_split(dataset.labels, config.classification.test_fraction,
+                                       numpy_generator(seed, "test-split"))
+            train_idx, test_idx = torch.from_numpy(rest), torch.from_numpy(held)
+        pool = dataset.subset(train_idx)
+        test = EvalData("test", dataset=dataset.subset(test_idx))
+
+    options = dict(config.partition.options)
+    if config.partition.name == "natural":
+        options["groups"] = pool.groups
+    try:
+        parts = partition(config.partition.name, pool.labels, config.partition.num_clients,
+                          numpy_generator(seed, "partition"), **options)
+    except PartitionError as err:
+        raise ConfigError(f"partition: {err}") from None
+    except TypeError as err:
+        raise ConfigError(f"partition.options: {err}") from None
+    clients = []
+    for cid, idx in enumerate(parts):
+        local = pool.subset(torch.from_numpy(idx))
+        client_val = None
+        if config.task == "classification" and config.classification.client_val_fraction > 0:
+            rest, held = _sample_split(local.labels, config.classification.client_val_fraction,
+                                       numpy_generator(seed, "client-val", cid))
+            local, client_val = local.subset(torch.from_numpy(rest)), local.subset(torch.from_numpy(held))
+        clients.append(ClientData(cid, local, client_val))
+
+    make, make_named = _model_factory(config, dataset.input_shape, _text_model_options(dataset, config.model.name))
+    context = Context(
+        seed=seed,
+        make_model=make,
+        make_model_named=make_named,
+        input_shape=dataset.input_shape,
+        num_classes=dataset.num_classes,
+        train_classes=train_classes,
+        episode=episode,
+        task=config.task,
+        extras={"dataset": dataset.name},
+    )
+    algorithm = ALGORITHMS.get(config.algorithm.name)(config.algorithm_options(), context)
+    return Experiment(config, dataset, clients, context, algorithm, val, test)

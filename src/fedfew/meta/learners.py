@@ -1,0 +1,98 @@
+"""Episodic learners: how a model learns from, and predicts on, one N-way K-shot episode.
+
+* :class:`MAML` (Finn et al. 2017; FedFSL eq. 4-7): adapt all parameters with a few gradient steps on
+  the support set (inner step size alpha), score the query set with the adapted parameters.
+  ``first_order`` drops second derivatives (FOMAML).
+* :class:`ProtoNet` (Snell et al. 2017): classify the query set by squared Euclidean distance to the
+  support prototypes; no head.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call
+
+from fedfew.episodes import Episode
+from fedfew.models.heads import class_prototypes, prototype_logits
+
+Params = dict[str, torch.Tensor]
+
+
+class EpisodicLearner:
+    """``loss(model, episode)`` returns (query loss, query logits) with gradients to the model's
+    parameters; ``predict(model, episode)`` returns query logits for evaluation."""
+
+    #: number of outputs the model's head needs (None: head-less encoder).
+    head: ClassVar[str] = "n_way"
+
+    def loss(self, model: nn.Module, episode: Episode) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    def predict(self, model: nn.Module, episode: Episode) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class MAML(EpisodicLearner):
+    """Model-agnostic meta-learning over the full model (encoder and N-way linear head)."""
+
+    head = "n_way"
+
+    def __init__(self, inner_lr: float = 0.01, inner_steps: int = 1, test_inner_steps: int = 10,
+                 first_order: bool = False) -> None:
+        self.inner_lr, self.inner_steps = inner_lr, inner_steps
+        self.test_inner_steps, self.first_order = test_inner_steps, first_order
+
+    def adapt(self, model: nn.Module, params: Params, episode: Episode, steps: int, create_graph: bool) -> Params:
+        """theta' = theta - alpha * grad L_support(theta), ``steps`` times (eq. 5)."""
+        for _ in range(steps):
+            logits = functional_call(model, params, episode.support_args())
+            loss = F.cross_entropy(logits, episode.support_labels)
+            grads = torch.autograd.grad(loss, list(params.values()), create_graph=create_graph)
+            params = {name: p - self.inner_lr * g for (name, p), g in zip(params.items(), grads)}
+        return params
+
+    def loss(self, model: nn.Module, episode: Episode) -> tuple[torch.Tensor, torch.Tensor]:
+        """Query loss at the adapted parameters (eq. 6); its gradient is the meta-gradient (eq. 7)."""
+        params = dict(model.named_parameters())
+        adapted = self.adapt(model, params, episode, self.inner_steps, create_graph=not self.first_order)
+        logits = functional_call(model, adapted, episode.query_args())
+        return F.cross_entropy(logits, episode.query_labels), logits
+
+    def predict(self, model: nn.Module, episode: Episode) -> torch.Tensor:
+        params = {name: p.detach().requires_grad_() for name, p in model.named_parameters()}
+        with torch.enable_grad():
+            adapted = self.adapt(model, params, episode, self.test_inner_steps, create_graph=False)
+        with torch.no_grad():
+            return functional_call(model, adapted, episode.query_args())
+
+
+class ProtoNet(EpisodicLearner):
+    """Prototypical networks: a head-less encoder and a distance classifier."""
+
+    head = "none"
+
+    def logits(self, model: nn.Module, episode: Episode) -> torch.Tensor:
+        support = model.features(*episode.support_args())
+        query = model.features(*episode.query_args())
+        prototypes = class_prototypes(support, episode.support_labels, episode.n_way)
+        return prototype_logits(query, prototypes)
+
+    def loss(self, model: nn.Module, episode: Episode) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = self.logits(model, episode)
+        return F.cross_entropy(logits, episode.query_labels), logits
+
+    def predict(self, model: nn.Module, episode: Episode) -> torch.Tensor:
+        with torch.no_grad():
+            return self.logits(model, episode)
+
+
+def proximal_term(model: nn.Module, anchor: dict[str, torch.Tensor], mu: float) -> torch.Tensor:
+    """FedProx's mu/2 * ||w - w_global||^2 over the model's parameters (Li et al. 2020, eq. 2)."""
+    total = torch.zeros(())
+    for name, p in model.named_parameters():
+        total = total + (p - anchor[name]).pow(2).sum()
+    return 0.5 * mu * total
