@@ -1,0 +1,237 @@
+"""Omniglot (Lake et al. 2015): 1,623 handwritten characters from 50 alphabets, 20 drawers each.
+
+Two on-disk layouts are read from ``root/omniglot/``:
+
+* ``images_background.npz`` and ``images_evaluation.npz``: keys ``images`` (bool [chars, 20, 105, 105],
+  True = white paper) and ``labels`` (int64 [chars, 20], the character id within the file);
+* the official PNG folders ``images_background/<alphabet>/<character>/*.png`` and
+  ``images_evaluation/...`` (unzipped from the official ``images_background.zip`` and
+  ``images_evaluation.zip``; reading them needs Pillow).
+
+For each of the two halves the npz file is used when present, otherwise the PNG folder.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from fedfew.data.dataset import DataError, DataNotFoundError, LabelledDataset
+from fedfew.data.registry import DATASETS
+
+OMNIGLOT_URL = (
+    "Download images_background.zip and images_evaluation.zip from the official repository "
+    "https://github.com/brendenlake/omniglot (folder python/) and unzip them into {folder}, "
+    "or put the npz files images_background.npz / images_evaluation.npz there."
+)
+HALVES = ("background", "evaluation")
+#: Images are converted to float and resized this many at a time: small enough to stay in cache.
+BATCH = 256
+
+
+def require_pillow(dataset: str) -> Any:
+    """Import Pillow's ``Image`` module, or explain how to install it."""
+    try:
+        from PIL import Image
+    except ImportError:  # pragma: no cover - Pillow is a dev dependency
+        raise DataError(
+            f"{dataset}: reading image files needs Pillow; install it with "
+            "`pip install pillow` (or `pip install fedfew[images]`)"
+        ) from None
+    return Image
+
+
+def random_class_split(
+    num_classes: int, counts: dict[str, int], seed: int, dataset: str
+) -> dict[str, list[int]]:
+    """Disjoint seeded random class splits of the given sizes (in the order of ``counts``)."""
+    total = sum(counts.values())
+    if any(c < 0 for c in counts.values()) or total > num_classes:
+        raise DataError(
+            f"{dataset}: split sizes {counts} need {total} classes but the dataset has {num_classes}"
+        )
+    perm = torch.randperm(num_classes, generator=torch.Generator().manual_seed(seed)).tolist()
+    splits: dict[str, list[int]] = {}
+    start = 0
+    for name, count in counts.items():
+        splits[name] = sorted(perm[start : start + count])
+        start += count
+    return splits
+
+
+def to_float_images(
+    images: np.ndarray | torch.Tensor,
+    image_size: int | tuple[int, int] | None,
+    invert: bool = False,
+    scale: float = 1.0,
+    channels_last: bool = False,
+) -> torch.Tensor:
+    """uint8/bool images [n, C, H, W] (or [n, H, W, C]) -> float32 [n, C, h, w] in 0..1, batch by batch.
+
+    ``scale`` divides the raw values (255 for uint8); ``invert`` maps v -> 1 - v; ``image_size``
+    resizes with area averaging when shrinking and antialiased bilinear otherwise.
+    """
+    data = torch.from_numpy(np.ascontiguousarray(images)) if isinstance(images, np.ndarray) else images
+    if data.dim() != 4:
+        raise DataError(f"expected a 4-d image array, got shape {tuple(data.shape)}")
+    if channels_last:
+        data = data.permute(0, 3, 1, 2)
+    n, c, h, w = data.shape
+    size = (image_size, image_size) if isinstance(image_size, int) else image_size
+    out_h, out_w = size if size is not None else (h, w)
+    if out_h < 1 or out_w < 1:
+        raise DataError(f"image_size must be positive (or None), not {image_size}")
+    out = torch.empty((n, c, out_h, out_w), dtype=torch.float32)
+    for start in range(0, n, BATCH):
+        chunk = data[start : start + BATCH].to(torch.float32)
+        if scale != 1.0:
+            chunk = chunk / scale
+        if invert:
+            chunk = 1.0 - chunk
+        if (out_h, out_w) != (h, w):
+            if out_h <= h and out_w <= w:
+                chunk = F.interpolate(chunk, size=(out_h, out_w), mode="area")
+            else:
+                chunk = F.interpolate(
+                    chunk, size=(out_h, out_w), mode="bilinear", align_corners=False, antialias=True
+                )
+        out[start : start + BATCH] = chunk.clamp_(0.0, 1.0)
+    return out
+
+
+def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Images [n, H, W] bool and per-image character labels [n] from one npz file."""
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            missing = [k for k in ("images", "labels") if k not in archive.files]
+            if missing:
+                raise DataError(
+                    f"omniglot: {path} has no key(s) {missing} (found {archive.files}); "
+                    "expected 'images' [chars, 20, 105, 105] and 'labels' [chars, 20]"
+                )
+            images = archive["images"]
+            labels = archive["labels"]
+    except DataError:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as err:
+        raise DataError(f"omniglot: cannot read {path} as a numpy npz file ({err})") from err
+    if images.ndim != 4 or labels.shape != images.shape[:2]:
+        raise DataError(
+            f"omniglot: {path} holds images {images.shape} and labels {labels.shape}; "
+            "expected images [chars, drawers, H, W] and labels [chars, drawers]"
+        )
+    if not np.issubdtype(labels.dtype, np.integer):
+        raise DataError(f"omniglot: {path} labels have dtype {labels.dtype}, expected integers")
+    if images.dtype != np.bool_:
+        if images.dtype != np.uint8:
+            raise DataError(f"omniglot: {path} images have dtype {images.dtype}, expected bool")
+        images = images > 127
+    return images.reshape(-1, *images.shape[2:]), labels.reshape(-1)
+
+
+def _read_png_tree(folder: Path) -> tuple[list[np.ndarray], list[int], list[str]]:
+    """Grey images (1.0 = white paper), their class index and class names 'Alphabet/characterNN'."""
+    image_module = require_pillow("omniglot")
+    images: list[np.ndarray] = []
+    labels: list[int] = []
+    names: list[str] = []
+    for alphabet in sorted(p for p in folder.iterdir() if p.is_dir()):
+        for character in sorted(p for p in alphabet.iterdir() if p.is_dir()):
+            files = sorted(character.glob("*.png"))
+            if not files:
+                continue
+            class_id = len(names)
+            names.append(f"{alphabet.name}/{character.name}")
+            for file in files:
+                try:
+                    with image_module.open(file) as img:
+                        array = np.asarray(img.convert("L"), dtype=np.uint8)
+                except (OSError, ValueError, SyntaxError) as err:
+                    raise DataError(f"omniglot: cannot read image {file} ({err})") from err
+                if images and array.shape != images[0].shape:
+                    raise DataError(
+                        f"omniglot: {file} is {array.shape[1]}x{array.shape[0]} pixels but earlier "
+                        f"images are {images[0].shape[1]}x{images[0].shape[0]}"
+                    )
+                images.append(array)
+                labels.append(class_id)
+    if not names:
+        raise DataError(f"omniglot: {folder} holds no <alphabet>/<character>/*.png images")
+    return images, labels, names
+
+
+def _load_half(folder: Path, half: str, image_size: int | None, invert: bool):
+    npz = folder / f"images_{half}.npz"
+    tree = folder / f"images_{half}"
+    if npz.is_file():
+        raw, char_ids = _read_npz(npz)
+        unique, labels = np.unique(char_ids, return_inverse=True)
+        names = [f"{half}/{int(u):04d}" for u in unique]
+        images = to_float_images(raw[:, None], image_size, invert=invert)
+        return images, torch.from_numpy(labels.astype(np.int64).reshape(-1)), names, "npz"
+    if tree.is_dir():
+        arrays, labels, names = _read_png_tree(tree)
+        stacked = np.stack(arrays)[:, None]
+        images = to_float_images(stacked, image_size, invert=invert, scale=255.0)
+        return images, torch.tensor(labels, dtype=torch.long), names, "png"
+    raise DataNotFoundError(
+        f"{npz} (or the folder {tree}/<alphabet>/<character>/*.png)",
+        "omniglot",
+        OMNIGLOT_URL.format(folder=folder),
+    )
+
+
+@DATASETS.register(
+    "omniglot", help="Omniglot, 1,623 characters x 20 drawers (npz or official PNG folders); 28x28"
+)
+def load_omniglot(
+    root: Path,
+    image_size: int | None = 28,
+    invert: bool = True,
+    split: str = "random",
+    split_seed: int = 0,
+    num_base: int = 1100,
+    num_val: int = 100,
+    num_novel: int = 423,
+) -> LabelledDataset:
+    """Omniglot's 1,623 characters as classes: the 964 background ones first, then the 659 evaluation ones.
+
+    ``image_size`` resizes the 105x105 images (area averaging; ``None`` keeps 105). ``invert=True``
+    makes strokes 1 and paper 0. ``split="random"`` draws disjoint base/val/novel characters
+    (``num_base``/``num_val``/``num_novel``, default 1100/100/423) with ``split_seed``;
+    ``split="official"`` is base = background characters, val = [], novel = evaluation characters.
+    Class names are ``"Alphabet/characterNN"`` from PNG folders and ``"background/0012"`` from npz.
+    """
+    if split not in ("random", "official"):
+        raise DataError(f"omniglot: split must be 'random' or 'official', not {split!r}")
+    folder = Path(root) / "omniglot"
+    parts = [_load_half(folder, half, image_size, invert) for half in HALVES]
+    offset = 0
+    labels, names, official = [], [], {}
+    for half, (_, half_labels, half_names, _) in zip(HALVES, parts):
+        labels.append(half_labels + offset)
+        names.extend(half_names)
+        official[half] = list(range(offset, offset + len(half_names)))
+        offset += len(half_names)
+    if split == "official":
+        splits = {"base": official["background"], "val": [], "novel": official["evaluation"]}
+    else:
+        counts = {"base": num_base, "val": num_val, "novel": num_novel}
+        splits = random_class_split(len(names), counts, split_seed, "omniglot")
+    return LabelledDataset(
+        inputs=torch.cat([p[0] for p in parts]),
+        labels=torch.cat(labels),
+        class_names=names,
+        name="omniglot",
+        splits=splits,
+        extras={
+            "source": {half: p[3] for half, p in zip(HALVES, parts)},
+            "background_classes": official["background"],
+            "evaluation_classes": official["evaluation"],
+        },
+    )

