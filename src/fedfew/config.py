@@ -189,7 +189,7 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
     key, raw = assignment.split("=", 1)
     key = key.strip()
     value = yaml.safe_load(raw) if raw.strip() else None
-    if "." not in key:
+    if "." not in key and key not in ExperimentConfig.model_fields:
         matches = [p for p in _leaf_paths(ExperimentConfig) if p.split(".")[-1] == key]
         if len(matches) == 1:
             key = matches[0]

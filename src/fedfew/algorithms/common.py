@@ -91,7 +91,7 @@ def train_epochs(
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-            total_loss += float(loss) * len(batch)
+            total_loss += float(loss.detach()) * len(batch)
             correct += int((logits.argmax(-1) == targets[batch]).sum())
             seen += len(batch)
     return {"loss": total_loss / max(seen, 1), "accuracy": correct / max(seen, 1)}

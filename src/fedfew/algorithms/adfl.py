@@ -1,0 +1,140 @@
+"""AdFL: one-shot federated learning with self-adversarial data (Danilenka et al., FedCSIS 2023).
+
+Algorithm 1 of the paper:
+
+1. The server initialises a global model and sends it to all M clients; each trains it on all its
+   local data for E epochs (Adam, lr 1e-3, E = 15) and returns it (:class:`OneShot`'s client step).
+2. For every returned model m and every class c the server generates one targeted adversarial
+   sample x_{m,c}, starting from random noise, with MI-FGSM (Dong et al.; :func:`mi_fgsm`): 30
+   iterations, step alpha, decay mu = 1.0, descending the cross-entropy towards c. No client data
+   is used; C x M samples in all.
+3. Every model judges every other model's samples. With p_k(x) model k's softmax output and
+   s_k(x, c) = [argmax p_k(x) = c] * p_k(x)_c (model k's probability for c where it predicts c):
+
+   * eq. (3)  "was predicted"    WP_m = sum_{k != m} sum_c s_k(x_{m,c}, c)
+   * eq. (4)  "predicted others" PO_m = sum_{k != m} sum_c s_m(x_{k,c}, c)
+   * eq. (5)  coherence score    CS_m = WP_m + PO_m
+
+   A model's own samples are excluded (k != m). A model whose notion of each class agrees with the
+   others' scores high on both; a model trained on few classes, wrong labels or noise scores low.
+4. The models are combined in one of two ways (``combine``):
+
+   * ``ensemble``: the top-n models by CS (n = ``ensemble_size``, paper: 5 = 10% of 50 clients);
+     the prediction is the argmax of their mean softmax output (``vote``: a majority vote of their
+     predictions, the paper's option);
+   * ``weighted``: one global model, the average of all models' parameters weighted by CS.
+
+Input and clip range (the paper's "alpha = 1" is in its own input scale, which it does not state):
+images here are scaled to [0, 1] (MNIST and CIFAR-10 loaders divide the 0..255 pixels by 255), the
+noise is uniform on ``input_range`` and every iterate is clipped to it, so adversarial samples stay
+valid images. We read the paper's alpha = 1 as one grey level of the 0..255 pixel scale, i.e.
+``step_size`` = 1/255 here: after 30 iterations a sample differs from its noise by at most 30/255
+per pixel. Setting ``step_size: 1.0`` reproduces the other reading (alpha = 1 on [0, 1] inputs,
+where every step saturates pixels at 0 or 1). docs/adfl.md reports both.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+from pydantic import Field, model_validator
+from torch import nn
+
+from fedfew.adversarial import mi_fgsm
+from fedfew.algorithms.oneshot import OneShot, OneShotOptions, member_probabilities, top_n
+from fedfew.engine.aggregation import weighted_average
+from fedfew.engine.algorithm import ClientResult, register
+from fedfew.engine.state import StateDict, load_state_
+
+
+class AdFLOptions(OneShotOptions):
+    """AdFL's options: the client step of :class:`OneShotOptions`, MI-FGSM and the combination."""
+
+    selection: Literal["coherence"] = "coherence"
+    combine: Literal["ensemble", "vote", "weighted"] = "ensemble"
+    #: MI-FGSM iterations per sample (paper: 30).
+    attack_steps: int = Field(30, ge=0)
+    #: alpha, in the units of the model's inputs (module docstring: 1/255 is the paper's 1 pixel level).
+    step_size: float = Field(1.0 / 255.0, gt=0)
+    #: mu, the momentum decay (paper: 1.0).
+    decay: float = Field(1.0, ge=0)
+    #: Range of the starting noise and of the clip after every step (images here are in [0, 1]).
+    input_range: tuple[float, float] = (0.0, 1.0)
+
+    @model_validator(mode="after")
+    def _check_range(self) -> AdFLOptions:
+        low, high = self.input_range
+        if not low < high:
+            raise ValueError(f"algorithm.options.input_range must be [low, high] with low < high, got {self.input_range}")
+        return self
+
+
+def adversarial_samples(model: nn.Module, states: list[StateDict], num_classes: int, input_shape: tuple[int, ...],
+                        options: AdFLOptions, generator: torch.Generator) -> torch.Tensor:
+    """[models, classes, *input_shape]: for each model state, one targeted MI-FGSM sample per class,
+    each from its own uniform noise on ``options.input_range`` (step 2 of Algorithm 1)."""
+    low, high = options.input_range
+    targets = torch.arange(num_classes)
+    samples = []
+    for state in states:
+        load_state_(model, state)
+        noise = torch.rand((num_classes, *input_shape), generator=generator) * (high - low) + low
+        samples.append(mi_fgsm(model, noise, targets, options.attack_steps, options.step_size,
+                               options.decay, (low, high)))
+    return torch.stack(samples)
+
+
+def judgement_matrix(model: nn.Module, states: list[StateDict], samples: torch.Tensor) -> torch.Tensor:
+    """[judges K, sources M, classes C]: entry (k, m, c) is s_k(x_{m,c}, c), model k's probability
+    for class c on model m's sample for c if model k predicts c, else 0."""
+    num_sources, num_classes = samples.shape[:2]
+    flat = samples.reshape(num_sources * num_classes, *samples.shape[2:])
+    probabilities = member_probabilities(model, states, flat).reshape(len(states), num_sources, num_classes, -1)
+    target = torch.arange(num_classes)
+    on_target = probabilities[..., target, target]  # [K, M, C]: p_k(x_{m,c})_c
+    predicted = probabilities.argmax(-1) == target  # [K, M, C]
+    return on_target * predicted
+
+
+def coherence_scores(judgements: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Eqs. (3)-(5) from a [M, M, C] judgement matrix: ("was predicted", "predicted others",
+    coherence score), each [M]. The diagonal (a model judging its own samples) is left out."""
+    if judgements.dim() != 3 or judgements.shape[0] != judgements.shape[1]:
+        raise ValueError(f"judgements must be [M, M, C], got {tuple(judgements.shape)}")
+    others = 1.0 - torch.eye(judgements.shape[0], dtype=judgements.dtype)
+    off_diagonal = judgements * others[:, :, None]
+    was_predicted = off_diagonal.sum(dim=(0, 2))  # eq. (3): the others k judging m's samples
+    predicted_others = off_diagonal.sum(dim=(1, 2))  # eq. (4): m judging the others' samples
+    return was_predicted, predicted_others, was_predicted + predicted_others  # eq. (5)
+
+
+@register("adfl", help="AdFL: one-shot FL, ensemble of the top models by adversarial coherence score")
+class AdFL(OneShot):
+    """Algorithm 1 of AdFL (module docstring)."""
+
+    Options = AdFLOptions
+
+    def aggregate(self, server: dict[str, Any], results: dict[int, ClientResult],
+                  generator: torch.Generator) -> dict[str, Any]:
+        ids = sorted(results)
+        states = [results[i].upload["model"] for i in ids]
+        samples = adversarial_samples(self.model, states, self.context.num_classes, self.context.input_shape,
+                                      self.options, generator)
+        was_predicted, predicted_others, coherence = coherence_scores(judgement_matrix(self.model, states, samples))
+        record = {
+            "coherence": dict(zip(ids, coherence.tolist())),
+            "was_predicted": dict(zip(ids, was_predicted.tolist())),
+            "predicted_others": dict(zip(ids, predicted_others.tolist())),
+        }
+        if self.options.combine == "weighted":
+            if float(coherence.sum()) <= 0:
+                raise ValueError("every coherence score is 0 (no model recognised another's samples): "
+                                 "combine=weighted has no weights; raise algorithm.options.attack_steps")
+            return {**server, **record, "model": weighted_average(states, coherence), "members": [],
+                    "member_ids": ids}
+        if self.options.ensemble_size > len(ids):
+            raise ValueError(f"algorithm.options.ensemble_size={self.options.ensemble_size} exceeds the "
+                             f"{len(ids)} clients that returned a model")
+        chosen = top_n(coherence.double(), self.options.ensemble_size, generator)
+        return {**server, **record, "members": [states[j] for j in chosen], "member_ids": [ids[j] for j in chosen]}

@@ -1,0 +1,58 @@
+"""The command line: list, run (one folder with every promised file), errors, and the demo path."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fedfew.cli import demo_config_path, main
+
+TINY = [
+    "federation.rounds=2", "partition.num_clients=4", "federation.clients_per_round=4",
+    "episodes.test_episodes=10", "eval.every=1", "model.options={hidden: 8}",
+    "algorithm.options.local_steps=1", "runtime.threads=1",
+]
+
+
+def test_list_shows_every_registry(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for word in ("algorithms:", "fl-maml", "datasets:", "omniglot", "models:", "conv4", "partitions:", "dirichlet"):
+        assert word in out
+
+
+def test_run_writes_a_complete_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["run", str(demo_config_path()), "--out", str(tmp_path), "--quiet"]
+    for item in TINY:
+        args += ["--set", item]
+    assert main(args) == 0
+    (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    for name in ("config.yaml", "metrics.jsonl", "summary.json", "results.md", "accuracy.png"):
+        assert (folder / name).is_file(), name
+    rounds = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rounds] == [1, 2]
+    summary = json.loads((folder / "summary.json").read_text())
+    assert 0 <= summary["test"]["accuracy"] <= 1 and summary["bytes_up"] > 0
+
+
+def test_bad_config_is_a_clean_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["run", str(demo_config_path()), "--set", "federation.roudns=2", "--quiet", "--out", str(tmp_path)])
+    assert code == 2
+    assert "federation.roudns" in capsys.readouterr().err
+
+
+def test_impossible_episode_is_a_clean_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["run", str(demo_config_path()), "--set", "episodes.k_shot=500", "--quiet", "--out", str(tmp_path)])
+    assert code == 2
+    assert "k_shot" in capsys.readouterr().err or "episode" in capsys.readouterr().err
+
+
+def test_demo_end_to_end_small(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["demo", "--out", str(tmp_path), "--quiet"]
+    for item in TINY:
+        args += ["--set", item]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    for name in ("local", "fl-maml", "fl-proto"):
+        assert name in out
+    assert (tmp_path / "results.md").is_file() and (tmp_path / "accuracy.png").is_file()

@@ -1,0 +1,78 @@
+"""Config validation: every bad input is a clear error naming the key."""
+
+from pathlib import Path
+
+import pytest
+
+from fedfew.config import ConfigError, apply_override, dump_config, load_config
+
+
+def error_of(overrides: list[str]) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_config(None, overrides)
+    return str(info.value)
+
+
+def test_defaults_are_valid_and_round_trip(tmp_path: Path) -> None:
+    config = load_config(None)
+    path = tmp_path / "c.yaml"
+    path.write_text(dump_config(config))
+    assert load_config(path) == config
+
+
+def test_unknown_key_names_the_key_and_suggests() -> None:
+    message = error_of(["federation.roudns=3"])
+    assert "federation.roudns" in message and "rounds" in message
+
+
+def test_wrong_type_names_the_key() -> None:
+    assert "federation.rounds" in error_of(["federation.rounds=many"])
+    assert "algorithm.options.lr" in error_of(["algorithm.options.lr=fast"])
+
+
+def test_unknown_algorithm_option_lists_allowed() -> None:
+    message = error_of(["algorithm.options.inner_lrr=0.1"])
+    assert "algorithm.options.inner_lrr" in message and "inner_lr" in message
+
+
+def test_unknown_registry_names() -> None:
+    assert "Did you mean 'fl-maml'" in error_of(["algorithm.name=fl-mam"])
+    assert "dataset.name" in error_of(["dataset.name=imagenet22k"])
+    assert "model.name" in error_of(["model.name=vgg"])
+    assert "partition.name" in error_of(["partition.name=random"])
+
+
+def test_impossible_combinations() -> None:
+    assert "exceeds" in error_of(["partition.num_clients=5", "federation.clients_per_round=6"])
+    assert "fraction" in error_of(["federation.clients_per_round=1.5"])
+    assert "n_way" in error_of(["episodes.n_way=1"])
+
+
+def test_overrides_bare_keys_and_yaml_values() -> None:
+    config = load_config(None, ["rounds=7", "name=x", "algorithm.options={inner_lr: 0.2}", "clients_per_round=0.5"])
+    assert config.federation.rounds == 7 and config.name == "x"
+    assert config.algorithm.options == {"inner_lr": 0.2}
+    assert config.federation.clients_per_round == 0.5
+    with pytest.raises(ConfigError, match="ambiguous"):
+        apply_override({}, "options=1")
+    with pytest.raises(ConfigError, match="key=value"):
+        apply_override({}, "rounds")
+
+
+def test_bad_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("federation: [1, 2\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
+    bad.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(bad)
+
+
+def test_committed_configs_are_valid() -> None:
+    root = Path(__file__).resolve().parents[1]
+    paths = sorted((root / "configs").rglob("*.yaml")) + [root / "src/fedfew/configs/demo.yaml"]
+    for path in paths:
+        load_config(path)
