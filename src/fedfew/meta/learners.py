@@ -57,13 +57,14 @@ class MAML(EpisodicLearner):
 
     def loss(self, model: nn.Module, episode: Episode) -> tuple[torch.Tensor, torch.Tensor]:
         """Query loss at the adapted parameters (eq. 6); its gradient is the meta-gradient (eq. 7)."""
-        params = dict(model.named_parameters())
+        # Frozen parameters (e.g. fixed word vectors) are not adapted: functional_call takes them from the model.
+        params = {name: p for name, p in model.named_parameters() if p.requires_grad}
         adapted = self.adapt(model, params, episode, self.inner_steps, create_graph=not self.first_order)
         logits = functional_call(model, adapted, episode.query_args())
         return F.cross_entropy(logits, episode.query_labels), logits
 
     def predict(self, model: nn.Module, episode: Episode) -> torch.Tensor:
-        params = {name: p.detach().requires_grad_() for name, p in model.named_parameters()}
+        params = {name: p.detach().requires_grad_() for name, p in model.named_parameters() if p.requires_grad}
         with torch.enable_grad():
             adapted = self.adapt(model, params, episode, self.test_inner_steps, create_graph=False)
         with torch.no_grad():

@@ -1,0 +1,466 @@
+"""F2L (Wang et al. KDD'23) experiments: Table 1, the ablation (Fig. 4), the lambda sensitivity
+(Fig. 5) and the client-count study (Fig. 6), at the reduced scale of configs/f2l/*.yaml.
+
+    .venv/bin/python experiments/f2l.py table    [--datasets huffpost femnist] [--methods ...]
+    .venv/bin/python experiments/f2l.py ablation [--datasets huffpost]
+    .venv/bin/python experiments/f2l.py lambda   [--shots 1]
+    .venv/bin/python experiments/f2l.py clients  [--datasets femnist] [--methods f2l fl-proto]
+    .venv/bin/python experiments/f2l.py preset   (the authors'-code preset beside the paper's F2L)
+    .venv/bin/python experiments/f2l.py report   (tables and plots from docs/f2l/results.jsonl only)
+
+Every run appends one line to docs/f2l/results.jsonl (label, overrides, test accuracy and CI,
+selected round, seconds); a label already there is not run again (delete the line to rerun).
+Tables (docs/f2l/*.md) and plots (docs/f2l/*.png) are written from that file after every command.
+Run folders go to runs/f2l/ (not committed). All runs use the config's seed, so every method is
+scored on the same fixed meta-test tasks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import functools
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = REPO / "configs" / "f2l"
+DOCS = REPO / "docs" / "f2l"
+RESULTS = DOCS / "results.jsonl"
+
+DISTRIBUTIONS = {
+    "IID": {"name": "iid", "options": {}},
+    "Non-IID": {"name": "dirichlet", "options": {"alpha": 1.0}},  # the paper's non-IID: Dirichlet(1.0)
+}
+METHOD_NAMES = {"local": "Local", "fl-maml": "FL-MAML", "fl-proto": "FL-Proto", "fedfsl": "FedFSL",
+                "f2l": "F2L"}
+ABLATIONS = {"F2L\\M": {"decoupled": False}, "F2L\\T": {"transfer": False}, "F2L\\A": {"distill": False},
+             "F2L": {}}
+LAMBDAS = [0.0, 0.25, 0.5, 0.75, 1.0]
+CLIENT_COUNTS = [1, 2, 5, 10, 20, 50]
+
+#: Table 1 of the paper (accuracy %, 5-way; mean ± std over ten repetitions).
+PAPER_TABLE1 = {
+    "Huffpost": {
+        "Local": ["34.02±1.67", "49.95±1.54", "33.09±2.28", "47.18±1.43"],
+        "FL-MAML": ["37.47±1.43", "52.85±1.43", "36.01±2.17", "50.56±2.08"],
+        "FL-Proto": ["37.87±1.23", "51.90±1.43", "34.05±1.35", "50.52±1.33"],
+        "FedFSL": ["39.18±1.42", "53.81±1.36", "37.86±1.46", "52.18±1.82"],
+        "F2L": ["42.12±2.12", "57.88±2.17", "41.64±1.81", "57.12±1.87"],
+    },
+    "FC100": {
+        "Local": ["33.45±1.68", "50.89±1.56", "32.40±1.76", "50.29±2.24"],
+        "FL-MAML": ["34.10±1.29", "50.66±1.68", "36.06±1.78", "50.35±1.57"],
+        "FL-Proto": ["36.11±1.49", "54.74±2.05", "35.54±1.71", "52.31±1.76"],
+        "FedFSL": ["39.38±1.95", "52.25±1.84", "38.60±2.00", "53.90±1.80"],
+        "F2L": ["42.52±2.06", "58.60±2.09", "42.56±2.25", "59.52±2.14"],
+    },
+}
+PAPER_COLUMNS = ["IID 1-shot", "IID 5-shot", "Non-IID 1-shot", "Non-IID 5-shot"]
+
+
+# -- running -----------------------------------------------------------------------------------------
+def load_results() -> dict[str, dict[str, Any]]:
+    if not RESULTS.is_file():
+        return {}
+    rows = [json.loads(line) for line in RESULTS.read_text().splitlines() if line.strip()]
+    return {row["label"]: row for row in rows}
+
+
+def deep_merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and key != "options":
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def methods() -> dict[str, dict[str, Any] | None]:
+    return yaml.safe_load((CONFIGS / "methods.yaml").read_text())
+
+
+def cell_config(dataset: str, method: str, distribution: str, shot: int,
+                algorithm_options: dict[str, Any] | None = None, num_clients: int | None = None) -> dict[str, Any]:
+    """The config dict of one cell: the dataset's F2L config with the method's algorithm block,
+    the partition and the shot count changed (and F2L options / the number of clients if given)."""
+    base = yaml.safe_load((CONFIGS / f"{dataset}.yaml").read_text())
+    block = methods()[method]
+    changes: dict[str, Any] = {"partition": dict(DISTRIBUTIONS[distribution]), "episodes": {"k_shot": shot}}
+    if block is not None:
+        changes["algorithm"] = block
+    config = deep_merge(base, changes)
+    config["partition"]["num_clients"] = num_clients or base["partition"]["num_clients"]
+    config["federation"]["clients_per_round"] = config["partition"]["num_clients"]  # all clients, every round
+    if algorithm_options:
+        config["algorithm"]["options"] = {**config["algorithm"]["options"], **algorithm_options}
+    return config
+
+
+@functools.cache
+def _cached_dataset(name: str, root: str | None, options: str) -> Any:
+    from fedfew.data import load_dataset
+
+    return load_dataset(name, root, **json.loads(options))
+
+
+def install_dataset_cache() -> None:
+    """Load each dataset once per process (HuffPost's tokenisation and GloVe lookup take seconds):
+    a speed cache only, build_experiment still builds everything else per run."""
+    import fedfew.experiment
+
+    fedfew.experiment.load_dataset = lambda name, root=None, **options: _cached_dataset(  # type: ignore[assignment]
+        name, root, json.dumps(options, sort_keys=True))
+
+
+def run(label: str, config: dict[str, Any], extra: dict[str, Any], curve: bool = False) -> dict[str, Any]:
+    """Run one config unless ``label`` is already in docs/f2l/results.jsonl; return its record
+    (with the test accuracy at every evaluated round if ``curve``)."""
+    done = load_results()
+    if label in done:
+        return done[label]
+    from fedfew.config import load_config
+    from fedfew.runner import run_experiment
+
+    config = {**config, "name": label.replace(" ", "_").replace("\\", "-").replace("/", "_")}
+    start = time.perf_counter()
+    summary = run_experiment(load_config(config), REPO / "runs" / "f2l", progress=False, label=label)
+    record = {"label": label, **extra, "test_accuracy": summary["test"]["accuracy"],
+              "test_ci95": summary["test"]["ci95"], "selected_round": summary["selected_round"],
+              "rounds": summary["rounds"], "seconds": round(time.perf_counter() - start, 1),
+              "algorithm": config["algorithm"], "partition": config["partition"], "episodes": config["episodes"]}
+    record["train"] = {k: v for k, v in summary["history"][-1].items() if k.startswith("train_")}
+    if curve:
+        record["curve"] = [[h["round"], h["test_accuracy"]] for h in summary["history"] if "test_accuracy" in h]
+    DOCS.mkdir(parents=True, exist_ok=True)
+    with RESULTS.open("a") as f:
+        f.write(json.dumps(record) + "\n")
+    print(f"{label}: {100 * record['test_accuracy']:.2f} ± {100 * record['test_ci95']:.2f} "
+          f"({record['seconds']} s)", flush=True)
+    return record
+
+
+def cmd_table(args: argparse.Namespace) -> None:
+    for dataset in args.datasets:
+        for distribution in DISTRIBUTIONS:
+            for shot in (1, 5):
+                for method in args.methods:
+                    label = f"table {dataset} {distribution} {shot}-shot {method}"
+                    run(label, cell_config(dataset, method, distribution, shot),
+                        {"study": "table", "dataset": dataset, "distribution": distribution, "shot": shot,
+                         "method": method})
+
+
+def cmd_ablation(args: argparse.Namespace) -> None:
+    for dataset in args.datasets:
+        for distribution in args.distributions:
+            for shot in args.shots:
+                for variant, options in ABLATIONS.items():
+                    # the full F2L is the Table 1 cell: the same config, so the same label and numbers
+                    label = (f"table {dataset} {distribution} {shot}-shot f2l" if not options else
+                             f"ablation {dataset} {distribution} {shot}-shot {variant}")
+                    run(label, cell_config(dataset, "f2l", distribution, shot, options),
+                        {"study": "table" if not options else "ablation", "dataset": dataset,
+                         "distribution": distribution, "shot": shot, "method": "f2l", "variant": variant})
+
+
+def cmd_lambda(args: argparse.Namespace) -> None:
+    for shot in args.shots:
+        for which, other in (("lambda_mi", "lambda_kd"), ("lambda_kd", "lambda_mi")):
+            for value in LAMBDAS:
+                options = {which: value, other: 0.5}
+                label = (f"table huffpost Non-IID {shot}-shot f2l" if value == 0.5 else
+                         f"lambda huffpost Non-IID {shot}-shot {which}={value}")
+                run(label, cell_config("huffpost", "f2l", "Non-IID", shot, options if value != 0.5 else None),
+                    {"study": "table" if value == 0.5 else "lambda", "dataset": "huffpost",
+                     "distribution": "Non-IID", "shot": shot, "method": "f2l", "which": which, "value": value})
+
+
+def cmd_clients(args: argparse.Namespace) -> None:
+    for dataset in args.datasets:
+        for shot in args.shots:
+            for method in args.methods:
+                for count in args.counts:
+                    label = (f"table {dataset} Non-IID {shot}-shot {method}" if count == 10 else
+                             f"clients {dataset} Non-IID {shot}-shot {method} I={count}")
+                    run(label, cell_config(dataset, method, "Non-IID", shot, num_clients=count),
+                        {"study": "table" if count == 10 else "clients", "dataset": dataset,
+                         "distribution": "Non-IID", "shot": shot, "method": method, "clients": count})
+
+
+def cmd_long(args: argparse.Namespace) -> None:
+    """A longer run of one cell (FEMNIST has no validation classes, so the test accuracy is tracked
+    every ``every`` rounds): does the ranking of the 4-round table hold with more rounds?"""
+    for method in args.methods:
+        config = cell_config(args.dataset, method, args.distribution, args.shot)
+        config["federation"]["rounds"] = args.rounds
+        config["eval"] = {"every": args.every, "track_test": True}
+        run(f"long {args.dataset} {args.distribution} {args.shot}-shot {method} R={args.rounds}", config,
+            {"study": "long", "dataset": args.dataset, "distribution": args.distribution, "shot": args.shot,
+             "method": method, "rounds": args.rounds}, curve=True)
+
+
+def cmd_preset(args: argparse.Namespace) -> None:
+    base = yaml.safe_load((CONFIGS / "authors_code_preset.yaml").read_text())
+    for distribution in DISTRIBUTIONS:
+        for shot in args.shots:
+            config = deep_merge(base, {"partition": dict(DISTRIBUTIONS[distribution]), "episodes": {"k_shot": shot}})
+            run(f"preset huffpost {distribution} {shot}-shot authors-code", config,
+                {"study": "preset", "dataset": "huffpost", "distribution": distribution, "shot": shot,
+                 "method": "f2l-authors-code"})
+
+
+# -- reporting ---------------------------------------------------------------------------------------
+def fmt(row: dict[str, Any] | None) -> str:
+    return "not run" if row is None else f"{100 * row['test_accuracy']:.2f} ± {100 * row['test_ci95']:.2f}"
+
+
+def backfill_training_metrics(rows: dict[str, dict[str, Any]]) -> None:
+    """Records written before "train" was stored get the last round's training metrics from their
+    run folder (runs/f2l/<name>-<time>/metrics.jsonl), when it is still there."""
+    changed = False
+    for label, row in rows.items():
+        if "train" in row:
+            continue
+        name = label.replace(" ", "_").replace("\\", "-").replace("/", "_")
+        folders = sorted((REPO / "runs" / "f2l").glob(f"{name}-2*"))
+        if folders and (folders[-1] / "metrics.jsonl").is_file():
+            last = json.loads((folders[-1] / "metrics.jsonl").read_text().splitlines()[-1])
+            row["train"] = {k: v for k, v in last.items() if k.startswith("train_")}
+            changed = True
+    if changed:
+        RESULTS.write_text("".join(json.dumps(row) + "\n" for row in rows.values()))
+
+
+def report(_: argparse.Namespace | None = None) -> None:
+    rows = load_results()
+    backfill_training_metrics(rows)
+    DOCS.mkdir(parents=True, exist_ok=True)
+    columns = [(d, s) for d in DISTRIBUTIONS for s in (1, 5)]
+    lines: list[str] = []
+    for dataset, paper in (("huffpost", "Huffpost"), ("femnist", "FC100")):
+        lines += [f"### {dataset} (ours) and {paper} (paper)", "",
+                  "| method | " + " | ".join(f"{d} {s}-shot ours" for d, s in columns) + " | "
+                  + " | ".join(f"{c} paper" for c in PAPER_COLUMNS) + " |",
+                  "|---|" + "---|" * (2 * len(columns))]
+        for method, name in METHOD_NAMES.items():
+            ours = [fmt(rows.get(f"table {dataset} {d} {s}-shot {method}")) for d, s in columns]
+            lines.append(f"| {name} | " + " | ".join(ours) + " | " + " | ".join(PAPER_TABLE1[paper][name]) + " |")
+        seconds = sum(r["seconds"] for label, r in rows.items() if label.startswith(f"table {dataset} "))
+        lines += ["", f"Compute: {seconds:.0f} s for the {dataset} runs above.", ""]
+    (DOCS / "table1.md").write_text("\n".join(lines))
+
+    ablation = ["| variant | " + " | ".join(f"{d} {s}-shot" for d, s in columns) + " |", "|---|" + "---|" * 4]
+    for variant, options in ABLATIONS.items():
+        cells = []
+        for d, s in columns:
+            label = f"table huffpost {d} {s}-shot f2l" if not options else f"ablation huffpost {d} {s}-shot {variant}"
+            cells.append(fmt(rows.get(label)))
+        ablation.append(f"| {variant} | " + " | ".join(cells) + " |")
+    (DOCS / "ablation.md").write_text("\n".join(ablation) + "\n")
+
+    lam = ["| lambda | " + " | ".join(f"{w} (shot {s})" for s in (1, 5) for w in ("lambda_mi", "lambda_kd")) + " |",
+           "|---|---|---|---|---|"]
+    for value in LAMBDAS:
+        cells = []
+        for s in (1, 5):
+            for which in ("lambda_mi", "lambda_kd"):
+                label = (f"table huffpost Non-IID {s}-shot f2l" if value == 0.5 else
+                         f"lambda huffpost Non-IID {s}-shot {which}={value}")
+                cells.append(fmt(rows.get(label)))
+        lam.append(f"| {value} | " + " | ".join(cells) + " |")
+    (DOCS / "lambda.md").write_text("\n".join(lam) + "\n")
+
+    clients = ["| method, shots | " + " | ".join(f"I={c}" for c in CLIENT_COUNTS) + " |",
+               "|---|" + "---|" * len(CLIENT_COUNTS)]
+    for method in METHOD_NAMES:
+        for s in (1, 5):
+            cells = [fmt(rows.get(f"table femnist Non-IID {s}-shot {method}" if c == 10 else
+                                  f"clients femnist Non-IID {s}-shot {method} I={c}")) for c in CLIENT_COUNTS]
+            if any(c != "not run" for c in cells[:3] + cells[4:]):  # more than the I=10 cell
+                clients.append(f"| {METHOD_NAMES[method]}, {s}-shot | " + " | ".join(cells) + " |")
+    (DOCS / "clients.md").write_text("\n".join(clients) + "\n")
+
+    preset = ["| F2L | " + " | ".join(f"{d} {s}-shot" for d, s in columns) + " |", "|---|" + "---|" * 4,
+              "| paper's equations (configs/f2l/huffpost.yaml) | "
+              + " | ".join(fmt(rows.get(f"table huffpost {d} {s}-shot f2l")) for d, s in columns) + " |",
+              "| authors' code preset (configs/f2l/authors_code_preset.yaml) | "
+              + " | ".join(fmt(rows.get(f"preset huffpost {d} {s}-shot authors-code")) for d, s in columns) + " |"]
+    (DOCS / "preset.md").write_text("\n".join(preset) + "\n")
+    long_lines = ["| run | test accuracy by round | final | seconds |", "|---|---|---|---|"]
+    for label, r in rows.items():
+        if r.get("study") == "long":
+            curve = ", ".join(f"{x}: {100 * y:.1f}" for x, y in r.get("curve", []))
+            long_lines.append(f"| {label.removeprefix('long ')} | {curve} | {fmt(r)} | {r['seconds']:.0f} |")
+    (DOCS / "long.md").write_text("\n".join(long_lines) + "\n")
+
+    import math
+
+    diagnostics = ["| F2L run | server CE on support (last round) | ln of base classes | server accuracy on support "
+                   "| client-model query accuracy (training) | L_MI | L_KD | T_i |", "|---|---|---|---|---|---|---|---|"]
+    base_classes = {"huffpost": 20, "femnist": 52}
+    for label, r in rows.items():
+        t = r.get("train", {})
+        if r.get("method") == "f2l" and "train_ce_support" in t:
+            diagnostics.append(
+                f"| {label} | {t['train_ce_support']:.3f} | {math.log(base_classes[r['dataset']]):.3f} | "
+                f"{100 * t['train_server_accuracy']:.1f} | {100 * t['train_accuracy']:.1f} | "
+                f"{t.get('train_l_mi', float('nan')):.3f} | {t.get('train_l_kd', float('nan')):.3f} | "
+                f"{t.get('train_kd_temperature', float('nan')):.3f} |")
+    (DOCS / "diagnostics.md").write_text("\n".join(diagnostics) + "\n")
+    plots(rows, columns)
+    fill_docs_page()
+
+
+def fill_docs_page() -> None:
+    """Copy each generated table into docs/f2l.md between its markers <!-- NAME:start --> and
+    <!-- NAME:end --> (so the page's numbers are never typed by hand)."""
+    page = REPO / "docs" / "f2l.md"
+    if not page.is_file():
+        return
+    text = page.read_text()
+    for table in sorted(DOCS.glob("*.md")):
+        start, end = f"<!-- {table.stem}:start -->", f"<!-- {table.stem}:end -->"
+        if start in text and end in text:
+            head, rest = text.split(start, 1)
+            _, tail = rest.split(end, 1)
+            text = f"{head}{start}\n{table.read_text().strip()}\n{end}{tail}"
+    page.write_text(text)
+
+
+def plots(rows: dict[str, dict[str, Any]], columns: list[tuple[str, int]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def acc(label: str) -> float | None:
+        row = rows.get(label)
+        return None if row is None else 100 * row["test_accuracy"]
+
+    # Longer runs: test accuracy against rounds.
+    long_rows = [r for r in rows.values() if r.get("study") == "long" and r.get("curve")]
+    if long_rows:
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        for r in long_rows:
+            xs, ys = zip(*r["curve"])
+            ax.plot(xs, [100 * y for y in ys], "-o", label=f"{METHOD_NAMES.get(r['method'], r['method'])}")
+        first = long_rows[0]
+        ax.set_xlabel("round")
+        ax.set_ylabel("test accuracy (%)")
+        ax.set_title(f"{first['dataset']} {first['distribution']} {first['shot']}-shot, longer runs")
+        ax.axhline(20, color="grey", lw=0.8, ls=":")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(DOCS / "long.png", dpi=110)
+        plt.close(fig)
+
+    # Fig. 4: ablation bars on HuffPost.
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    width = 0.2
+    drawn = False
+    for k, (variant, options) in enumerate(ABLATIONS.items()):
+        values = [acc(f"table huffpost {d} {s}-shot f2l" if not options else f"ablation huffpost {d} {s}-shot {variant}")
+                  for d, s in columns]
+        xs = [i + (k - 1.5) * width for i, v in enumerate(values) if v is not None]
+        if xs:
+            ax.bar(xs, [v for v in values if v is not None], width, label=variant)
+            drawn = True
+    if drawn:
+        ax.set_xticks(range(4), [f"{'I' if d == 'IID' else 'N'}-{s}" for d, s in columns])
+        ax.set_ylabel("test accuracy (%)")
+        ax.set_title("Ablation on HuffPost (cf. paper Fig. 4b); dotted: chance")
+        ax.axhline(20, color="grey", lw=0.8, ls=":")
+        ax.legend(fontsize=7, loc="lower right")
+        fig.tight_layout()
+        fig.savefig(DOCS / "ablation.png", dpi=110)
+    plt.close(fig)
+
+    # Fig. 5: lambda sensitivity.
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    drawn = False
+    for s in (1, 5):
+        for which, style in (("lambda_mi", "-o"), ("lambda_kd", "--s")):
+            points = [(v, acc(f"table huffpost Non-IID {s}-shot f2l" if v == 0.5 else
+                              f"lambda huffpost Non-IID {s}-shot {which}={v}")) for v in LAMBDAS]
+            points = [(v, a) for v, a in points if a is not None]
+            if len(points) > 1:
+                ax.plot(*zip(*points), style, label=f"{which}, {s}-shot")
+                drawn = True
+    if drawn:
+        ax.set_xlabel("lambda (the other one at 0.5)")
+        ax.set_ylabel("test accuracy (%)")
+        ax.set_title("HuffPost, non-IID (cf. paper Fig. 5)")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(DOCS / "lambda.png", dpi=110)
+    plt.close(fig)
+
+    # Fig. 6: number of clients.
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    drawn = False
+    for method, name in METHOD_NAMES.items():
+        for s, style in ((1, "-o"), (5, "--s")):
+            points = [(c, acc(f"table femnist Non-IID {s}-shot {method}" if c == 10 else
+                              f"clients femnist Non-IID {s}-shot {method} I={c}")) for c in CLIENT_COUNTS]
+            points = [(c, a) for c, a in points if a is not None]
+            if len(points) > 2:
+                ax.plot(*zip(*points), style, label=f"{name}, {s}-shot")
+                drawn = True
+    if drawn:
+        ax.set_xscale("log")
+        ax.set_xticks(CLIENT_COUNTS, [str(c) for c in CLIENT_COUNTS])
+        ax.set_xlabel("number of clients I")
+        ax.set_ylabel("test accuracy (%)")
+        ax.set_title("FEMNIST, non-IID (cf. paper Fig. 6, FC100)")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(DOCS / "clients.png", dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("table")
+    p.add_argument("--datasets", nargs="+", default=["huffpost", "femnist"])
+    p.add_argument("--methods", nargs="+", default=list(METHOD_NAMES))
+    p = sub.add_parser("ablation")
+    p.add_argument("--datasets", nargs="+", default=["huffpost"])
+    p.add_argument("--distributions", nargs="+", default=list(DISTRIBUTIONS), choices=list(DISTRIBUTIONS))
+    p.add_argument("--shots", nargs="+", type=int, default=[1, 5])
+    p = sub.add_parser("lambda")
+    p.add_argument("--shots", nargs="+", type=int, default=[1])
+    p = sub.add_parser("clients")
+    p.add_argument("--datasets", nargs="+", default=["femnist"])
+    p.add_argument("--methods", nargs="+", default=["f2l", "fl-proto"])
+    p.add_argument("--shots", nargs="+", type=int, default=[1])
+    p.add_argument("--counts", nargs="+", type=int, default=CLIENT_COUNTS)
+    p = sub.add_parser("long")
+    p.add_argument("--dataset", default="femnist")
+    p.add_argument("--distribution", default="IID", choices=list(DISTRIBUTIONS))
+    p.add_argument("--shot", type=int, default=1)
+    p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--every", type=int, default=5)
+    p.add_argument("--methods", nargs="+", default=["f2l", "fl-proto"])
+    p = sub.add_parser("preset")
+    p.add_argument("--shots", nargs="+", type=int, default=[1, 5])
+    sub.add_parser("report")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(REPO / "src"))
+    install_dataset_cache()
+    commands = {"table": cmd_table, "ablation": cmd_ablation, "lambda": cmd_lambda, "clients": cmd_clients,
+                "long": cmd_long, "preset": cmd_preset, "report": report}
+    commands[args.command](args)
+    report()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

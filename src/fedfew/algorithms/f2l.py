@@ -1,0 +1,537 @@
+"""F2L (Wang et al., "Federated Few-shot Learning", KDD'23): decoupled meta-learning with a shared
+server-model phi and a private client-model psi_i per client.
+
+* Server-model phi = (q_phi, f_phi): the configured encoder and a linear classifier over all |C_b|
+  base classes. Sent down every round, updated locally, averaged uniformly (eq. 2):
+  phi^{t+1} = 1/I sum_i phi_i^t.
+* Client-model psi_i = (q_psi, f_psi): a Transformer over the support set's server-model features
+  (appendix C.1.2, eq. 22; :class:`F2LClientModel`) and an N-way linear classifier. It lives in the
+  client's private state, is never uploaded and persists across rounds (with its Adam moments).
+
+Algorithm 1, one local step s of client i on a meta-task T = {S, Q} sampled from its base data::
+
+    h_phi = q_phi(S u Q)                                       one server forward (dropout on)
+    psi'  = psi - alpha_ft grad_psi CE(f_psi(q_psi(h_phi_S)), y_S)               (eq. 3)
+    L_phi = (1 - lambda_MI) CE_{|C_b|}(f_phi(h_phi_S), y_S) + lambda_MI L_MI     (eq. 13-15)
+    L_psi = (1 - lambda_KD) CE(psi'(Q), y_Q)            + lambda_KD L_KD         (eq. 16-21)
+    phi  <- Adam(phi, grad_phi L_phi, alpha_phi);  psi <- Adam(psi, grad_psi L_psi, alpha_psi)  (eq. 4-5)
+
+Choices where the paper is silent or needs interpretation (each is an option where it matters):
+
+* Both updates of a step use the parameters (psi^{t,s}, phi^{t,s}) of that step, as eq. 4 and 5 are
+  written, so the server forward is shared; Algorithm 1 lists the updates one after the other but
+  every symbol in them carries the same index s.
+* Eq. 4 is a MAML meta-update: the gradient of the query loss at psi' is taken with respect to psi
+  through the fine-tuning step (second order; ``first_order`` drops the second derivatives).
+  ``finetune: head`` restricts eq. 3 to the classifier f_psi (as the authors' code does): q_psi then
+  runs once per task and the meta-gradient reaches it through h_psi; meta-test can then fine-tune the
+  classifiers of all tasks in one batched computation, which the paper's ``all`` cannot.
+* Gradients: L_phi reaches phi only through h_phi_S (and f_phi). The client-model's representations
+  h_psi and its class probabilities p_psi enter L_MI as fixed targets (stop-gradient): section 3.2
+  transfers the client-model's knowledge *into* the server-model, and p_psi is an estimate of
+  p(h_phi | h_psi) (eq. 9), not a quantity phi should move. L_psi reaches psi only: the server
+  features fed to the client-model and the teacher logits are detached (eq. 4 differentiates w.r.t.
+  psi only).
+* The client-model classifies a query q as a member of its support set: q_psi runs over the set
+  S u {q} and the output at q is used, so each query is classified from the whole support set (eq. 22)
+  but never sees the other queries (no transduction). Support representations come from q_psi over S.
+* L_MI (eq. 13), with l2-normalised rows h_phi^i, h_psi^j of the support set (D = N*K) and
+  C(j) = {k : y_k = y_j}::
+
+      L_MI = -1/D sum_j sum_{i in C(j)} w_i log( exp(h_phi^i . h_psi^j) / sum_{k=1}^{D} exp(h_phi^i . h_psi^k) )
+      w_i  = p_psi^i(y_i) / sum_{k in C(i)} p_psi^k(y_i)
+
+  i.e. p(h_phi^i | h_psi^j) of eq. 9 (the client-model's confidence in sample i's class, normalised
+  within the class) times log p(h_psi^j | h_phi^i) of eq. 10-11 (a softmax over j of the dot
+  products; -||a - b||^2 / 2 = a.b - 1 for unit vectors), with p(h_psi^j) = 1/D (eq. 8) giving the
+  1/D and the constant log D dropped (eq. 12). With K = 1 it is an InfoNCE at temperature 1.
+* L_CE(S) (eq. 15) and L_CE(Q) (eq. 21) are means over the samples.
+* L_KD (eq. 16-18), the partial distillation restricted to the task's N classes C_m, from the
+  server-model's logits z_phi (teacher) to the client-model's z_psi, as a cross-entropy with soft
+  targets (the KL divergence differs by the teacher's entropy, a constant for psi)::
+
+      L_KD = -1/|Q| sum_i sum_{c in C_m} q_phi^i(c) log q_psi^i(c),   q^i(c) = softmax_{C_m}(z^i / T_i)(c)
+
+  and no T^2 factor (the paper has none).
+* The adaptive temperature (eq. 19) uses the server-model's logits of query i with label y_i:
+  T_i = sigmoid( max_{c in C_m, c != y_i} exp(z_phi^i(c)) / exp(z_phi^i(y_i)) ), in (0.5, 1).
+  ``kd_temperature`` set to a number replaces it by a fixed temperature (1.0 = no temperature).
+* Non-IID clients that cannot form N-way tasks train on fewer ways (see ``local_sampler``): the
+  client head has N outputs and only the first n are used.
+* Meta-test (section 3.4): the best server-model on validation classes encodes S and Q; the
+  client-model is fine-tuned on S exactly as in training (eq. 3, ``finetune_steps`` steps of
+  alpha_ft, or ``test_finetune_steps``) without the meta-update, and classifies Q. The paper samples
+  meta-test tasks from the clients' novel data, so a task is solved by the client that holds it;
+  our fixed tasks are global, so by default (``test_client_model: each``) *every* client solves
+  every task with its own psi_i and the accuracy is the mean over clients (as ``local`` reports).
+  ``average`` uses the parameter average of the psi_i, ``fresh`` a newly initialised psi (the same
+  for every task). Under F2L\\M (``decoupled: false``) the aggregated client-model is used.
+
+Ablations (Fig. 4): ``decoupled: false`` is F2L\\M (the client-model is uploaded and averaged too),
+``transfer: false`` is F2L\\T (L_phi = CE(S), no L_MI), ``distill: false`` is F2L\\A
+(L_psi = CE(Q), no L_KD).
+
+The authors' public code differs from the paper; ``configs/f2l/authors_code_preset.yaml`` sets the
+options that reproduce its main differences: ``mi_loss: infonce`` (cosine InfoNCE at temperature 0.5
+between the client-model's and the server-model's support features, pairing each sample with the
+next shot of its class), ``kd_temperature: 1.0``, ``train_n_way``/``train_k_shot`` (20-way 2-shot
+training tasks) and ``test_classifier: logreg`` (logistic regression on l2-normalised server-model
+features at meta-test).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field, model_validator
+from torch import nn
+from torch.func import functional_call
+
+from fedfew.algorithms.common import label_map, local_sampler, per_client_scores
+from fedfew.engine.aggregation import weighted_average, weights_for
+from fedfew.engine.algorithm import (
+    Algorithm,
+    ClientData,
+    ClientResult,
+    Context,
+    EpisodeShape,
+    EvalData,
+    Options,
+    register,
+)
+from fedfew.engine.state import get_state, load_state_
+from fedfew.episodes import Episode
+from fedfew.evaluation import accuracy, mean_ci95
+from fedfew.models.base import FewShotModel
+from fedfew.models.set_encoder import SetTransformerEncoder
+from fedfew.seeding import seed_torch_init
+
+Params = dict[str, torch.Tensor]
+
+
+# ---------------------------------------------------------------------------------------------
+# The losses (pure functions of tensors, tested against hand-computed values)
+# ---------------------------------------------------------------------------------------------
+def mutual_information_loss(
+    server_features: torch.Tensor, client_features: torch.Tensor, client_probs: torch.Tensor, labels: torch.Tensor
+) -> torch.Tensor:
+    """L_MI of eq. 13 over a support set of D samples (see the module docstring for the formula).
+
+    server_features h_phi [D, k] (gradients flow), client_features h_psi [D, k] and client_probs
+    p_psi [D, N] (the client-model's class probabilities; treated as constants by the caller),
+    labels y [D] in 0..N-1."""
+    d = len(labels)
+    h_phi = F.normalize(server_features, dim=1)
+    h_psi = F.normalize(client_features, dim=1)
+    # log p(h_psi^j | h_phi^i): row i is a softmax over j of the dot products (eq. 10-11).
+    log_p = torch.log_softmax(h_phi @ h_psi.T, dim=1)
+    # w_i = p_psi^i(y_i) / sum_{k in C(i)} p_psi^k(y_i): eq. 9, zero outside C(j).
+    confidence = client_probs[torch.arange(d), labels]
+    class_total = torch.zeros(client_probs.shape[1], dtype=confidence.dtype).index_add_(0, labels, confidence)
+    weight = confidence / class_total[labels]
+    same_class = (labels.unsqueeze(1) == labels.unsqueeze(0)).to(log_p.dtype)  # [i, j]: i in C(j)
+    return -(same_class * weight.unsqueeze(1) * log_p).sum() / d
+
+
+def infonce_loss(
+    server_features: torch.Tensor, client_features: torch.Tensor, labels: torch.Tensor, temperature: float
+) -> torch.Tensor:
+    """The authors' code in place of L_MI: for each shot s, a cosine InfoNCE at ``temperature`` whose
+    anchors are the client-model features of shot s of every class and whose candidates are the
+    server-model features of shot (s + 1) mod K of every class (positive: the same class).
+    Needs a support set with the same number of shots in every class."""
+    n_way = int(labels.max()) + 1
+    order = torch.argsort(labels, stable=True)
+    k_shot = len(labels) // n_way
+    if k_shot * n_way != len(labels) or not torch.equal(torch.bincount(labels), torch.full((n_way,), k_shot)):
+        raise ValueError("infonce_loss needs the same number of shots in every class")
+    anchors = F.normalize(client_features[order].reshape(n_way, k_shot, -1), dim=2)
+    candidates = F.normalize(server_features[order].reshape(n_way, k_shot, -1), dim=2)
+    targets = torch.arange(n_way)
+    total = torch.zeros(())
+    for s in range(k_shot):
+        similarity = anchors[:, s] @ candidates[:, (s + 1) % k_shot].T / temperature
+        total = total + F.cross_entropy(similarity, targets)
+    return total / k_shot
+
+
+def adaptive_temperature(teacher_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """T_i = sigmoid( max_{c != y_i} exp(z^i(c)) / exp(z^i(y_i)) ) (eq. 19) for logits z [n, N] over the
+    task's N classes; the ratio is computed as exp(max_c z(c) - z(y)) (the same number, no overflow
+    of exp(z) itself; an infinite ratio gives T = 1)."""
+    true_logit = teacher_logits.gather(1, labels.unsqueeze(1)).squeeze(1)
+    negatives = teacher_logits.masked_fill(F.one_hot(labels, teacher_logits.shape[1]).bool(), float("-inf"))
+    return torch.sigmoid(torch.exp(negatives.max(dim=1).values - true_logit))
+
+
+def partial_distillation_loss(
+    student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: torch.Tensor | float
+) -> torch.Tensor:
+    """L_KD of eq. 16-18: -1/|Q| sum_i sum_j q_teacher^i(c_j) log q_student^i(c_j), with
+    q^i = softmax(z^i / T_i) over the task's N classes only. ``temperature`` is one number or [n]."""
+    t = torch.as_tensor(temperature, dtype=student_logits.dtype)
+    t = t.unsqueeze(1) if t.dim() == 1 else t
+    soft_targets = torch.softmax(teacher_logits / t, dim=1)
+    return -(soft_targets * torch.log_softmax(student_logits / t, dim=1)).sum(dim=1).mean()
+
+
+# ---------------------------------------------------------------------------------------------
+# The client-model
+# ---------------------------------------------------------------------------------------------
+class F2LClientModel(nn.Module):
+    """psi = (q_psi, f_psi): a permutation-equivariant Transformer over server-model features of the
+    whole support set (eq. 22) and a linear N-way classifier (appendix C.1.3).
+
+    ``encode(support_features, query_features)`` gives (h_psi of the support set, query
+    representations); each query q is encoded in the set S u {q}. Inputs are one task ([D, k] and
+    [Q, k]) or a batch of E tasks of equal shape ([E, D, k] and [E, Q, k]).
+    ``forward`` adds the classifier: (h_psi [.., D, k], support logits, query logits or None)."""
+
+    def __init__(self, dim: int, n_way: int, heads: int = 4, layers: int = 1, dropout: float = 0.1,
+                 feedforward: int | None = None) -> None:
+        super().__init__()
+        self.encoder = SetTransformerEncoder(dim, heads, layers, dropout, feedforward)
+        self.head = nn.Linear(dim, n_way)
+
+    def encode_queries(self, support_features: torch.Tensor, query_features: torch.Tensor) -> torch.Tensor:
+        batched = support_features.dim() == 3
+        s = support_features if batched else support_features.unsqueeze(0)
+        q = query_features if batched else query_features.unsqueeze(0)
+        (e, d, k), n_query = s.shape, q.shape[1]
+        sets = torch.cat([s.unsqueeze(1).expand(e, n_query, d, k), q.unsqueeze(2)], dim=2)  # [E, Q, D + 1, k]
+        encoded = self.encoder(sets.reshape(e * n_query, d + 1, k))[:, -1].reshape(e, n_query, k)
+        return encoded if batched else encoded.squeeze(0)
+
+    def encode(self, support_features: torch.Tensor,
+               query_features: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        support_repr = self.encoder(support_features)
+        if query_features is None or query_features.shape[-2] == 0:
+            return support_repr, None
+        return support_repr, self.encode_queries(support_features, query_features)
+
+    def forward(
+        self, support_features: torch.Tensor, query_features: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        support_repr, query_repr = self.encode(support_features, query_features)
+        return support_repr, self.head(support_repr), None if query_repr is None else self.head(query_repr)
+
+
+def batched_linear(features: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """features [.., n, k] times weight [.., N, k] (one classifier per leading index) plus bias [.., N]."""
+    return torch.einsum("...nk,...ck->...nc", features, weight) + bias.unsqueeze(-2)
+
+
+def finetune_head(weight: torch.Tensor, bias: torch.Tensor, support_repr: torch.Tensor, support_labels: torch.Tensor,
+                  n_way: int, lr: float, steps: int, create_graph: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eq. 3 restricted to the classifier f_psi: ``steps`` gradient steps of size ``lr`` on the mean
+    support cross-entropy over the first ``n_way`` outputs. Batched over leading task dimensions
+    (each task's classifier gets its own task's gradient: the loss is a sum of per-task means)."""
+    for _ in range(steps):
+        logits = batched_linear(support_repr, weight, bias)[..., :n_way]
+        loss = F.cross_entropy(logits.reshape(-1, n_way), support_labels.expand(logits.shape[:-1]).reshape(-1),
+                               reduction="sum") / (support_labels.shape[-1])
+        grad_w, grad_b = torch.autograd.grad(loss, (weight, bias), create_graph=create_graph)
+        weight, bias = weight - lr * grad_w, bias - lr * grad_b
+    return weight, bias
+
+
+# ---------------------------------------------------------------------------------------------
+# The algorithm
+# ---------------------------------------------------------------------------------------------
+class F2LOptions(Options):
+    """Defaults are the paper's (appendix C.3) unless noted."""
+
+    local_steps: int = Field(10, ge=1)  # tau
+    lr_server: float = Field(1e-3, gt=0)  # alpha_phi
+    lr_client: float = Field(1e-3, gt=0)  # alpha_psi
+    weight_decay: float = Field(1e-4, ge=0)  # Adam's, for both models
+    finetune_lr: float = Field(0.01, gt=0)  # alpha_ft (eq. 3)
+    finetune_steps: int = Field(1, ge=1)  # eq. 3 is one step
+    finetune: Literal["all", "head"] = "all"  # what eq. 3 adapts: all of psi (paper) or f_psi only
+    test_finetune_steps: int | None = Field(None, ge=1)  # None: the same as in training (section 3.4)
+    first_order: bool = False  # drop second derivatives of the meta-update (eq. 4)
+    lambda_mi: float = Field(0.5, ge=0, le=1)  # eq. 14
+    lambda_kd: float = Field(0.5, ge=0, le=1)  # eq. 20
+    decoupled: bool = True  # False: F2L\M (client-model aggregated too)
+    transfer: bool = True  # False: F2L\T (no L_MI)
+    distill: bool = True  # False: F2L\A (no L_KD)
+    kd_temperature: Literal["adaptive"] | float = "adaptive"  # eq. 19, or a fixed T
+    mi_loss: Literal["paper", "infonce"] = "paper"  # "infonce": the authors' code
+    infonce_temperature: float = Field(0.5, gt=0)
+    client_heads: int = Field(4, ge=1)  # Transformer of q_psi (paper: unspecified)
+    client_layers: int = Field(1, ge=1)
+    client_dropout: float = Field(0.1, ge=0, lt=1)  # the paper's dropout rate
+    client_feedforward: int | None = Field(None, ge=1)  # None: 2 x feature dim
+    persist_client_optimizer: bool = True  # keep psi's Adam moments in the client's state
+    test_client_model: Literal["each", "average", "fresh"] = "each"
+    test_classifier: Literal["client", "logreg"] = "client"  # "logreg": the authors' code
+    train_n_way: int | None = Field(None, ge=2)  # None: the configured episodes (authors' code: 20)
+    train_k_shot: int | None = Field(None, ge=1)  # (authors' code: 2)
+
+    @model_validator(mode="after")
+    def _positive_temperature(self) -> F2LOptions:
+        if self.kd_temperature != "adaptive" and float(self.kd_temperature) <= 0:
+            raise ValueError(f"algorithm.options.kd_temperature must be 'adaptive' or > 0, got {self.kd_temperature}")
+        return self
+
+
+@register("f2l", help="F2L: shared server-model + private client-models, L_MI transfer and partial KD")
+class F2L(Algorithm):
+    Options = F2LOptions
+    personalised = True
+
+    def __init__(self, options: F2LOptions, context: Context) -> None:
+        super().__init__(options, context)
+        if context.task != "fewshot":
+            raise ValueError("f2l is a few-shot method: set task: fewshot")
+        shape = context.episode
+        self.train_shape = EpisodeShape(options.train_n_way or shape.n_way, options.train_k_shot or shape.k_shot,
+                                        shape.q_query)
+        if options.test_classifier == "client" and self.train_shape.n_way < shape.n_way:
+            raise ValueError(
+                f"algorithm.options.train_n_way={self.train_shape.n_way} is below the meta-test episodes' "
+                f"n_way={shape.n_way}: the client-model's classifier would have too few outputs "
+                "(raise train_n_way or use test_classifier: logreg)"
+            )
+        self.label_index = label_map(list(context.train_classes), context.num_classes)
+        # Workspace models (speed caches, reloaded in place at every use).
+        self.server_model: FewShotModel = context.make_model(len(context.train_classes))
+        self.feature_dim = self.server_model.feature_dim
+        if self.feature_dim % options.client_heads != 0:
+            raise ValueError(
+                f"algorithm.options.client_heads={options.client_heads} must divide the server-model's "
+                f"feature dimension {self.feature_dim}"
+            )
+        self.client_model = self.new_client_model()
+
+    def new_client_model(self) -> F2LClientModel:
+        o = self.options
+        return F2LClientModel(self.feature_dim, self.train_shape.n_way, o.client_heads, o.client_layers,
+                              o.client_dropout, o.client_feedforward)
+
+    # -- server ---------------------------------------------------------------------------
+    def init_server(self, generator: torch.Generator) -> dict[str, Any]:
+        seed_torch_init(generator)
+        server: dict[str, Any] = {"server": get_state(self.context.make_model(len(self.context.train_classes)))}
+        if not self.options.decoupled:  # F2L\M: one client-model, aggregated like phi
+            server["client"] = get_state(self.new_client_model())
+        return server
+
+    def broadcast(self, server: dict[str, Any], client_id: int) -> dict[str, Any]:
+        return {k: server[k] for k in ("server", "client") if k in server}
+
+    def aggregate(self, server: dict[str, Any], results: dict[int, ClientResult],
+                  generator: torch.Generator) -> dict[str, Any]:
+        sent = [r for r in results.values() if "server" in r.upload]
+        if not sent:
+            return server
+        weights = weights_for("uniform", [r.num_samples for r in sent], [r.num_episodes for r in sent])  # eq. 2
+        new = {**server, "server": weighted_average([r.upload["server"] for r in sent], weights)}
+        if not self.options.decoupled:
+            new["client"] = weighted_average([r.upload["client"] for r in sent], weights)
+        return new
+
+    # -- client ---------------------------------------------------------------------------
+    def init_client_state(self, client: ClientData, generator: torch.Generator) -> dict[str, Any] | None:
+        if not self.options.decoupled:
+            return None
+        seed_torch_init(generator)
+        return {"client": get_state(self.new_client_model())}
+
+    def finetune(self, params: Params, support_features: torch.Tensor, support_labels: torch.Tensor,
+                 steps: int, create_graph: bool) -> Params:
+        """psi' = psi - alpha_ft grad_psi CE on the support set, ``steps`` times (eq. 3)."""
+        n = int(support_labels.max()) + 1
+        for _ in range(steps):
+            _, logits, _ = functional_call(self.client_model, params, (support_features,))
+            loss = F.cross_entropy(logits[:, :n], support_labels)
+            grads = torch.autograd.grad(loss, list(params.values()), create_graph=create_graph)
+            params = {name: p - self.options.finetune_lr * g for (name, p), g in zip(params.items(), grads)}
+        return params
+
+    def local_step(self, episode: Episode) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+        """(L_phi, L_psi, metrics) of one meta-task (eq. 3, 13-21) with the workspace models."""
+        o = self.options
+        server, client = self.server_model, self.client_model
+        n, d = episode.n_way, len(episode.support_labels)
+        inputs = torch.cat([episode.support, episode.query])
+        args = (inputs,) if episode.support_lengths is None else (
+            inputs, torch.cat([episode.support_lengths, episode.query_lengths]))
+        features = server.features(*args)  # h_phi of S u Q, one forward for both updates
+        logits_all = server.head(features)
+        task_classes = self.label_index[episode.classes]  # C_m as indices among the base classes
+        ce_support = F.cross_entropy(logits_all[:d], task_classes[episode.support_labels])  # eq. 15
+
+        support_features, query_features = features[:d].detach(), features[d:].detach()
+        if o.finetune == "all":
+            adapted = self.finetune(dict(client.named_parameters()), support_features, episode.support_labels,
+                                    o.finetune_steps, create_graph=not o.first_order)
+            support_repr, support_logits, query_logits = functional_call(
+                client, adapted, (support_features, query_features))
+        else:  # only f_psi adapts: q_psi runs once, the meta-gradient reaches it through h_psi
+            support_repr, query_repr = client.encode(support_features, query_features)
+            weight, bias = finetune_head(client.head.weight, client.head.bias, support_repr, episode.support_labels,
+                                         n, o.finetune_lr, o.finetune_steps, create_graph=not o.first_order)
+            support_logits = batched_linear(support_repr, weight, bias)
+            query_logits = batched_linear(query_repr, weight, bias)
+        support_logits, query_logits = support_logits[:, :n], query_logits[:, :n]
+
+        loss_phi = ce_support  # F2L\T: CE only
+        metrics: dict[str, float] = {"ce_support": float(ce_support.detach())}
+        if o.transfer:
+            if o.mi_loss == "paper":
+                l_mi = mutual_information_loss(features[:d], support_repr.detach(),
+                                               torch.softmax(support_logits, dim=1).detach(), episode.support_labels)
+            else:
+                l_mi = infonce_loss(features[:d], support_repr.detach(), episode.support_labels, o.infonce_temperature)
+            loss_phi = (1 - o.lambda_mi) * ce_support + o.lambda_mi * l_mi  # eq. 14
+            metrics["l_mi"] = float(l_mi.detach())
+
+        ce_query = F.cross_entropy(query_logits, episode.query_labels)  # eq. 21
+        loss_psi = ce_query  # F2L\A: CE only
+        metrics["ce_query"] = float(ce_query.detach())
+        if o.distill:
+            teacher = logits_all[d:, task_classes].detach()  # z_phi on the N classes only (partial KD)
+            if o.kd_temperature == "adaptive":
+                temperature: torch.Tensor | float = adaptive_temperature(teacher, episode.query_labels)
+                metrics["kd_temperature"] = float(temperature.mean())
+            else:
+                temperature = float(o.kd_temperature)
+            l_kd = partial_distillation_loss(query_logits, teacher, temperature)
+            loss_psi = (1 - o.lambda_kd) * ce_query + o.lambda_kd * l_kd  # eq. 20
+            metrics["l_kd"] = float(l_kd.detach())
+        metrics["accuracy"] = accuracy(query_logits.detach(), episode.query_labels)
+        metrics["server_accuracy"] = accuracy(logits_all[:d].detach(), task_classes[episode.support_labels])
+        return loss_phi, loss_psi, metrics
+
+    def client_update(self, payload: dict[str, Any], state: dict[str, Any] | None, data: ClientData,
+                      generator: torch.Generator) -> ClientResult:
+        o = self.options
+        sampler = local_sampler(data.train, self.train_shape)
+        if sampler is None:  # too little data for any task: sit this round out, psi unchanged
+            return ClientResult(upload={}, state=state, metrics={}, num_samples=data.num_samples)
+        seed_torch_init(generator)  # dropout reads torch's global RNG: seed it from this update's generator
+        server = load_state_(self.server_model, payload["server"])
+        client = load_state_(self.client_model, state["client"] if o.decoupled else payload["client"])
+        server.train()
+        client.train()
+        opt_phi = torch.optim.Adam(server.parameters(), lr=o.lr_server, weight_decay=o.weight_decay)
+        opt_psi = torch.optim.Adam(client.parameters(), lr=o.lr_client, weight_decay=o.weight_decay)
+        if o.decoupled and o.persist_client_optimizer and state.get("client_optimizer") is not None:
+            # deep copy: the optimizer updates its moments in place; the incoming state stays untouched
+            opt_psi.load_state_dict(copy.deepcopy(state["client_optimizer"]))
+        sums: dict[str, float] = {}
+        for _ in range(o.local_steps):
+            loss_phi, loss_psi, metrics = self.local_step(sampler.sample(generator))
+            opt_phi.zero_grad(set_to_none=True)
+            opt_psi.zero_grad(set_to_none=True)
+            # The two losses touch disjoint parameters (all cross terms are detached): one backward.
+            (loss_phi + loss_psi).backward()
+            opt_phi.step()
+            opt_psi.step()
+            for k, v in metrics.items():
+                sums[k] = sums.get(k, 0.0) + v
+        upload: dict[str, Any] = {"server": get_state(server)}
+        new_state: dict[str, Any] | None = state
+        if o.decoupled:
+            new_state = {"client": get_state(client)}
+            if o.persist_client_optimizer:
+                new_state["client_optimizer"] = copy.deepcopy(opt_psi.state_dict())
+        else:
+            upload["client"] = get_state(client)
+        return ClientResult(upload=upload, state=new_state, metrics={k: v / o.local_steps for k, v in sums.items()},
+                            num_samples=data.num_samples, num_episodes=o.local_steps)
+
+    # -- meta-test ------------------------------------------------------------------------
+    @torch.no_grad()
+    def encode_episodes(self, episodes: list[Episode]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Server-model features (eval mode) of every task's support and query sets, stacked:
+        ([E, D, k], [E, Q, k]); fixed meta-test tasks all have the same shape."""
+        supports, queries = [], []
+        for episode in episodes:
+            d = len(episode.support_labels)
+            inputs = torch.cat([episode.support, episode.query])
+            args = (inputs,) if episode.support_lengths is None else (
+                inputs, torch.cat([episode.support_lengths, episode.query_lengths]))
+            features = self.server_model.features(*args)
+            supports.append(features[:d])
+            queries.append(features[d:])
+        return torch.stack(supports), torch.stack(queries)
+
+    def client_accuracies(self, client_state: dict[str, torch.Tensor], support: torch.Tensor,
+                          support_labels: torch.Tensor, query: torch.Tensor, query_labels: torch.Tensor) -> list[float]:
+        """Per-task query accuracy of the client-model ``client_state`` fine-tuned on each task's
+        support set (eq. 3, no meta-update; eval mode), for stacked tasks [E, ...]."""
+        o = self.options
+        client = load_state_(self.client_model, client_state).eval()
+        n = int(support_labels.max()) + 1
+        steps = o.test_finetune_steps or o.finetune_steps
+        if o.finetune == "head":  # the encoder is shared by all tasks: one batched pass, batched heads
+            with torch.no_grad():
+                support_repr, query_repr = client.encode(support, query)
+            e = len(support)
+            weight = client.head.weight.detach().expand(e, -1, -1).clone().requires_grad_()
+            bias = client.head.bias.detach().expand(e, -1).clone().requires_grad_()
+            with torch.enable_grad():
+                weight, bias = finetune_head(weight, bias, support_repr, support_labels, n, o.finetune_lr, steps,
+                                             create_graph=False)
+            with torch.no_grad():
+                logits = batched_linear(query_repr, weight, bias)[..., :n]
+            return (logits.argmax(-1) == query_labels).float().mean(-1).tolist()
+        scores = []
+        for e in range(len(support)):
+            params = {name: p.detach().requires_grad_() for name, p in client.named_parameters()}
+            with torch.enable_grad():
+                adapted = self.finetune(params, support[e], support_labels[e], steps, create_graph=False)
+            with torch.no_grad():
+                _, _, logits = functional_call(client, adapted, (support[e], query[e]))
+            scores.append(accuracy(logits[:, :n], query_labels[e]))
+        return scores
+
+    def evaluate(self, server: dict[str, Any], client_states: dict[int, Any], clients: list[ClientData],
+                 data: EvalData, generator: torch.Generator) -> dict[str, float]:
+        if data.episodes is None:
+            raise ValueError(f"f2l is a few-shot method: it needs {data.split} episodes")
+        o = self.options
+        episodes = list(data.episodes)
+        load_state_(self.server_model, server["server"]).eval()
+        support, query = self.encode_episodes(episodes)
+        support_labels = torch.stack([ep.support_labels for ep in episodes])
+        query_labels = torch.stack([ep.query_labels for ep in episodes])
+        if o.test_classifier == "logreg":
+            score = mean_ci95(logistic_regression_accuracy(support[e], support_labels[e], query[e], query_labels[e])
+                              for e in range(len(episodes)))
+            return {"accuracy": score.mean, "ci95": score.ci95}
+
+        def score_with(client_state: dict[str, torch.Tensor]) -> list[float]:
+            return self.client_accuracies(client_state, support, support_labels, query, query_labels)
+
+        if o.test_client_model == "fresh":
+            seed_torch_init(generator)
+            single: dict[str, torch.Tensor] | None = get_state(self.new_client_model())
+        elif not o.decoupled:
+            single = server["client"]
+        elif o.test_client_model == "average":
+            states = [s["client"] for s in client_states.values() if s is not None]
+            single = weighted_average(states, [1.0] * len(states))
+        else:
+            single = None
+        if single is not None:
+            score = mean_ci95(score_with(single))
+            return {"accuracy": score.mean, "ci95": score.ci95}
+        return per_client_scores(clients, client_states, lambda client, state: score_with(state["client"]))
+
+
+def logistic_regression_accuracy(support: torch.Tensor, support_labels: torch.Tensor, query: torch.Tensor,
+                                 query_labels: torch.Tensor) -> float:
+    """The authors' code's meta-test: multinomial logistic regression (C = 1, lbfgs) on l2-normalised
+    server-model features of the support set, scored on the query set."""
+    from sklearn.linear_model import LogisticRegression
+
+    classifier = LogisticRegression(C=1.0, max_iter=1000, random_state=0)
+    classifier.fit(F.normalize(support, dim=1).numpy(), support_labels.numpy())
+    predicted = classifier.predict(F.normalize(query, dim=1).numpy())
+    return float((torch.from_numpy(predicted) == query_labels).float().mean())
