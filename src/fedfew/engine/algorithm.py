@@ -9,7 +9,7 @@ overwritten at the start of every use).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -133,6 +133,22 @@ class Algorithm:
         generator: torch.Generator,
     ) -> dict[str, float]:
         raise NotImplementedError
+
+    # -- a round made of nested rounds ---------------------------------------------------------
+    def play_round(
+        self,
+        server: Any,
+        clients: Sequence[ClientData],
+        client_states: dict[int, Any],
+        selected: Sequence[int],
+        seed: int,
+        round_key: int | str,
+    ) -> Any:
+        """One simulator round done otherwise than one broadcast / update / aggregate: return a
+        :class:`fedfew.engine.simulator.RoundOutcome` whose byte counts cover every exchange inside it
+        (FRL: R nested rounds of FL and a meta-update, each a :func:`run_round`), or ``None``, the
+        default, for the standard :func:`fedfew.engine.simulator.run_round`."""
+        return None
 
 
 ALGORITHMS: Registry[type[Algorithm]] = Registry("algorithm")

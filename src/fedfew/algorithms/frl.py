@@ -1,0 +1,442 @@
+"""FRL: few-round learning (Park, Han, Kim, Seo and Moon, "Few-Round Learning for Federated
+Learning", NeurIPS 2021), with prototype aggregation (GPAL).
+
+FRL prepares an initial model phi such that any new group of clients, possibly holding classes never
+seen, reaches a good global model within R rounds of FL. Preparation (Algorithm 1) is meta-learning
+by FL over N participants; one simulator round is one meta-training episode t:
+
+1. the server draws K participants (the simulator's client schedule);
+2. each splits its local data D_k into a support set S_k and a query set Q_k (half of each class);
+3. theta^0 = phi^t, then R rounds of FL on the support sets (:class:`PrototypeFL`, one
+   :func:`~fedfew.engine.simulator.run_round` each). In round r client k
+
+   * downloads theta^r and, from round 1 on, the global prototypes G^{r-1};
+   * computes its local prototypes c_{k,n} = mean of f_theta(x) over x in S_{k,n} (eq. 1), with the
+     downloaded model theta^r;
+   * takes E epochs of minibatch SGD (learner lr alpha) on the prototype loss (eq. 2)
+
+         L_P = -1/|B| sum_{(x,y)} log softmax_n(-||f_theta(x) - c_{k,n}||^2)[y]   (n: k's classes)
+
+     plus, from round 1 on, gamma times the global prototype-assisted loss (GPAL, eq. 3)
+
+         L_G = -1/|B| sum_{(x,y)} log softmax_n(-||f_theta(x) - G^{r-1}_n||^2)[y]  (n: all classes);
+
+   * uploads theta_k^{r+1} and its prototypes of S_k (computed with theta_k^{r+1}, so that
+     G^r describes the model the next round starts from) with their class counts;
+
+   the server sets theta^{r+1} = sum_k |S_k|/|S| theta_k^{r+1} and G^r_n = the class-count weighted
+   mean of the c_{k,n} (the mean of f over all of class n's support samples when the models agree);
+4. meta-update (lines 15-20): client k computes the query loss at theta^R, the prototype loss on
+   Q_k with Q_k's own class prototypes plus gamma L_G to G^{R-1}, and takes one SGD step from the
+   episode's initial model, phi_k = phi^t - beta grad_theta L_Q(theta^R) (the first-order update of
+   line 19); the server sets phi^{t+1} = sum_k |D_k|/|D| phi_k.
+
+Communication: an episode is R + 1 rounds (R of FL, one for the meta-update). :meth:`FRL.play_round`
+runs them through the simulator's ``play_round`` hook and reports the bytes of all R + 1.
+
+Deployment (section 2.3, :mod:`fedfew.deployment`): from phi^T a new group of K clients holding tau
+classes runs R rounds of :class:`PrototypeFL` and classifies its pooled query set by distance to the
+global prototypes G^{R-1}.
+
+Classifier variants (``classifier``, ``gamma``): "distance" with gamma > 0 is FRL (distance-based
+with GPAL); "distance" with gamma = 0 drops GPAL; "linear" replaces prototypes by a linear head over
+the episode's (the group's) classes, Xavier-initialised at the start of every episode and group,
+trained with cross-entropy; its query loss is cross-entropy, and the meta-update changes the encoder
+(phi has no head).
+
+Where the paper leaves room (each an option, paper-first defaults):
+
+* ``local_prototypes``: "downloaded" (the paper: prototypes of S_k with the downloaded theta^r, fixed
+  during the local epochs) or "batch" (the authors' code: prototypes of each minibatch with the
+  current local model, gradients through them);
+* ``query_prototypes``: "query" (the local prototypes of the query loss come from Q_k at theta^R) or
+  "support" (from S_k at theta^R);
+* ``aggregation``: "samples" (support / data sizes, the paper) or "uniform" (the authors' code);
+* ``extra_query_steps``: the authors' code takes the meta-gradient on the first query minibatch
+  only and then keeps stepping phi_k with SGD (lr beta) on the remaining query minibatches;
+* ``gamma`` = 0.2 is the authors' code's value (the paper's is not restated here);
+* all forward passes run in training mode (batch statistics), as the authors' code does.
+
+The authors' code also feeds unnormalised pixels; inputs here are as the dataset loader gives them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field, model_validator
+
+from fedfew.algorithms.common import TrainOptions, make_optimizer, minibatches
+from fedfew.data.dataset import LabelledDataset
+from fedfew.deployment import (
+    DeploymentAlgorithm,
+    DeploymentOptions,
+    LinearDeployment,
+    evaluate_deployment,
+    relabelled,
+)
+from fedfew.engine.aggregation import weighted_average, weights_for
+from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, Context, EvalData, Options, register
+from fedfew.engine.simulator import RoundOutcome, run_round
+from fedfew.engine.state import StateDict, get_state, load_state_
+from fedfew.models.base import FewShotModel
+from fedfew.seeding import seed_torch_init, torch_generator
+
+Prototypes = dict[str, torch.Tensor]  # {"classes": [c] class ids, "prototypes": [c, d], "counts": [c]}
+
+
+class FRLOptions(Options):
+    #: R, rounds of FL per episode (and at deployment unless deployment.rounds says otherwise).
+    rounds: int = Field(3, ge=1)
+    #: E, local epochs per round.
+    local_epochs: int = Field(1, ge=1)
+    batch_size: int = Field(60, ge=1)
+    #: alpha, the learner's (local SGD) learning rate.
+    lr: float = Field(1e-4, gt=0)
+    #: beta, the meta learning rate of line 19.
+    meta_lr: float = Field(1e-3, gt=0)
+    #: gamma, the weight of GPAL (eq. 3); 0 turns GPAL off.
+    gamma: float = Field(0.2, ge=0)
+    momentum: float = Field(0.0, ge=0)
+    #: SGD weight decay of the local steps and of the meta step (the authors' code: 5e-4).
+    weight_decay: float = Field(0.0, ge=0)
+    support_fraction: float = Field(0.5, gt=0, lt=1)
+    classifier: Literal["distance", "linear"] = "distance"
+    local_prototypes: Literal["downloaded", "batch"] = "downloaded"
+    query_prototypes: Literal["query", "support"] = "query"
+    aggregation: Literal["samples", "uniform"] = "samples"
+    extra_query_steps: bool = False
+    deployment: DeploymentOptions = Field(default_factory=DeploymentOptions)
+
+    @model_validator(mode="after")
+    def _check(self) -> FRLOptions:
+        if self.classifier == "linear" and self.gamma > 0:
+            raise ValueError("algorithm.options.gamma > 0 (GPAL) needs classifier: distance; "
+                             "set gamma: 0 with classifier: linear")
+        if self.classifier == "linear" and self.extra_query_steps:
+            raise ValueError("algorithm.options.extra_query_steps applies to classifier: distance only")
+        if self.deployment.rounds == 0 and self.classifier == "distance":
+            raise ValueError("algorithm.options.deployment.rounds=0 leaves no global prototypes to classify "
+                             "with; use at least one round")
+        return self
+
+    def train_options(self) -> TrainOptions:
+        """The local SGD of the linear variant."""
+        return TrainOptions(local_epochs=self.local_epochs, batch_size=self.batch_size, optimizer="sgd",
+                            lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
+
+
+# -- the mathematics ------------------------------------------------------------------------------
+def squared_distances(features: torch.Tensor, prototypes: torch.Tensor) -> torch.Tensor:
+    """||f_i - p_j||^2: [n, c]. Written out rather than with cdist, whose gradient is NaN at zero
+    distance (a one-sample class in a minibatch is its own prototype)."""
+    return (features.unsqueeze(1) - prototypes.unsqueeze(0)).pow(2).sum(-1)
+
+
+def class_means(features: torch.Tensor, targets: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """Eq. 1: the mean feature of each class 0..num_classes-1 (every class must occur)."""
+    sums = torch.zeros(num_classes, features.shape[1], dtype=features.dtype).index_add(0, targets, features)
+    counts = torch.bincount(targets, minlength=num_classes)
+    if bool((counts == 0).any()):
+        raise ValueError("a class has no sample to make a prototype of")
+    return sums / counts.unsqueeze(1).to(features.dtype)
+
+
+def prototype_loss(features: torch.Tensor, targets: torch.Tensor, prototypes: torch.Tensor) -> torch.Tensor:
+    """Eq. 2 (and, with the global prototypes, eq. 3): cross-entropy of the softmax over negative
+    squared distances to the prototypes; ``targets`` index rows of ``prototypes``."""
+    return F.cross_entropy(-squared_distances(features, prototypes), targets)
+
+
+def rows_of(classes: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Position of each label in the sorted ``classes`` (an error if some label is absent)."""
+    rows = torch.searchsorted(classes, labels).clamp_max(len(classes) - 1)
+    if not bool((classes[rows] == labels).all()):
+        raise ValueError("a sample's class has no global prototype")
+    return rows
+
+
+def gpal_loss(features: torch.Tensor, labels: torch.Tensor, global_prototypes: Prototypes) -> torch.Tensor:
+    """Eq. 3: the prototype loss against the previous round's global prototypes of all classes."""
+    rows = rows_of(global_prototypes["classes"], labels)
+    return prototype_loss(features, rows, global_prototypes["prototypes"])
+
+
+def features_of(model: FewShotModel, data: LabelledDataset, index: torch.Tensor | None = None) -> torch.Tensor:
+    if index is None:
+        return model.features(data.inputs) if data.lengths is None else model.features(data.inputs, data.lengths)
+    if data.lengths is None:
+        return model.features(data.inputs[index])
+    return model.features(data.inputs[index], data.lengths[index])
+
+
+def local_prototypes(model: FewShotModel, data: LabelledDataset) -> Prototypes:
+    """A client's prototypes of each class it holds (eq. 1), with the class counts |S_{k,n}|."""
+    classes, targets = torch.unique(data.labels, return_inverse=True)
+    with torch.no_grad():
+        prototypes = class_means(features_of(model, data), targets, len(classes))
+    return {"classes": classes, "prototypes": prototypes, "counts": torch.bincount(targets).to(prototypes.dtype)}
+
+
+def aggregate_prototypes(uploads: list[Prototypes], client_weights: torch.Tensor | None = None) -> Prototypes:
+    """Global prototypes: for each class, the mean of the clients' prototypes weighted by their class
+    counts |S_{k,n}| (``client_weights`` None), or by one weight per client (uniform: all ones)."""
+    classes = torch.cat([u["classes"] for u in uploads])
+    rows = torch.cat([u["prototypes"] for u in uploads]).to(torch.float64)
+    if client_weights is None:
+        weights = torch.cat([u["counts"] for u in uploads]).to(torch.float64)
+    else:
+        weights = torch.cat([w.expand(len(u["classes"])) for u, w in zip(uploads, client_weights.to(torch.float64))])
+    merged, position = torch.unique(classes, return_inverse=True)
+    sums = torch.zeros(len(merged), rows.shape[1], dtype=torch.float64).index_add(0, position, rows * weights.unsqueeze(1))
+    totals = torch.zeros(len(merged), dtype=torch.float64).index_add(0, position, weights)
+    dtype = uploads[0]["prototypes"].dtype
+    return {"classes": merged, "prototypes": (sums / totals.unsqueeze(1)).to(dtype), "counts": totals.to(dtype)}
+
+
+def split_support_query(labels: torch.Tensor, fraction: float, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per class, a random ``fraction`` of the positions for support and the rest for query (a class
+    with one sample goes to support only)."""
+    support, query = [], []
+    for cls in torch.unique(labels):
+        positions = torch.nonzero(labels == cls).flatten()
+        positions = positions[torch.randperm(len(positions), generator=generator)]
+        n = len(positions)
+        cut = n if n < 2 else min(max(int(round(fraction * n)), 1), n - 1)
+        support.append(positions[:cut])
+        query.append(positions[cut:])
+    return torch.cat(support).sort().values, torch.cat(query).sort().values
+
+
+# -- the R rounds of FL inside an episode (and at deployment) ----------------------------------
+class PrototypeFL(DeploymentAlgorithm):
+    """One round of FRL's inner FL: prototype loss (eq. 2) + gamma GPAL (eq. 3) locally; models and
+    prototypes averaged on the server. Labels are class indices of the episode (or the group)."""
+
+    Options = FRLOptions
+
+    def __init__(self, options: FRLOptions, context: Context) -> None:
+        super().__init__(options, context)
+        self.model = context.make_model(None)
+
+    def start(self, prepared: StateDict, num_classes: int, generator: torch.Generator) -> dict[str, Any]:
+        return {"model": prepared, "prototypes": None}
+
+    def broadcast(self, server: dict[str, Any], client_id: int) -> dict[str, Any]:
+        payload: dict[str, Any] = {"model": server["model"]}
+        if server.get("prototypes") is not None:
+            payload["prototypes"] = {k: server["prototypes"][k] for k in ("classes", "prototypes")}
+        return payload
+
+    def local_loss(self, model: FewShotModel, data: LabelledDataset, batch: torch.Tensor,
+                   downloaded: Prototypes | None, global_prototypes: Prototypes | None) -> tuple[torch.Tensor, dict[str, float]]:
+        """Eq. 2 on a minibatch, plus gamma times eq. 3 when global prototypes were sent (round >= 1)."""
+        features = features_of(model, data, batch)
+        labels = data.labels[batch]
+        if downloaded is not None:  # prototypes of S_k with the downloaded model, held fixed
+            targets = rows_of(downloaded["classes"], labels)
+            logits = -squared_distances(features, downloaded["prototypes"])
+        else:  # the authors' code: prototypes of this minibatch with the current model
+            classes, targets = torch.unique(labels, return_inverse=True)
+            logits = -squared_distances(features, class_means(features, targets, len(classes)))
+        local = F.cross_entropy(logits, targets)
+        metrics = {"local_loss": float(local.detach()), "accuracy": float((logits.argmax(-1) == targets).float().mean())}
+        loss = local
+        if global_prototypes is not None and self.options.gamma > 0:
+            gpal = gpal_loss(features, labels, global_prototypes)
+            loss = loss + self.options.gamma * gpal
+            metrics["gpal_loss"] = float(gpal.detach())
+        metrics["loss"] = float(loss.detach())
+        return loss, metrics
+
+    def client_update(self, payload: dict[str, Any], state: Any, data: ClientData,
+                      generator: torch.Generator) -> ClientResult:
+        opts = self.options
+        model = load_state_(self.model, payload["model"])
+        model.train()
+        support = data.train
+        downloaded = local_prototypes(model, support) if opts.local_prototypes == "downloaded" else None
+        global_prototypes = payload.get("prototypes")
+        optimizer = make_optimizer("sgd", model.parameters(), opts.lr, opts.momentum, opts.weight_decay)
+        sums: dict[str, float] = {}
+        steps = 0
+        for _ in range(opts.local_epochs):
+            for batch in minibatches(len(support), opts.batch_size, generator):
+                loss, metrics = self.local_loss(model, support, batch, downloaded, global_prototypes)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                steps += 1
+                for k, v in metrics.items():
+                    sums[k] = sums.get(k, 0.0) + v
+        upload = {"model": get_state(model), "prototypes": local_prototypes(model, support)}
+        return ClientResult(upload=upload, state=state, metrics={k: v / steps for k, v in sums.items()},
+                            num_samples=len(support))
+
+    def aggregate(self, server: dict[str, Any], results: dict[int, ClientResult],
+                  generator: torch.Generator) -> dict[str, Any]:
+        sent = [results[c] for c in sorted(results)]
+        weights = weights_for(self.options.aggregation, [r.num_samples for r in sent], [0] * len(sent))
+        uniform = torch.ones(len(sent)) if self.options.aggregation == "uniform" else None
+        return {"model": weighted_average([r.upload["model"] for r in sent], weights),
+                "prototypes": aggregate_prototypes([r.upload["prototypes"] for r in sent], uniform)}
+
+    @torch.no_grad()
+    def classify(self, server: dict[str, Any], data: LabelledDataset) -> torch.Tensor:
+        """Negative squared distance of each sample's features (global model) to the global
+        prototypes; a class with no global prototype gets -inf."""
+        if server.get("prototypes") is None:
+            raise ValueError("no global prototypes yet: deployment needs at least one round")
+        model = load_state_(self.model, server["model"])
+        model.train()
+        found = server["prototypes"]
+        logits = torch.full((len(data), data.num_classes), float("-inf"))
+        logits[:, found["classes"]] = -squared_distances(features_of(model, data), found["prototypes"])
+        return logits
+
+
+# -- the outer algorithm: T meta-training episodes -----------------------------------------------
+@register("frl", help="FRL: meta-train an initial model for R-round FL (prototype loss + GPAL, Alg. 1)")
+class FRL(Algorithm):
+    """One simulator round = one meta-training episode of R + 1 rounds (module docstring)."""
+
+    Options = FRLOptions
+
+    def __init__(self, options: FRLOptions, context: Context) -> None:
+        super().__init__(options, context)
+        self.prototype_fl = PrototypeFL(options, context)
+        self.linear_fl = LinearDeployment(options.train_options(), context)
+        self.model = context.make_model(None)  # phi: an encoder (the linear variant's head is per episode)
+
+    def inner_algorithm(self, num_classes: int) -> DeploymentAlgorithm:
+        return self.prototype_fl if self.options.classifier == "distance" else self.linear_fl(num_classes)
+
+    def init_server(self, generator: torch.Generator) -> dict[str, Any]:
+        seed_torch_init(generator)
+        return {"model": get_state(self.context.make_model(None))}
+
+    # -- one episode ------------------------------------------------------------------------
+    def play_round(self, server: dict[str, Any], clients: Any, client_states: dict[int, Any],
+                   selected: Any, seed: int, round_key: int | str) -> RoundOutcome:
+        opts = self.options
+        phi: StateDict = server["model"]
+        episode_classes = torch.unique(torch.cat([clients[c].train.labels for c in selected]))
+        supports: dict[int, ClientData] = {}
+        queries: dict[int, ClientData] = {}
+        for cid in selected:
+            local = clients[cid].train
+            s, q = split_support_query(local.labels, opts.support_fraction,
+                                       torch_generator(seed, "frl-support-query", round_key, cid))
+            support, query = relabelled(local, s, episode_classes), relabelled(local, q, episode_classes)
+            supports[cid] = ClientData(cid, support)
+            queries[cid] = ClientData(cid, query, val=support)
+        inner = self.inner_algorithm(len(episode_classes))
+        inner_server = inner.start(phi, len(episode_classes), torch_generator(seed, "frl-episode", round_key))
+        inner_states: dict[int, Any] = {}
+        down = up = 0
+        inner_metrics: dict[str, float] = {}
+        for r in range(opts.rounds):  # lines 6-14: R rounds of FL on the support sets
+            outcome = run_round(inner, inner_server, supports, inner_states, selected, seed, f"{round_key}/r{r}")
+            inner_server = outcome.server
+            down, up = down + outcome.bytes_down, up + outcome.bytes_up
+            for k in ("loss", "gpal_loss"):
+                values = [res.metrics[k] for res in outcome.results.values() if k in res.metrics]
+                if values:
+                    inner_metrics[f"round{r}_{k}"] = sum(values) / len(values)
+        meta_server = {"model": phi, "adapted": inner_server["model"], "prototypes": inner_server.get("prototypes")}
+        # Each participant kept the phi^t it downloaded in round 0 (its private state).
+        meta_states: dict[int, Any] = {cid: {"initial": phi} for cid in selected}
+        outcome = run_round(self, meta_server, queries, meta_states, selected, seed, f"{round_key}/meta")
+        for res in outcome.results.values():
+            res.metrics.update(inner_metrics)
+        return RoundOutcome({"model": outcome.server["model"]}, outcome.results,
+                            down + outcome.bytes_down, up + outcome.bytes_up)
+
+    # -- the meta-update round (lines 15-20) -------------------------------------------------
+    def broadcast(self, server: dict[str, Any], client_id: int) -> dict[str, Any]:
+        payload: dict[str, Any] = {"model": server["adapted"]}
+        if server.get("prototypes") is not None:
+            payload["prototypes"] = {k: server["prototypes"][k] for k in ("classes", "prototypes")}
+        return payload
+
+    def adapted_model(self, adapted: StateDict) -> FewShotModel:
+        if self.options.classifier == "distance":
+            return load_state_(self.prototype_fl.model, adapted)
+        return load_state_(self.linear_fl(int(adapted["head.weight"].shape[0])).model, adapted)
+
+    def query_loss(self, model: FewShotModel, query: LabelledDataset, batch: torch.Tensor | None,
+                   support: LabelledDataset | None, global_prototypes: Prototypes | None) -> tuple[torch.Tensor, float]:
+        """L_Q: the variant's loss on the query set (or one query minibatch) and its accuracy."""
+        labels = query.labels if batch is None else query.labels[batch]
+        if self.options.classifier == "linear":
+            args = (query.inputs,) if query.lengths is None else (query.inputs, query.lengths)
+            if batch is not None:
+                args = tuple(a[batch] for a in args)
+            logits = model(*args)
+            return F.cross_entropy(logits, labels), float((logits.argmax(-1) == labels).float().mean())
+        features = features_of(model, query, batch)
+        if self.options.query_prototypes == "query":
+            classes, targets = torch.unique(labels, return_inverse=True)
+            prototypes = class_means(features, targets, len(classes))
+        else:
+            if support is None:
+                raise ValueError("query_prototypes: support needs the support set")
+            classes, support_targets = torch.unique(support.labels, return_inverse=True)
+            prototypes = class_means(features_of(model, support), support_targets, len(classes))
+            targets = rows_of(classes, labels)
+        logits = -squared_distances(features, prototypes)
+        loss = F.cross_entropy(logits, targets)
+        if global_prototypes is not None and self.options.gamma > 0:
+            loss = loss + self.options.gamma * gpal_loss(features, labels, global_prototypes)
+        return loss, float((logits.argmax(-1) == targets).float().mean())
+
+    def client_update(self, payload: dict[str, Any], state: Any, data: ClientData,
+                      generator: torch.Generator) -> ClientResult:
+        """phi_k = phi^t - beta (grad L_Q(theta^R) + weight_decay phi^t) (line 19); with
+        ``extra_query_steps``, further SGD steps on the remaining query minibatches (authors' code)."""
+        opts = self.options
+        phi: StateDict = state["initial"]
+        query, support = data.train, data.val
+        if len(query) == 0:  # every class had a single sample, all in support: nothing to meta-learn from
+            return ClientResult(upload={}, state=None, metrics={}, num_samples=0)
+        model = self.adapted_model(payload["model"])
+        model.train()
+        global_prototypes = payload.get("prototypes")
+        batches = minibatches(len(query), opts.batch_size, generator) if opts.extra_query_steps else [None]
+        loss, accuracy = self.query_loss(model, query, batches[0], support, global_prototypes)
+        names = [n for n, _ in model.named_parameters() if n in phi]
+        params = dict(model.named_parameters())
+        grads = torch.autograd.grad(loss, [params[n] for n in names])
+        updated = {name: tensor.clone() for name, tensor in phi.items()}
+        with torch.no_grad():
+            for name, grad in zip(names, grads):
+                updated[name] -= opts.meta_lr * (grad + opts.weight_decay * phi[name])
+        metrics = {"query_loss": float(loss.detach()), "query_accuracy": accuracy}
+        if len(batches) > 1:
+            model = load_state_(self.model, updated)
+            optimizer = make_optimizer("sgd", model.parameters(), opts.meta_lr, 0.0, opts.weight_decay)
+            for batch in batches[1:]:
+                extra, _ = self.query_loss(model, query, batch, support, global_prototypes)
+                optimizer.zero_grad(set_to_none=True)
+                extra.backward()
+                optimizer.step()
+            updated = get_state(model)
+        return ClientResult(upload={"model": updated}, state=None, metrics=metrics,
+                            num_samples=len(query) + (len(support) if support is not None else 0))
+
+    def aggregate(self, server: dict[str, Any], results: dict[int, ClientResult],
+                  generator: torch.Generator) -> dict[str, Any]:
+        sent = [results[c] for c in sorted(results) if "model" in results[c].upload]
+        if not sent:
+            return {"model": server["model"]}
+        weights = weights_for(self.options.aggregation, [r.num_samples for r in sent], [0] * len(sent))
+        return {"model": weighted_average([r.upload["model"] for r in sent], weights)}
+
+    # -- deployment (section 2.3) ------------------------------------------------------------
+    def evaluate(self, server: dict[str, Any], client_states: dict[int, Any], clients: list[ClientData],
+                 data: EvalData, generator: torch.Generator) -> dict[str, float]:
+        tau = self.options.deployment.classes
+        return evaluate_deployment(self.inner_algorithm(tau), server["model"], self.options.deployment,
+                                   self.options.rounds, data, self.context, clients)

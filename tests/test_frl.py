@@ -1,0 +1,368 @@
+"""FRL (Park et al. 2021): prototypes, GPAL, the first-order meta-update, R + 1 rounds of bytes per
+episode, the deployment protocol and its classifier, and the baselines' pieces."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call
+
+from fedfew.algorithms.frl import (
+    FRL,
+    FRLOptions,
+    PrototypeFL,
+    aggregate_prototypes,
+    class_means,
+    local_prototypes,
+    prototype_loss,
+    split_support_query,
+)
+from fedfew.algorithms.frl_baselines import FRLOneShot, OneShotFineTuneOptions
+from fedfew.algorithms.per_fedavg import PerFedAvgOptions, per_fedavg_step
+from fedfew.config import ConfigError, load_config
+from fedfew.data import LabelledDataset
+from fedfew.deployment import (
+    DeploymentOptions,
+    draw_groups,
+    evaluate_deployment,
+    held_out_positions,
+    with_fresh_head,
+)
+from fedfew.engine import ClientData, ClientResult, Context, EpisodeShape, EvalData, Simulator, payload_bytes
+from fedfew.episodes import fixed_episodes
+from fedfew.models import FewShotModel
+from tests.helpers import blob_dataset, context_for
+
+
+def tiny_context(data: LabelledDataset, hidden: int = 6) -> Context:
+    return context_for(data, model="mlp", hidden=hidden)
+
+
+def frl_options(**changes) -> FRLOptions:
+    return FRLOptions(**{"lr": 0.1, "meta_lr": 0.05, "gamma": 0.5, "batch_size": 8, **changes})
+
+
+# -- prototypes and losses -----------------------------------------------------------------------
+def test_prototype_loss_matches_hand_computation() -> None:
+    features = torch.tensor([[0.0, 0.0], [2.0, 0.0], [0.0, 1.0]])
+    prototypes = torch.tensor([[0.0, 0.0], [2.0, 0.0]])
+    targets = torch.tensor([0, 1, 0])
+    # squared distances [0, 4], [4, 0], [1, 5]: each row's loss is log(1 + e^-4)
+    expected = math.log(1 + math.exp(-4))
+    assert float(prototype_loss(features, targets, prototypes)) == pytest.approx(expected, rel=1e-5)
+    shifted = prototype_loss(features, torch.tensor([1, 1, 0]), prototypes)  # first sample now wrong
+    assert float(shifted) == pytest.approx((math.log(1 + math.exp(4)) + 2 * expected) / 3, rel=1e-5)
+
+
+def test_local_prototypes_are_class_means_of_embeddings() -> None:
+    data = blob_dataset(classes=4, per_class=5)
+    part = data.subset(torch.tensor([0, 1, 2, 10, 11, 12, 13]))  # classes 0 and 2
+    model = tiny_context(data).make_model(None)
+    found = local_prototypes(model, part)
+    with torch.no_grad():
+        features = model.features(part.inputs)
+    assert found["classes"].tolist() == [0, 2]
+    assert found["counts"].tolist() == [3.0, 4.0]
+    assert torch.allclose(found["prototypes"][0], features[:3].mean(0), atol=1e-6)
+    assert torch.allclose(found["prototypes"][1], features[3:].mean(0), atol=1e-6)
+    with pytest.raises(ValueError, match="no sample"):
+        class_means(features, torch.tensor([0] * 7), 2)
+
+
+def test_global_prototypes_are_support_size_weighted_means() -> None:
+    a = {"classes": torch.tensor([0, 1]), "prototypes": torch.tensor([[1.0, 0.0], [0.0, 2.0]]), "counts": torch.tensor([3.0, 1.0])}
+    b = {"classes": torch.tensor([1, 4]), "prototypes": torch.tensor([[0.0, 6.0], [5.0, 5.0]]), "counts": torch.tensor([3.0, 2.0])}
+    merged = aggregate_prototypes([a, b])
+    assert merged["classes"].tolist() == [0, 1, 4]
+    # class 1: (1 * [0, 2] + 3 * [0, 6]) / 4 = [0, 5]
+    assert torch.allclose(merged["prototypes"], torch.tensor([[1.0, 0.0], [0.0, 5.0], [5.0, 5.0]]))
+    uniform = aggregate_prototypes([a, b], torch.ones(2))
+    assert torch.allclose(uniform["prototypes"][1], torch.tensor([0.0, 4.0]))
+
+    # The same through PrototypeFL.aggregate, where the counts come with the clients' uploads.
+    data = blob_dataset(classes=4, per_class=5)
+    inner = PrototypeFL(frl_options(), tiny_context(data))
+    state = {k: v.clone() for k, v in inner.model.state_dict().items()}
+    results = {0: ClientResult({"model": state, "prototypes": a}, num_samples=4),
+               1: ClientResult({"model": state, "prototypes": b}, num_samples=5)}
+    server = inner.aggregate({}, results, torch.Generator())
+    assert torch.allclose(server["prototypes"]["prototypes"], merged["prototypes"])
+
+
+def test_global_prototypes_are_the_class_means_when_models_agree() -> None:
+    """With a zero learning rate every client keeps theta, so G must be the mean feature of each class
+    over all clients' support samples."""
+    data = blob_dataset(classes=4, per_class=6)
+    inner = PrototypeFL(frl_options(lr=1e-30), tiny_context(data))
+    parts = [torch.tensor([0, 1, 2, 6, 7]), torch.tensor([3, 4, 5, 8, 9, 10, 11])]  # classes 0,1 / 0,1
+    clients = [ClientData(i, data.subset(p)) for i, p in enumerate(parts)]
+    server = inner.start({k: v.clone() for k, v in inner.model.state_dict().items()}, 4, torch.Generator())
+    from fedfew.engine import run_round
+
+    outcome = run_round(inner, server, clients, {}, [0, 1], seed=0, round_key=0)
+    with torch.no_grad():
+        features = inner.model.features(data.inputs[:12])
+    assert torch.allclose(outcome.server["prototypes"]["prototypes"][0], features[:6].mean(0), atol=1e-5)
+    assert torch.allclose(outcome.server["prototypes"]["prototypes"][1], features[6:12].mean(0), atol=1e-5)
+
+
+def test_round_zero_has_no_gpal_term_and_later_rounds_do() -> None:
+    data = blob_dataset(classes=4, per_class=6)
+    client = ClientData(0, data.subset(torch.arange(12)))
+    state = get_fresh_state(data)
+    uploads = {}
+    for gamma in (0.0, 7.0):
+        inner = PrototypeFL(frl_options(gamma=gamma), tiny_context(data))
+        result = inner.client_update({"model": state}, None, client, torch.Generator().manual_seed(1))
+        assert "gpal_loss" not in result.metrics
+        uploads[gamma] = result.upload["model"]
+    assert all(torch.equal(uploads[0.0][k], uploads[7.0][k]) for k in uploads[0.0])
+
+    # From round 1 on the global prototypes enter with weight gamma.
+    global_prototypes = {"classes": torch.tensor([0, 1]), "prototypes": torch.randn(2, 6, generator=torch.Generator().manual_seed(3))}
+    with_gpal = {}
+    for gamma in (0.0, 7.0):
+        inner = PrototypeFL(frl_options(gamma=gamma), tiny_context(data))
+        result = inner.client_update({"model": state, "prototypes": global_prototypes}, None, client,
+                                     torch.Generator().manual_seed(1))
+        with_gpal[gamma] = result
+    assert "gpal_loss" in with_gpal[7.0].metrics
+    assert with_gpal[7.0].metrics["loss"] == pytest.approx(
+        with_gpal[7.0].metrics["local_loss"] + 7.0 * with_gpal[7.0].metrics["gpal_loss"], rel=1e-5)
+    assert not all(torch.equal(with_gpal[0.0].upload["model"][k], with_gpal[7.0].upload["model"][k]) for k in state)
+
+
+def get_fresh_state(data: LabelledDataset) -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    return {k: v.clone() for k, v in tiny_context(data).make_model(None).state_dict().items()}
+
+
+# -- the meta-update and the episode -----------------------------------------------------------
+def test_meta_update_moves_theta0_by_minus_beta_times_the_query_gradient_at_thetaR() -> None:
+    data = blob_dataset(classes=4, per_class=6)
+    ctx = tiny_context(data)
+    options = frl_options(meta_lr=0.3, gamma=0.5)
+    frl = FRL(options, ctx)
+    torch.manual_seed(1)
+    phi = {k: v.clone() for k, v in ctx.make_model(None).state_dict().items()}
+    torch.manual_seed(2)
+    theta_r = {k: v.clone() for k, v in ctx.make_model(None).state_dict().items()}
+    g = {"classes": torch.tensor([0, 1, 2]), "prototypes": torch.randn(3, 6, generator=torch.Generator().manual_seed(4))}
+    query = data.subset(torch.tensor([0, 1, 2, 6, 7, 8]))
+    support = data.subset(torch.tensor([3, 4, 9, 10]))
+    result = frl.client_update({"model": theta_r, "prototypes": g}, {"initial": phi},
+                               ClientData(0, query, val=support), torch.Generator())
+
+    # The query loss at theta^R, written out independently: query prototypes + gamma GPAL.
+    model = ctx.make_model(None)
+    params = {k: v.clone().requires_grad_() for k, v in theta_r.items()}
+    features = functional_call(model.encoder, {k.removeprefix("encoder."): v for k, v in params.items()}, (query.inputs,))
+    targets = torch.tensor([0, 0, 0, 1, 1, 1])
+    protos = torch.stack([features[:3].mean(0), features[3:].mean(0)])
+    local = F.cross_entropy(-((features[:, None] - protos[None]) ** 2).sum(-1), targets)
+    gpal = F.cross_entropy(-((features[:, None] - g["prototypes"][None]) ** 2).sum(-1), targets)
+    grads = torch.autograd.grad(local + 0.5 * gpal, list(params.values()))
+    for (name, grad) in zip(params, grads):
+        expected = phi[name] - 0.3 * grad
+        assert torch.allclose(result.upload["model"][name], expected, atol=1e-6, rtol=0), name
+    assert result.num_samples == len(query) + len(support)
+    assert result.metrics["query_loss"] == pytest.approx(float((local + 0.5 * gpal).detach()), rel=1e-5)
+
+    # One participant: the server's phi^{t+1} is its phi_k.
+    server = frl.aggregate({}, {0: result}, torch.Generator())
+    assert all(torch.equal(server["model"][k], result.upload["model"][k]) for k in phi)
+
+
+def shard_clients(data: LabelledDataset, classes_per_client: list[list[int]]) -> list[ClientData]:
+    return [ClientData(i, data.subset(data.indices_of_classes(cls))) for i, cls in enumerate(classes_per_client)]
+
+
+def test_an_episode_is_R_plus_one_rounds_of_bytes_and_changes_phi() -> None:
+    data = blob_dataset(classes=8, per_class=6)
+    ctx = tiny_context(data)
+    rounds = 3
+    frl = FRL(frl_options(rounds=rounds), ctx)
+    clients = shard_clients(data, [[0, 1], [2, 3]])
+    server = frl.init_server(torch.Generator().manual_seed(0))
+    outcome = frl.play_round(server, clients, {}, [0, 1], seed=0, round_key=0)
+    model = payload_bytes(server["model"])
+    d, c = 6, 4  # feature size; classes in the episode
+    g_down = c * 8 + c * d * 4  # global prototypes: int64 class ids + float32 rows
+    local_up = 2 * 8 + 2 * d * 4 + 2 * 4  # each client's 2 classes: ids, rows, counts
+    assert outcome.bytes_down == 2 * (rounds + 1) * model + 2 * rounds * g_down  # G from round 1 and at the meta step
+    assert outcome.bytes_up == 2 * (rounds + 1) * model + 2 * rounds * local_up
+    assert not all(torch.equal(server["model"][k], outcome.server["model"][k]) for k in server["model"])
+    assert "round1_gpal_loss" in next(iter(outcome.results.values())).metrics
+
+
+def test_support_query_split_halves_each_class() -> None:
+    labels = torch.tensor([0] * 6 + [1] * 5 + [2])
+    support, query = split_support_query(labels, 0.5, torch.Generator().manual_seed(0))
+    assert set(support.tolist()).isdisjoint(query.tolist())
+    assert sorted(support.tolist() + query.tolist()) == list(range(12))
+    assert torch.bincount(labels[support], minlength=3).tolist() == [3, 2, 1]  # 5 -> round(2.5)=2; 1 -> support
+    assert torch.bincount(labels[query], minlength=3).tolist() == [3, 3, 0]
+
+
+def test_impossible_options_are_named() -> None:
+    with pytest.raises(ConfigError, match="gamma"):
+        load_config({"algorithm": {"name": "frl", "options": {"classifier": "linear", "gamma": 0.2}}})
+    with pytest.raises(ConfigError, match="seen_classes"):
+        load_config({"algorithm": {"name": "frl", "options": {"deployment": {"classes": 3, "seen_classes": 4}}}})
+
+
+# -- deployment ------------------------------------------------------------------------------------
+def deployment_setup(dim: int = 12, classes: int = 12, per_class: int = 40):
+    """Clusters far apart (one-hot centres x 50, noise 0.1), an identity encoder, a tiny learning rate:
+    distance to the global prototypes must classify every query sample."""
+    g = torch.Generator().manual_seed(0)
+    labels = torch.arange(classes).repeat_interleave(per_class)
+    inputs = 50.0 * F.one_hot(labels, dim).float() + 0.1 * torch.randn(len(labels), dim, generator=g)
+    data = LabelledDataset(inputs, labels, [str(c) for c in range(classes)], name="clusters",
+                           splits={"base": list(range(6)), "val": [], "novel": list(range(6, 12))})
+
+    def make(num_classes: int | None) -> FewShotModel:
+        encoder = nn.Linear(dim, dim)
+        with torch.no_grad():
+            encoder.weight.copy_(torch.eye(dim))
+            encoder.bias.zero_()
+        return FewShotModel(encoder, dim, None if num_classes is None else nn.Linear(dim, num_classes))
+
+    ctx = Context(seed=0, make_model=make, make_model_named=lambda n, c: make(c), input_shape=(dim,),
+                  num_classes=classes, train_classes=list(range(6)), episode=EpisodeShape(5, 1, 1))
+    test = EvalData("test", episodes=fixed_episodes(data, list(range(6, 12)), 5, 1, 1, 1, 0))
+    return data, ctx, test
+
+
+@pytest.mark.parametrize("iid", [False, True])
+def test_distance_classifier_is_exact_on_separated_clusters(iid: bool) -> None:
+    data, ctx, test = deployment_setup()
+    options = frl_options(lr=1e-9, deployment=DeploymentOptions(groups=4, iid=iid, samples_per_class=20))
+    frl = FRL(options, ctx)
+    prepared = {k: v.clone() for k, v in ctx.make_model(None).state_dict().items()}
+    result = evaluate_deployment(frl.prototype_fl, prepared, options.deployment, 3, test, ctx, [])
+    assert result["accuracy"] == 1.0 and result["groups"] == 4
+    # An encoder that maps every cluster to the same point is not exact: the check can fail.
+    collapsed = {"encoder.weight": torch.ones(12, 12), "encoder.bias": torch.zeros(12)}
+    result = evaluate_deployment(frl.prototype_fl, collapsed, options.deployment, 3, test, ctx, [])
+    assert result["accuracy"] < 0.5
+
+
+def test_groups_are_seeded_and_have_the_papers_structure() -> None:
+    data, ctx, _ = deployment_setup()
+    novel = list(range(6, 12))
+    options = DeploymentOptions(groups=5, clients=10, classes=5, samples_per_class=40)
+    groups = draw_groups(data, novel, options, seed=3, split="test")
+    again = draw_groups(data, novel, options, seed=3, split="test")
+    other = draw_groups(data, novel, options, seed=4, split="test")
+    assert all(torch.equal(a.support[i], b.support[i]) for a, b in zip(groups, again) for i in range(10))
+    assert any(not torch.equal(a.classes, b.classes) or not torch.equal(a.support[0], b.support[0])
+               for a, b in zip(groups, other))
+    labels = data.labels
+    for group in groups:
+        assert len(group.classes) == 5 and set(group.classes.tolist()) <= set(novel)
+        used = torch.cat(group.support + group.query)
+        assert len(used) == len(set(used.tolist())) == 5 * 40  # disjoint, all samples of the 5 classes
+        for s, q in zip(group.support, group.query):
+            assert len(torch.unique(labels[s])) <= 2  # two single-class shards
+            assert set(torch.unique(labels[q]).tolist()) == set(torch.unique(labels[s]).tolist())
+            assert len(s) == len(q)  # half support, half query
+    iid = draw_groups(data, novel, options.model_copy(update={"iid": True}), seed=3, split="test")
+    for s in iid[0].support:
+        assert len(torch.unique(labels[s])) == 5 and len(s) == 5 * 2
+
+
+def test_seen_classes_use_only_samples_no_participant_holds() -> None:
+    data, ctx, _ = deployment_setup()
+    held = [ClientData(0, data.subset(torch.arange(0, 30))), ClientData(1, data.subset(torch.arange(40, 70)))]
+    free = held_out_positions(data, [0, 1, 2], held)
+    assert free[0].tolist() == list(range(30, 40)) and free[1].tolist() == list(range(70, 80))
+    assert 2 not in free  # no participant holds class 2: it is not a seen class
+    options = DeploymentOptions(groups=3, clients=2, classes=3, seen_classes=2, samples_per_class=10)
+    for group in draw_groups(data, list(range(6, 12)), options, seed=0, split="test", seen=free):
+        assert sum(int(c) < 6 for c in group.classes) == 2
+        used = torch.cat(group.support + group.query)
+        assert not set(used.tolist()) & (set(range(30)) | set(range(40, 70)))
+
+
+def test_fresh_head_keeps_the_encoder_and_is_xavier() -> None:
+    data = blob_dataset(classes=4, per_class=5)
+    ctx = tiny_context(data, hidden=30)
+    prepared = {k: v + 1.0 for k, v in ctx.make_model(3).state_dict().items()}  # a |C_b| = 3 head
+    state = with_fresh_head(ctx.make_model(5), prepared, torch.Generator().manual_seed(0))
+    assert state["head.weight"].shape == (5, 30)
+    bound = math.sqrt(6.0 / (30 + 5))
+    assert float(state["head.weight"].abs().max()) <= bound and float(state["head.weight"].std()) > bound / 4
+    assert float(state["head.bias"].abs().max()) == 0.0
+    assert all(torch.equal(state[k], prepared[k]) for k in state if k.startswith("encoder."))
+
+
+# -- baselines ---------------------------------------------------------------------------------------
+def test_per_fedavg_steps_match_their_formulas() -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(3, 2).double()
+    data = LabelledDataset(torch.randn(9, 3, dtype=torch.float64), torch.tensor([0, 1] * 4 + [0]), ["a", "b"])
+    params = {k: v.detach().clone() for k, v in model.named_parameters()}
+    batches = (torch.tensor([0, 1, 2]), torch.tensor([3, 4, 5]), torch.tensor([6, 7, 8]))
+
+    def loss(p, batch):
+        return F.cross_entropy(functional_call(model, p, (data.inputs[batch],)), data.labels[batch])
+
+    def grad(p, batch, create_graph=False):
+        live = {k: v.detach().requires_grad_() if not create_graph else v for k, v in p.items()}
+        return dict(zip(live, torch.autograd.grad(loss(live, batch), list(live.values()), create_graph=create_graph)))
+
+    alpha, beta = 0.1, 0.2
+    g = grad(params, batches[0])
+    tmp = {k: params[k] - alpha * g[k] for k in params}
+    outer = grad(tmp, batches[1])
+    fo = per_fedavg_step(model, params, data, data.labels, batches[:2],
+                         PerFedAvgOptions(variant="fo", alpha=alpha, beta=beta))
+    for k in params:
+        assert torch.allclose(fo[k], params[k] - beta * outer[k], atol=1e-12)
+
+    # HF: (I - alpha H(w; D'')) v with the exact Hessian-vector product from double backward.
+    live = {k: v.clone().requires_grad_() for k, v in params.items()}
+    g3 = torch.autograd.grad(loss(live, batches[2]), list(live.values()), create_graph=True)
+    hvp = torch.autograd.grad(sum((a * outer[k]).sum() for a, k in zip(g3, live)), list(live.values()))
+    hf = per_fedavg_step(model, params, data, data.labels, batches,
+                         PerFedAvgOptions(variant="hf", alpha=alpha, beta=beta, delta=1e-5))
+    for (k, h) in zip(params, hvp):
+        exact = params[k] - beta * (outer[k] - alpha * h)
+        assert torch.allclose(hf[k], exact, atol=1e-8)
+        assert not torch.allclose(hf[k], fo[k], atol=1e-8)
+
+
+def test_one_shot_keeps_the_best_cross_validated_models() -> None:
+    data = blob_dataset(classes=4, per_class=5)
+    ctx = tiny_context(data)
+    algorithm = FRLOneShot(OneShotFineTuneOptions(keep=2), ctx)
+    results = {i: ClientResult({"model": {"w": torch.full((2,), float(i))}, "cv_score": torch.tensor(score)},
+                               num_samples=n)
+               for i, (score, n) in enumerate([(0.9, 10), (0.2, 10), (0.8, 30), (0.5, 10)])}
+    server = algorithm.aggregate({}, results, torch.Generator())
+    assert server["kept"] == [0, 2]
+    assert torch.allclose(server["model"]["w"], torch.full((2,), (0 * 10 + 2 * 30) / 40))
+    with pytest.raises(ValueError, match="keep"):
+        FRLOneShot(OneShotFineTuneOptions(keep=5), ctx).aggregate({}, results, torch.Generator())
+
+
+def test_frl_runs_in_the_simulator_and_is_reproducible() -> None:
+    data = blob_dataset(classes=8, per_class=12)
+    ctx = tiny_context(data)
+    clients = shard_clients(data, [[0, 1], [2, 3], [0, 2], [1, 3]])
+    test = EvalData("test", episodes=fixed_episodes(data, list(range(4, 8)), 3, 1, 1, 1, 0))
+    options = frl_options(deployment=DeploymentOptions(groups=3, clients=3, classes=3, samples_per_class=12))
+    outcomes = []
+    for _ in range(2):
+        simulator = Simulator(FRL(options, ctx), clients, seed=0, test=test)
+        outcomes.append(simulator.run(rounds=2, clients_per_round=2))
+    a, b = outcomes
+    assert a["test"]["accuracy"] == b["test"]["accuracy"] and 0.0 <= a["test"]["accuracy"] <= 1.0
+    assert a["comm"].down == b["comm"].down and len(a["comm"].down) == 2
+    assert np.isfinite(a["history"][-1]["train_query_loss"])
