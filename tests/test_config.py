@@ -74,5 +74,15 @@ def test_bad_files(tmp_path: Path) -> None:
 def test_committed_configs_are_valid() -> None:
     root = Path(__file__).resolve().parents[1]
     paths = sorted((root / "configs").rglob("*.yaml")) + [root / "src/fedfew/configs/demo.yaml"]
+    import yaml
+
+    from fedfew.config import ExperimentConfig
+
+    checked = 0
     for path in paths:
+        data = yaml.safe_load(path.read_text()) or {}
+        if not set(data) & set(ExperimentConfig.model_fields):
+            continue  # an overlay of algorithm blocks (e.g. configs/f2l/methods.yaml), checked by its own test
         load_config(path)
+        checked += 1
+    assert checked >= 1
