@@ -36,6 +36,7 @@ CASES = {
     "cnn1": ((3, 32, 32), {}, _images((3, 32, 32))),
     "cnn2": ((1, 28, 28), {}, _images((1, 28, 28))),
     "adfl_cnn": ((3, 32, 32), {}, _images((3, 32, 32))),
+    "feature2d": ((1, 28, 28), {}, _images((1, 28, 28))),
     "gru": ((LENGTH,), {"vocab_size": VOCAB}, _tokens),
     "bilstm": ((LENGTH,), {"vocab_size": VOCAB}, _tokens),
 }

@@ -81,8 +81,9 @@ def prediction_kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tenso
 
 def adapted_query_logits(learner: MAML, model: nn.Module, episode: Episode, steps: int) -> torch.Tensor:
     """Query logits of ``model`` after ``steps`` inner steps on the support set, with no gradient to
-    ``model`` (the reference model w_g is fixed in eq. 13)."""
-    params = {name: p.detach().requires_grad_() for name, p in model.named_parameters()}
+    ``model`` (the reference model w_g is fixed in eq. 13). Frozen parameters are not adapted, as in
+    :meth:`MAML.loss`, so that w_k = w_g gives identical predictions."""
+    params = {name: p.detach().requires_grad_() for name, p in model.named_parameters() if p.requires_grad}
     with torch.enable_grad():
         adapted = learner.adapt(model, params, episode, steps, create_graph=False)
     with torch.no_grad():

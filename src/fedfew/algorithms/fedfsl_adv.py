@@ -24,8 +24,8 @@ Where the paper is silent (options):
   al. 2018) repeats its generator step 4 times, but its generator step minimises the discrepancy
   alone; here stage 2 also carries the FSL loss, so every generator step is a full meta-training step
   on the encoder. With 1, FedFSL-MI-Adv gives the encoder as many updates per episode as FedFSL-naive
-  and FedFSL-MI do (a like-for-like comparison) and costs about a third of what 4 does; 4 is one
-  option away.
+  and FedFSL-MI do (a like-for-like comparison) and a local step costs 4 MAML losses instead of 10;
+  4 is one option away.
 * ``second_classifier`` (default "perturb"): theta' = theta + noise, the noise per tensor Gaussian
   with standard deviation ``perturb_std`` times that tensor's root mean square, drawn from the
   client's generator. Starting theta' at the current classifier keeps L(theta') as small as
@@ -46,7 +46,7 @@ from pydantic import Field, model_validator
 from torch import nn
 
 from fedfew.algorithms.common import local_sampler, make_optimizer
-from fedfew.algorithms.fedfsl import FedFSLMI, FedFSLMIOptions, prediction_kl, two_layer_classifier
+from fedfew.algorithms.fedfsl import FedFSLMI, FedFSLMIOptions, prediction_kl
 from fedfew.engine.algorithm import ClientData, ClientResult, Context, register
 from fedfew.engine.state import get_state, load_state_
 from fedfew.episodes import Episode

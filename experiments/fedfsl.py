@@ -1,0 +1,333 @@
+"""FedFSL (Fan & Huang 2021) experiments: the tables and figures of docs/fedfsl.md.
+
+    .venv/bin/python experiments/fedfsl.py toy         # section 5.3 / Fig. 6 on MNIST (2-D features)
+    .venv/bin/python experiments/fedfsl.py table3      # Table 3 on Omniglot: 5 methods (+1 control) x IID/non-IID x 1/5-shot
+    .venv/bin/python experiments/fedfsl.py reference   # section 5.4.4: w^t versus w_{-k} in FedFSL-MI
+    .venv/bin/fedfew sweep configs/fedfsl/omniglot.yaml --set algorithm.name=fedfsl-mi \\
+        --set federation.clients_per_round=1.0 --grid partition.num_clients=1,2,5,10,20,30 --out runs/fedfsl/devices --quiet
+    .venv/bin/python experiments/fedfsl.py devices     # Fig. 8: plot of that sweep
+    .venv/bin/python experiments/fedfsl.py page        # (each command does this too) tables -> docs/fedfsl.md
+
+Every run is a committed config (configs/fedfsl/) plus ``--set``-style overrides, run through
+:func:`fedfew.runner.run_experiment`; finished runs are cached in ``runs/fedfsl/cache.jsonl`` by their
+overrides, so an interrupted command resumes and ``reference`` reuses Table 3's FedFSL-MI runs.
+Outputs (small markdown, JSON and PNG files) go to ``docs/fedfsl/``, and the markdown tables are
+copied into ``docs/fedfsl.md`` between its ``<!-- begin:NAME -->`` / ``<!-- end:NAME -->`` markers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.func import functional_call
+
+import fedfew.experiment
+from fedfew.config import load_config
+from fedfew.data import load_dataset
+from fedfew.engine.state import load_state_
+from fedfew.evaluation import confusion
+from fedfew.runner import run_experiment
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = REPO / "configs" / "fedfsl"
+DOCS = REPO / "docs" / "fedfsl"
+RUNS = REPO / "runs" / "fedfsl"
+CACHE = RUNS / "cache.jsonl"
+#: extra ``key=value`` overrides for every run (``--set``), e.g. to scale a quick check down.
+EXTRA: list[str] = []
+
+# Several runs in one process read the same dataset: load it once (a speed cache; the loaders are
+# deterministic and experiments never modify the dataset they are given).
+fedfew.experiment.load_dataset = functools.lru_cache(maxsize=2)(load_dataset)
+
+METHODS = [  # (row label, algorithm name, extra overrides) in the order of the paper's Table 3
+    ("FSL-local", "local", []),
+    ("FedFSL-naive", "fl-maml", []),
+    ("FedFSL-prox", "fedfsl-prox", []),
+    ("FedFSL-MI", "fedfsl-mi", []),
+    ("FedFSL-MI-Adv", "fedfsl-mi-adv", []),
+    # not in the paper: FedFSL-MI on MI-Adv's network (two-layer classifier), to tell the adversarial
+    # stages' effect from the classifier's
+    ("(control) FedFSL-MI, two-layer classifier", "fedfsl-mi", ["algorithm.options.classifier=mlp"]),
+]
+SETTINGS = [  # (column label, overrides)
+    ("IID 1-shot", ["partition.name=iid", "episodes.k_shot=1"]),
+    ("IID 5-shot", ["partition.name=iid", "episodes.k_shot=5"]),
+    ("non-IID 1-shot", ["partition.name=dirichlet", "episodes.k_shot=1"]),
+    ("non-IID 5-shot", ["partition.name=dirichlet", "episodes.k_shot=5"]),
+]
+
+
+def cached_run(config_file: str, overrides: list[str], keep_simulator: bool = False) -> dict[str, Any]:
+    """Run ``configs/fedfsl/<config_file>`` with ``overrides`` (or return the cached summary)."""
+    overrides = [*overrides, *EXTRA]
+    # the key holds the config file's text too, so editing a config never reuses a stale result
+    key = json.dumps([config_file, (CONFIGS / config_file).read_text(), overrides])
+    if not keep_simulator and CACHE.is_file():
+        for line in CACHE.read_text().splitlines():
+            record = json.loads(line)
+            if record["key"] == key:
+                return record["summary"]
+    config = load_config(CONFIGS / config_file, overrides)
+    print(f"running {config_file} {' '.join(overrides)}", file=sys.stderr, flush=True)
+    summary = run_experiment(config, RUNS / "runs", progress=False, label=" ".join(overrides))
+    kept = {k: v for k, v in summary.items() if k not in ("history", "_simulator")}
+    print(f"  -> {kept['test']} in {kept['seconds']:.0f} s", file=sys.stderr, flush=True)
+    CACHE.parent.mkdir(parents=True, exist_ok=True)
+    with CACHE.open("a") as f:
+        f.write(json.dumps({"key": key, "summary": kept}) + "\n")
+    return summary if keep_simulator else kept
+
+
+def pct(test: dict[str, float]) -> str:
+    return f"{100 * test['accuracy']:.1f} ± {100 * test['ci95']:.1f}"
+
+
+# --- section 5.3, Fig. 6: MNIST in a 2-D feature space ---------------------------------------
+
+
+def novel_confusion(algorithm: Any, episodes: Any) -> tuple[torch.Tensor, list[int]]:
+    """Confusion counts [true, predicted] over the novel digits, pooled over all test episodes
+    (episode labels mapped back to the digits they stand for)."""
+    model = algorithm.model
+    model.eval()
+    preds, trues = [], []
+    for ep in episodes:
+        logits = algorithm.learner.predict(model, ep)
+        preds.append(ep.classes[logits.argmax(-1)])
+        trues.append(ep.classes[ep.query_labels])
+    classes = sorted({int(c) for ep in episodes for c in ep.classes})
+    matrix = confusion(torch.cat(preds), torch.cat(trues), max(classes) + 1)
+    return matrix[classes][:, classes], classes
+
+
+def adapted_feature_space(algorithm: Any, episode: Any) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """The encoder's and the classifier's parameters after test-time adaptation on ``episode``."""
+    learner, model = algorithm.learner, algorithm.model
+    params = {name: p.detach().requires_grad_() for name, p in model.named_parameters() if p.requires_grad}
+    with torch.enable_grad():
+        adapted = learner.adapt(model, params, episode, learner.test_inner_steps, create_graph=False)
+    encoder = {k.removeprefix("encoder."): v.detach() for k, v in adapted.items() if k.startswith("encoder.")}
+    head = {k.removeprefix("head."): v.detach() for k, v in adapted.items() if k.startswith("head.")}
+    return encoder, head
+
+
+def draw_feature_spaces(panels: list[tuple[str, Any, dict[str, float]]], dataset: Any, episode: Any, path: Path,
+                        num_episodes: int) -> None:
+    """For each method: novel test digits (up to 150 per digit) in the adapted 2-D feature space, the
+    adapted classifier's decision regions, and the episode's support samples (stars)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import ListedColormap
+
+    digits = [int(c) for c in episode.classes]
+    colours = {d: plt.cm.tab10(d) for d in range(10)}
+    g = torch.Generator().manual_seed(0)
+    picks = torch.cat([torch.nonzero(dataset.labels == d).flatten()[torch.randperm(
+        int((dataset.labels == d).sum()), generator=g)[:150]] for d in digits])
+    images, labels = dataset.inputs[picks], dataset.labels[picks]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.8))
+    for ax, (title, algorithm, test) in zip(axes, panels):
+        encoder, head = adapted_feature_space(algorithm, episode)
+        with torch.no_grad():
+            features = functional_call(algorithm.model.encoder, encoder, (images,))
+            support = functional_call(algorithm.model.encoder, encoder, (episode.support,))
+            lo, hi = features.min(0).values, features.max(0).values
+            margin = 0.1 * (hi - lo)
+            xs = torch.linspace(float(lo[0] - margin[0]), float(hi[0] + margin[0]), 300)
+            ys = torch.linspace(float(lo[1] - margin[1]), float(hi[1] + margin[1]), 300)
+            grid = torch.stack(torch.meshgrid(xs, ys, indexing="xy"), -1).reshape(-1, 2)
+            regions = functional_call(algorithm.model.head, head, (grid,)).argmax(-1).reshape(300, 300)
+        cmap = ListedColormap([colours[d] for d in digits])
+        ax.contourf(xs, ys, regions, levels=torch.arange(-0.5, len(digits)).tolist(), cmap=cmap, alpha=0.22)
+        for d in sorted(digits):
+            mask = labels == d
+            ax.scatter(features[mask, 0], features[mask, 1], s=5, color=colours[d], label=str(d))
+        for i, d in enumerate(digits):
+            ax.scatter(support[i, 0], support[i, 1], marker="*", s=260, color=colours[d], edgecolors="black",
+                       linewidths=1.2)
+        ax.set_title(f"{title}: {pct(test)}% ({num_episodes} test episodes)", fontsize=10)
+        ax.set_xlabel("feature 1")
+        ax.set_ylabel("feature 2")
+        ax.legend(title="digit", fontsize=7, markerscale=2, loc="best")
+    fig.suptitle("MNIST 5-way 1-shot on unseen digits 5-9: adapted 2-D features and decision regions "
+                 "(stars: the episode's support samples)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def toy() -> None:
+    """Train FedFSL-MI and FedFSL-MI-Adv on digits 0-4, test on 5-9; draw Fig. 6 and the confusions.
+    Always trains (about 3 minutes): the picture needs the trained models, which the cache does not keep."""
+    rows, panels, episode, dataset = [], [], None, None
+    for title, name in (("FedFSL-MI", "fedfsl-mi"), ("FedFSL-MI-Adv", "fedfsl-mi-adv")):
+        summary = cached_run("mnist_toy.yaml", [f"algorithm.name={name}"], keep_simulator=True)
+        simulator = summary["_simulator"]
+        algorithm = simulator.algorithm
+        load_state_(algorithm.model, simulator.best_server["model"])
+        episodes = simulator.test.episodes
+        matrix, classes = novel_confusion(algorithm, episodes)
+        recall = matrix.diag().double() / matrix.sum(1).double()
+        worst = int(recall.argmin())
+        off = matrix[worst].clone()
+        off[worst] = -1
+        confused = int(off.argmax())
+        rows.append({
+            "method": title, "test": summary["test"], "seconds": summary["seconds"],
+            "per_digit_accuracy": {str(c): round(float(r), 4) for c, r in zip(classes, recall)},
+            "least_accurate": classes[worst], "least_accurate_accuracy": float(recall[worst]),
+            "confused_with": classes[confused],
+            "confused_share": float(matrix[worst, confused] / matrix[worst].sum()),
+            "confusion": matrix.tolist(), "classes": classes,
+        })
+        panels.append((title, algorithm, summary["test"]))
+        episode, dataset = episodes[0], episodes.sampler.dataset
+    DOCS.mkdir(parents=True, exist_ok=True)
+    draw_feature_spaces(panels, dataset, episode, DOCS / "mnist_fig6.png", len(episodes))
+    (DOCS / "mnist_toy.json").write_text(json.dumps(rows, indent=1) + "\n")
+    paper = {"FedFSL-MI": "83.6", "FedFSL-MI-Adv": "87.5"}
+    lines = ["| method | ours: accuracy (%) ± 95% CI | paper (%) | least accurate digit (accuracy) | "
+             "most often taken for | run time (s) |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['method']} | {pct(r['test'])} | {paper[r['method']]} | {r['least_accurate']} "
+                     f"({100 * r['least_accurate_accuracy']:.1f}%) | {r['confused_with']} "
+                     f"({100 * r['confused_share']:.1f}% of its queries) | {r['seconds']:.0f} |")
+    lines += ["", f"Per-digit accuracy (%), pooled over the {len(episodes)} test episodes' queries:", "",
+              "| method | " + " | ".join(str(c) for c in rows[0]["classes"]) + " |",
+              "|---|" + "---|" * len(rows[0]["classes"])]
+    for r in rows:
+        lines.append(f"| {r['method']} | " + " | ".join(f"{100 * v:.1f}" for v in r["per_digit_accuracy"].values()) + " |")
+    (DOCS / "mnist_toy.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+# --- Table 3 ---------------------------------------------------------------------------------
+
+
+def table3() -> None:
+    results: dict[str, dict[str, dict[str, Any]]] = {}
+    for column, settings in SETTINGS:
+        for row, name, extra in METHODS:
+            results.setdefault(row, {})[column] = cached_run("omniglot.yaml", [f"algorithm.name={name}", *settings, *extra])
+    header = "| method | " + " | ".join(c for c, _ in SETTINGS) + " |"
+    lines = [header, "|---|" + "---|" * len(SETTINGS)]
+    for row, _, _ in METHODS:
+        lines.append(f"| {row} | " + " | ".join(pct(results[row][c]["test"]) for c, _ in SETTINGS) + " |")
+    lines += ["", "Run time (s, wall clock on the shared 2-core machine, including evaluation):", "",
+              header, "|---|" + "---|" * len(SETTINGS)]
+    for row, _, _ in METHODS:
+        lines.append(f"| {row} | " + " | ".join(f"{results[row][c]['seconds']:.0f}" for c, _ in SETTINGS) + " |")
+    DOCS.mkdir(parents=True, exist_ok=True)
+    (DOCS / "table3.md").write_text("\n".join(lines) + "\n")
+    (DOCS / "table3.json").write_text(json.dumps(results, indent=1) + "\n")
+    print("\n".join(lines))
+
+
+# --- section 5.4.4: which global model the MI term uses --------------------------------------
+
+
+def reference() -> None:
+    lines = ["| setting | FedFSL-MI with w^t (global) | FedFSL-MI with w_{-k} (k-exclusive) | MB sent, w^t / w_{-k} |",
+             "|---|---|---|---|"]
+    record = {}
+    for column, settings in SETTINGS:
+        if "1-shot" not in column:
+            continue
+        runs = {ref: cached_run("omniglot.yaml", ["algorithm.name=fedfsl-mi", *settings]
+                                + ([] if ref == "global" else ["algorithm.options.reference=exclusive"]))
+                for ref in ("global", "exclusive")}
+        record[column] = runs
+        mb = [(runs[r]["bytes_down"] + runs[r]["bytes_up"]) / 1e6 for r in ("global", "exclusive")]
+        lines.append(f"| {column} | {pct(runs['global']['test'])} | {pct(runs['exclusive']['test'])} | "
+                     f"{mb[0]:.1f} / {mb[1]:.1f} |")
+    DOCS.mkdir(parents=True, exist_ok=True)
+    (DOCS / "reference.md").write_text("\n".join(lines) + "\n")
+    (DOCS / "reference.json").write_text(json.dumps(record, indent=1) + "\n")
+    print("\n".join(lines))
+
+
+# --- Fig. 8: the number of devices -----------------------------------------------------------
+
+
+def devices(sweep: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    summaries = [json.loads(line) for line in (sweep / "summaries.jsonl").read_text().splitlines()]
+    points = sorted((int(s["label"].split("=")[-1]), s) for s in summaries)
+    ks = [k for k, _ in points]
+    acc = [100 * s["test"]["accuracy"] for _, s in points]
+    ci = [100 * s["test"]["ci95"] for _, s in points]
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    ax.errorbar(ks, acc, yerr=ci, marker="o", capsize=3)
+    ax.set_xscale("log")
+    ax.set_xticks(ks, [str(k) for k in ks])
+    ax.set_xlabel("number of devices K")
+    ax.set_ylabel("5-way 1-shot accuracy (%)")
+    ax.set_title("FedFSL-MI on Omniglot, non-IID (Dirichlet 1.0)", fontsize=10)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    DOCS.mkdir(parents=True, exist_ok=True)
+    fig.savefig(DOCS / "devices.png", dpi=100)
+    plt.close(fig)
+    local_steps = load_config(CONFIGS / "omniglot.yaml").algorithm.options["local_steps"]
+    lines = ["| K | accuracy (%) ± 95% CI | local steps in all (K x rounds x local_steps) | run time (s) |",
+             "|---|---|---|---|"]
+    for k, s in points:
+        lines.append(f"| {k} | {pct(s['test'])} | {k * s['rounds'] * local_steps} | {s['seconds']:.0f} |")
+    (DOCS / "devices.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def fill_page() -> None:
+    """Copy the generated tables into docs/fedfsl.md between its ``<!-- begin:NAME -->`` and
+    ``<!-- end:NAME -->`` markers, so that the page never holds a hand-typed result."""
+    page = REPO / "docs" / "fedfsl.md"
+    if not page.is_file():
+        return
+    text = page.read_text()
+    for name in ("mnist_toy", "table3", "reference", "devices"):
+        table, begin, end = DOCS / f"{name}.md", f"<!-- begin:{name} -->", f"<!-- end:{name} -->"
+        if table.is_file() and begin in text and end in text:
+            head, rest = text.split(begin, 1)
+            text = head + begin + "\n" + table.read_text() + end + rest.split(end, 1)[1]
+    page.write_text(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("what", choices=["toy", "table3", "reference", "devices", "page"])
+    parser.add_argument("--sweep", type=Path, default=RUNS / "devices", help="the device sweep's --out folder")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="an extra override for every run (repeatable), e.g. for a quick check")
+    args = parser.parse_args(argv)
+    EXTRA.extend(args.set)
+    start = time.perf_counter()
+    torch.set_num_threads(1)
+    if args.what == "toy":
+        toy()
+    elif args.what == "table3":
+        table3()
+    elif args.what == "reference":
+        reference()
+    elif args.what == "devices":
+        devices(args.sweep)
+    fill_page()
+    print(f"done in {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
