@@ -1,7 +1,7 @@
 """One-shot federated learning: one round, then the server combines the returned models.
 
-The baselines of AdFL (Danilenka et al., 2023) and of Guha et al. (2019, "One-shot federated
-learning"), all sharing AdFL's client step:
+The baselines of AdFL (FedCSIS 2023, doi:10.15439/2023F1102) and of Guha et al. (2019, "One-shot
+federated learning"), all sharing AdFL's client step:
 
 1. the server sends one initial global model to every client;
 2. each client trains it on all its local data for E epochs (AdFL: Adam, lr 1e-3, E = 15) and
