@@ -6,10 +6,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedfew.algorithms.episodic import EpisodicOptions, MAMLOptions
 from fedfew.algorithms.fedavg import FedAvg, FedAvgOptions, FedProx, FedProxOptions
 from fedfew.algorithms.fl_maml import FLMAML
 from fedfew.algorithms.fl_proto import FLProto
-from fedfew.algorithms.episodic import EpisodicOptions, MAMLOptions
 from fedfew.engine import (
     ClientResult,
     EvalData,

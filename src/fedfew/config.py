@@ -103,13 +103,12 @@ class ExperimentConfig(Section):
 
     @model_validator(mode="after")
     def _check_names(self) -> ExperimentConfig:
-        from fedfew.registry import RegistryError
-
         import fedfew.algorithms  # noqa: F401  (registers algorithms)
         from fedfew.data import DATASETS
         from fedfew.engine import ALGORITHMS
         from fedfew.models import MODELS
         from fedfew.partition import PARTITIONS
+        from fedfew.registry import RegistryError
 
         for key, registry, name in (
             ("dataset.name", DATASETS, self.dataset.name),

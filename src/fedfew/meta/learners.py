@@ -77,8 +77,16 @@ class ProtoNet(EpisodicLearner):
     head = "none"
 
     def logits(self, model: nn.Module, episode: Episode) -> torch.Tensor:
-        support = model.features(*episode.support_args())
-        query = model.features(*episode.query_args())
+        """Support and query go through the encoder in one batch, as in Snell et al.'s code: with
+        batch-statistics BatchNorm, separate passes would normalise 5 support images and 75 queries
+        differently and put the prototypes off the queries' scale."""
+        n_support = len(episode.support_labels)
+        inputs = torch.cat([episode.support, episode.query])
+        if episode.support_lengths is None:
+            features = model.features(inputs)
+        else:
+            features = model.features(inputs, torch.cat([episode.support_lengths, episode.query_lengths]))
+        support, query = features[:n_support], features[n_support:]
         prototypes = class_prototypes(support, episode.support_labels, episode.n_way)
         return prototype_logits(query, prototypes)
 
