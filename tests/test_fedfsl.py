@@ -236,6 +236,19 @@ def test_adv_local_update_is_reproducible() -> None:
     assert any(not torch.equal(a[k], payload["model"][k]) for k in a)
 
 
+def test_adv_update_leaves_frozen_encoder_parameters_alone() -> None:
+    # Frozen pretrained word vectors are the usual case; a frozen encoder layer stands in for them.
+    _, ctx, _, clients, _ = setup()
+    algorithm = FedFSLMIAdv(FedFSLAdvOptions(**MAML), ctx)
+    frozen = next(algorithm.model.encoder.parameters())
+    frozen.requires_grad_(False)
+    name = next(n for n, p in algorithm.model.named_parameters() if p is frozen)
+    payload = {"model": algorithm.init_server(torch_generator(0, "init"))["model"]}
+    upload = algorithm.client_update(payload, None, clients[0], torch_generator(3, "c")).upload["model"]
+    assert torch.equal(upload[name], payload["model"][name])
+    assert any(not torch.equal(upload[k], payload["model"][k]) for k in upload if k != name)
+
+
 # --- fedfsl-prox -----------------------------------------------------------------------------
 
 

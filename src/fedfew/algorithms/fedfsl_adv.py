@@ -93,7 +93,7 @@ class FedFSLMIAdv(FedFSLMI):
 
     def generator_parameters(self) -> list[nn.Parameter]:
         """Theta: the encoder's parameters."""
-        return list(self.model.encoder.parameters())
+        return [p for p in self.model.encoder.parameters() if p.requires_grad]  # frozen word vectors stay out
 
     def classifier_parameters(self) -> list[nn.Parameter]:
         """theta and theta'."""
