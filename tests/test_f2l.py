@@ -276,13 +276,20 @@ def test_configs_in_repo_validate() -> None:
 
     folder = Path(__file__).resolve().parents[1] / "configs" / "f2l"
     methods = yaml.safe_load((folder / "methods.yaml").read_text())  # Table 1's rows: algorithm blocks
+    # inner step sizes per dataset and row, chosen on validation tasks (experiments/f2l.py adaptation)
+    adaptation = yaml.safe_load((folder / "adaptation.yaml").read_text())
     for path in sorted(folder.glob("*.yaml")):
-        if path.name == "methods.yaml":
+        if path.name in ("methods.yaml", "adaptation.yaml"):
             continue
+        config = yaml.safe_load(path.read_text())
         assert load_config(path).algorithm.name == "f2l"
-        for block in methods.values():
-            if block is not None:
-                load_config({**yaml.safe_load(path.read_text()), "algorithm": block})
+        for method, block in methods.items():
+            block = block or config["algorithm"]
+            tuned = adaptation.get(path.stem, {}).get(method, {})
+            load_config({**config, "algorithm": {**block, "options": {**block["options"], **tuned}}})
+    for dataset, rows in adaptation.items():
+        assert (folder / f"{dataset}.yaml").is_file(), dataset
+        assert set(rows) <= set(methods), rows
 
 
 # -- word vectors for the text encoder (the dataset option added to fedfew.data.text) -----------------

