@@ -208,15 +208,23 @@ def cmd_clients(args: argparse.Namespace) -> None:
 
 def cmd_long(args: argparse.Namespace) -> None:
     """A longer run of one cell (FEMNIST has no validation classes, so the test accuracy is tracked
-    every ``every`` rounds): does the ranking of the 4-round table hold with more rounds?"""
+    every ``every`` rounds): does the ranking of the 4-round table hold with more rounds? A method may
+    also be an ablation of F2L (F2L\\M, F2L\\T, F2L\\A)."""
     for method in args.methods:
-        config = cell_config(args.dataset, method, args.distribution, args.shot)
+        if method in ABLATIONS:
+            config = cell_config(args.dataset, "f2l", args.distribution, args.shot, ABLATIONS[method])
+        else:
+            config = cell_config(args.dataset, method, args.distribution, args.shot)
         config["federation"]["rounds"] = args.rounds
         config["eval"] = {"every": args.every, "track_test": True}
         label = f"long {args.dataset} {args.distribution} {args.shot}-shot {method} R={args.rounds}"
         if args.local_steps is not None:  # tau; the paper's scale is --rounds 200 --local-steps 10
             config["algorithm"]["options"]["local_steps"] = args.local_steps
             label += f" tau={args.local_steps}"
+        for option in args.option:  # e.g. test_client_model=average (a YAML value)
+            key, _, value = option.partition("=")
+            config["algorithm"]["options"][key] = yaml.safe_load(value)
+            label += f" {key}={value}"
         run(label, config,
             {"study": "long", "dataset": args.dataset, "distribution": args.distribution, "shot": args.shot,
              "method": method, "rounds": args.rounds, "local_steps": config["algorithm"]["options"]["local_steps"]},
@@ -284,13 +292,30 @@ def cmd_adaptation(args: argparse.Namespace) -> None:
     if ADAPTATION_JSON.is_file():  # keep other datasets' rows (e.g. `adaptation --datasets huffpost_minilm`)
         results = {**json.loads(ADAPTATION_JSON.read_text()), **results}
     ADAPTATION_JSON.write_text(json.dumps(results, indent=1) + "\n")
-    lines = ["| dataset | method | inner step | tasks | accuracy of the untrained model (%) ± 95% CI |",
-             "|---|---|---|---|---|"]
-    for r in results.values():
-        step = ", ".join(f"{k} {v}" for k, v in r["options"].items())
-        lines.append(f"| {r['dataset']} | {r['method']} | {step} | {r['tasks']} | "
-                     f"{100 * r['accuracy']:.1f} ± {100 * r['ci95']:.1f} |")
-    (DOCS / "adaptation.md").write_text("\n".join(lines) + "\n")
+    adaptation_table()
+
+
+def adaptation_table() -> None:
+    """docs/f2l/adaptation.md from docs/f2l/adaptation.json: one row per step setting, one column per dataset."""
+    if not ADAPTATION_JSON.is_file():
+        return
+    results = json.loads(ADAPTATION_JSON.read_text())
+    datasets = list(dict.fromkeys(r["dataset"] for r in results.values()))
+    tasks = {r["dataset"]: r["tasks"] for r in results.values()}
+    lines = ["Accuracy (%) ± 95% CI of the untrained (round-0) models on 200 selection tasks ("
+             + "; ".join(f"{d}: {tasks[d]}" for d in datasets) + "); 5-way 1-shot, IID clients.", ""]
+    for method, title in (("fl-maml", "FL-MAML (and FedFSL): inner step, 5 steps"),
+                          ("f2l", "F2L: finetune_lr, test_finetune_steps")):
+        settings: dict[str, dict[str, str]] = {}
+        for r in results.values():
+            if r["method"] == method:
+                o = r["options"]
+                key = str(o["inner_lr"]) if method == "fl-maml" else f"{o['finetune_lr']}, {o['test_finetune_steps']}"
+                settings.setdefault(key, {})[r["dataset"]] = f"{100 * r['accuracy']:.1f} ± {100 * r['ci95']:.1f}"
+        lines += [f"| {title} | " + " | ".join(datasets) + " |", "|---|" + "---|" * len(datasets)]
+        lines += [f"| {key} | " + " | ".join(cells.get(d, "") for d in datasets) + " |" for key, cells in settings.items()]
+        lines.append("")
+    (DOCS / "adaptation.md").write_text("\n".join(lines))
 
 
 # -- reporting ---------------------------------------------------------------------------------------
@@ -373,11 +398,17 @@ def report(_: argparse.Namespace | None = None) -> None:
               "| authors' code preset (configs/f2l/authors_code_preset.yaml) | "
               + " | ".join(fmt(rows.get(f"preset huffpost {d} {s}-shot authors-code")) for d, s in columns) + " |"]
     (DOCS / "preset.md").write_text("\n".join(preset) + "\n")
-    long_lines = ["| run | test accuracy by round | final | seconds |", "|---|---|---|---|"]
+    long_lines = ["| run | test accuracy by round | final (validation-selected round) | paper, same cell | seconds |",
+                  "|---|---|---|---|---|"]
     for label, r in rows.items():
         if r.get("study") == "long":
             curve = ", ".join(f"{x}: {100 * y:.1f}" for x, y in r.get("curve", []))
-            long_lines.append(f"| {label.removeprefix('long ')} | {curve} | {fmt(r)} | {r['seconds']:.0f} |")
+            paper = "—"  # the paper's HuffPost numbers sit beside our HuffPost runs (either encoder)
+            if r["dataset"].startswith("huffpost") and r["method"] in METHOD_NAMES:
+                paper = PAPER_TABLE1["Huffpost"][METHOD_NAMES[r["method"]]][
+                    PAPER_COLUMNS.index(f"{r['distribution']} {r['shot']}-shot")]
+            long_lines.append(f"| {label.removeprefix('long ')} | {curve} | {fmt(r)} (round {r['selected_round']}) "
+                              f"| {paper} | {r['seconds']:.0f} |")
     (DOCS / "long.md").write_text("\n".join(long_lines) + "\n")
 
     import math
@@ -394,6 +425,7 @@ def report(_: argparse.Namespace | None = None) -> None:
                 f"{t.get('train_l_mi', float('nan')):.3f} | {t.get('train_l_kd', float('nan')):.3f} | "
                 f"{t.get('train_kd_temperature', float('nan')):.3f} |")
     (DOCS / "diagnostics.md").write_text("\n".join(diagnostics) + "\n")
+    adaptation_table()
     plots(rows, columns)
     fill_docs_page()
 
@@ -534,6 +566,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--every", type=int, default=5)
     p.add_argument("--local-steps", type=int, default=None, help="tau (default: the config's)")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an algorithm option for every method of the run (repeatable)")
     p.add_argument("--methods", nargs="+", default=["f2l", "fl-proto"])
     p = sub.add_parser("adaptation")
     p.add_argument("--datasets", nargs="+", default=["huffpost", "femnist"])

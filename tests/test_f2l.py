@@ -171,6 +171,24 @@ def test_ablation_switches_remove_their_losses() -> None:
     assert loss_psi.item() == pytest.approx(0.25 * m["ce_query"] + 0.75 * m["l_kd"], abs=1e-5)  # eq. 20
 
 
+@pytest.mark.parametrize("server_ce", ["support", "support_query"])
+def test_server_cross_entropy_covers_the_configured_samples(server_ce: str) -> None:
+    """Eq. 15 is the server-model's CE over the support set; the authors' code's option adds the query."""
+    _, _, clients, alg = setup(server_ce=server_ce, transfer=False)
+    episode = EpisodeSampler(clients[0].train, 3, 2, 3).sample(torch.Generator().manual_seed(0))
+    alg.server_model.eval()
+    alg.client_model.eval()
+    loss_phi, _, metrics = alg.local_step(episode)
+    with torch.no_grad():
+        logits = alg.server_model(torch.cat([episode.support, episode.query]))
+    base_labels = alg.label_index[episode.classes][torch.cat([episode.support_labels, episode.query_labels])]
+    d = len(episode.support_labels)
+    expected = (F.cross_entropy(logits[:d], base_labels[:d]) if server_ce == "support"
+                else F.cross_entropy(logits, base_labels))
+    assert metrics["ce_support"] == pytest.approx(expected.item(), abs=1e-5)
+    assert loss_phi.item() == pytest.approx(expected.item(), abs=1e-5)  # F2L\T: L_phi is that CE alone
+
+
 # -- what is uploaded, and what stays on the client --------------------------------------------------
 def test_client_model_is_never_uploaded() -> None:
     data, ctx, clients, alg = setup()

@@ -75,8 +75,9 @@ The authors' public code differs from the paper; ``configs/f2l/authors_code_pres
 options that reproduce its main differences: ``mi_loss: infonce`` (cosine InfoNCE at temperature 0.5
 between the client-model's and the server-model's support features, pairing each sample with the
 next shot of its class), ``kd_temperature: 1.0``, ``train_n_way``/``train_k_shot`` (20-way 2-shot
-training tasks) and ``test_classifier: logreg`` (logistic regression on l2-normalised server-model
-features at meta-test).
+training tasks), ``server_ce: support_query`` (the server-model's cross-entropy over support and
+query, not eq. 15's support only) and ``test_classifier: logreg`` (logistic regression on
+l2-normalised server-model features at meta-test).
 """
 
 from __future__ import annotations
@@ -259,6 +260,9 @@ class F2LOptions(Options):
     transfer: bool = True  # False: F2L\T (no L_MI)
     distill: bool = True  # False: F2L\A (no L_KD)
     kd_temperature: Literal["adaptive"] | float = "adaptive"  # eq. 19, or a fixed T
+    #: the samples of the server-model's cross-entropy in L_phi: "support" (eq. 15) or
+    #: "support_query" (the authors' code; five times the samples of a 1-shot task with 5 queries)
+    server_ce: Literal["support", "support_query"] = "support"
     mi_loss: Literal["paper", "infonce"] = "paper"  # "infonce": the authors' code
     infonce_temperature: float = Field(0.5, gt=0)
     client_heads: int = Field(4, ge=1)  # Transformer of q_psi (paper: unspecified)
@@ -363,7 +367,11 @@ class F2L(Algorithm):
         features = server.features(*args)  # h_phi of S u Q, one forward for both updates
         logits_all = server.head(features)
         task_classes = self.label_index[episode.classes]  # C_m as indices among the base classes
-        ce_support = F.cross_entropy(logits_all[:d], task_classes[episode.support_labels])  # eq. 15
+        if o.server_ce == "support":  # eq. 15: the server-model's CE over the support set
+            ce_support = F.cross_entropy(logits_all[:d], task_classes[episode.support_labels])
+        else:  # the authors' code: over support and query (the query labels are the client's own)
+            ce_support = F.cross_entropy(
+                logits_all, task_classes[torch.cat([episode.support_labels, episode.query_labels])])
 
         support_features, query_features = features[:d].detach(), features[d:].detach()
         if o.finetune == "all":
