@@ -261,7 +261,7 @@ class F2LOptions(Options):
     distill: bool = True  # False: F2L\A (no L_KD)
     kd_temperature: Literal["adaptive"] | float = "adaptive"  # eq. 19, or a fixed T
     #: the samples of the server-model's cross-entropy in L_phi: "support" (eq. 15) or
-    #: "support_query" (the authors' code; five times the samples of a 1-shot task with 5 queries)
+    #: "support_query" (the authors' code; six times the samples of a 1-shot task with 5 queries)
     server_ce: Literal["support", "support_query"] = "support"
     mi_loss: Literal["paper", "infonce"] = "paper"  # "infonce": the authors' code
     infonce_temperature: float = Field(0.5, gt=0)
