@@ -31,7 +31,8 @@ import yaml
 from fedfew.algorithms.common import TrainOptions
 from fedfew.algorithms.fml import FML
 from fedfew.config import load_config
-from fedfew.engine import client_schedule, load_state_, run_round
+from fedfew.engine import client_schedule, load_state_
+from fedfew.engine.simulator import simulate_round
 from fedfew.evaluation import dataset_accuracy, mean_ci95
 from fedfew.experiment import build_experiment
 from fedfew.seeding import torch_generator
@@ -95,10 +96,11 @@ def train(config_dict: dict[str, Any], newcomer_epochs: int = 0) -> dict[str, An
     test = experiment.test.dataset
     schedule = client_schedule(len(clients), config.federation.clients_per_round, config.federation.rounds, seed)
     records = []
+    server, states = simulator.server, dict(simulator.client_states)
     for r, selected in enumerate(schedule):
-        outcome = run_round(algorithm, simulator.server, clients, simulator.client_states, selected, seed, r)
-        simulator.server = outcome.server
-        global_model = load_state_(algorithm.model, simulator.server["model"])
+        outcome = simulate_round(algorithm, server, clients, states, selected, seed, r)
+        server = outcome.server
+        global_model = load_state_(algorithm.model, server["model"])
         record: dict[str, Any] = {
             "round": r + 1,
             "global_accuracy": dataset_accuracy(global_model, test.inputs, test.labels, test.lengths),
@@ -106,7 +108,7 @@ def train(config_dict: dict[str, Any], newcomer_epochs: int = 0) -> dict[str, An
             "bytes_down": outcome.bytes_down,
         }
         if isinstance(algorithm, FML):
-            local = algorithm.local_accuracies(simulator.client_states, clients)
+            local = algorithm.local_accuracies(states, clients)
         else:  # FedAvg: each client's "local model" is its upload, the global model after local training
             local = {}
             for cid, result in outcome.results.items():
@@ -132,7 +134,7 @@ def train(config_dict: dict[str, Any], newcomer_epochs: int = 0) -> dict[str, An
         "seconds": time.perf_counter() - start,
     }
     if newcomer_epochs:
-        out["newcomer"] = newcomer_curves(algorithm, simulator.server, clients, config, newcomer_epochs, test)
+        out["newcomer"] = newcomer_curves(algorithm, server, clients, config, newcomer_epochs, test)
     return out
 
 

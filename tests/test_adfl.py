@@ -19,7 +19,7 @@ from fedfew.algorithms.oneshot import ensemble_predictions, member_probabilities
 from fedfew.config import ConfigError, load_config
 from fedfew.data import LabelledDataset
 from fedfew.engine.algorithm import ClientResult, EvalData
-from fedfew.engine.simulator import run_round
+from fedfew.engine.simulator import simulate_round
 from fedfew.engine.state import get_state
 from fedfew.experiment import build_experiment
 from fedfew.seeding import torch_generator
@@ -238,7 +238,7 @@ def one_round(config: dict, cv_folds: int = 0):
     experiment = build_experiment(load_config(config))
     alg = experiment.algorithm
     server = alg.init_server(torch_generator(1, "server-init"))
-    outcome = run_round(alg, server, experiment.clients, {}, list(range(5)), 1, 0)
+    outcome = simulate_round(alg, server, experiment.clients, {}, list(range(5)), 1, 0)
     return experiment, outcome
 
 

@@ -19,10 +19,10 @@ from fedfew.engine import (
     load_state_,
     normalise,
     payload_bytes,
-    run_round,
     weighted_average,
     weights_for,
 )
+from fedfew.engine.simulator import simulate_round
 from fedfew.episodes import Episode, fixed_episodes
 from fedfew.meta.learners import MAML
 from fedfew.models import FewShotModel, count_parameters
@@ -61,7 +61,7 @@ def test_fedavg_one_client_one_step_equals_centralised_sgd() -> None:
     options = FedAvgOptions(local_epochs=1, batch_size=len(data), lr=0.1)
     algorithm = FedAvg(options, ctx)
     server = algorithm.init_server(torch.Generator().manual_seed(0))
-    outcome = run_round(algorithm, server, clients, {}, [0], seed=0, round_key=0)
+    outcome = simulate_round(algorithm, server, clients, {}, [0], seed=0, round_key=0)
 
     central = ctx.make_model(data.num_classes)
     load_state_(central, server["model"])
@@ -167,8 +167,8 @@ def test_client_updates_do_not_depend_on_order() -> None:
     data, ctx, clients = classification_setup(3)
     algorithm = FedAvg(FedAvgOptions(batch_size=8), ctx)
     server = algorithm.init_server(torch.Generator().manual_seed(0))
-    forward = run_round(algorithm, server, clients, {}, [0, 1, 2], seed=0, round_key=0)
-    backward = run_round(algorithm, server, clients, {}, [2, 1, 0], seed=0, round_key=0)
+    forward = simulate_round(algorithm, server, clients, {}, [0, 1, 2], seed=0, round_key=0)
+    backward = simulate_round(algorithm, server, clients, {}, [2, 1, 0], seed=0, round_key=0)
     for name in forward.server["model"]:
         assert torch.allclose(forward.server["model"][name], backward.server["model"][name], atol=1e-6)
 

@@ -22,7 +22,7 @@ from fedfew.algorithms.f2l import (
 )
 from fedfew.config import ConfigError, load_config
 from fedfew.engine import EvalData, Simulator
-from fedfew.engine.simulator import run_round
+from fedfew.engine.simulator import simulate_round
 from fedfew.engine.state import get_state, load_state_
 from fedfew.episodes import EpisodeSampler, fixed_episodes
 from fedfew.seeding import torch_generator
@@ -194,7 +194,7 @@ def test_client_model_is_never_uploaded() -> None:
     data, ctx, clients, alg = setup()
     server = alg.init_server(torch_generator(0, "s"))
     states = {c.client_id: alg.init_client_state(c, torch_generator(0, "c", c.client_id)) for c in clients}
-    outcome = run_round(alg, server, clients, states, [0, 1, 2], seed=0, round_key=0)
+    outcome = simulate_round(alg, server, clients, states, [0, 1, 2], seed=0, round_key=0)
     server_bytes = sum(t.numel() * t.element_size() for t in server["server"].values())
     for result in outcome.results.values():
         assert set(result.upload) == {"server"}
@@ -212,7 +212,7 @@ def test_ablation_m_uploads_and_averages_the_client_model() -> None:
     server = alg.init_server(torch_generator(0, "s"))
     assert alg.init_client_state(clients[0], torch_generator(0, "c")) is None
     states: dict[int, Any] = {c.client_id: None for c in clients}
-    outcome = run_round(alg, server, clients, states, [0, 1, 2], seed=0, round_key=0)
+    outcome = simulate_round(alg, server, clients, states, [0, 1, 2], seed=0, round_key=0)
     uploads = [r.upload["client"] for r in outcome.results.values()]
     key = "head.weight"
     assert torch.allclose(outcome.server["client"][key], sum(u[key] for u in uploads) / 3, atol=1e-6)
@@ -222,25 +222,26 @@ def test_ablation_m_uploads_and_averages_the_client_model() -> None:
 def test_private_model_after_a_round_is_what_the_client_left_it_at() -> None:
     data, ctx, clients, alg = setup()
     sim = Simulator(alg, clients, seed=0)
-    initial = {cid: get_state_copy(s["client"]) for cid, s in sim.client_states.items()}
+    states = dict(sim.client_states)
+    initial = {cid: get_state_copy(s["client"]) for cid, s in states.items()}
     # Round 0: clients 0 and 1 train; client 2 sits out.
-    outcome = run_round(alg, sim.server, clients, sim.client_states, [0, 1], seed=0, round_key=0)
+    outcome = simulate_round(alg, sim.server, clients, states, [0, 1], seed=0, round_key=0)
     for cid in (0, 1):
         left_at = outcome.results[cid].state["client"]
-        assert states_equal(sim.client_states[cid]["client"], left_at)  # what the client returned...
+        assert states_equal(states[cid]["client"], left_at)  # what the client returned...
         assert not states_equal(left_at, initial[cid])  # ...after training
-    assert states_equal(sim.client_states[2]["client"], initial[2])  # not selected: untouched
-    assert not states_equal(sim.client_states[0]["client"], sim.client_states[1]["client"])  # never averaged
+    assert states_equal(states[2]["client"], initial[2])  # not selected: untouched
+    assert not states_equal(states[0]["client"], states[1]["client"])  # never averaged
     # Round 1: the next update starts from the client's own psi, not from anything the server holds.
     payload = alg.broadcast(outcome.server, 0)
     assert "client" not in payload
-    state0 = sim.client_states[0]
+    state0 = states[0]
     snapshot = get_state_copy(state0["client"])
     again = alg.client_update(payload, state0, clients[0], torch_generator(0, "x"))
     assert states_equal(state0["client"], snapshot)  # the update does not mutate its input state
     repeat = alg.client_update(payload, state0, clients[0], torch_generator(0, "x"))
     assert states_equal(again.state["client"], repeat.state["client"])  # a pure function of its inputs
-    other = alg.client_update(payload, sim.client_states[1], clients[0], torch_generator(0, "x"))
+    other = alg.client_update(payload, states[1], clients[0], torch_generator(0, "x"))
     assert not states_equal(again.state["client"], other.state["client"])
 
 
@@ -364,7 +365,8 @@ def test_authors_code_options_train_and_evaluate() -> None:
     assert alg.client_model.head.out_features == 4
     episodes = fixed_episodes(data, data.splits["novel"], 3, 2, 3, num=4, seed=0, tag="t")
     sim = Simulator(alg, clients, seed=0, test=EvalData("test", episodes=episodes))
-    outcome = run_round(alg, sim.server, clients, sim.client_states, [0, 1, 2], seed=0, round_key=0)
+    states = dict(sim.client_states)
+    outcome = simulate_round(alg, sim.server, clients, states, [0, 1, 2], seed=0, round_key=0)
     assert all("l_mi" in r.metrics and "kd_temperature" not in r.metrics for r in outcome.results.values())
-    result = alg.evaluate(outcome.server, sim.client_states, clients, sim.test, torch_generator(0, "e"))
+    result = alg.evaluate(outcome.server, states, clients, sim.test, torch_generator(0, "e"))
     assert set(result) == {"accuracy", "ci95"} and result["accuracy"] > 0.5  # well-separated blobs

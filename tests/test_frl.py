@@ -34,6 +34,7 @@ from fedfew.deployment import (
     with_fresh_head,
 )
 from fedfew.engine import ClientData, ClientResult, Context, EpisodeShape, EvalData, Simulator, payload_bytes
+from fedfew.engine.engines import InProcessEngine
 from fedfew.episodes import fixed_episodes
 from fedfew.models import FewShotModel
 from tests.helpers import blob_dataset, context_for
@@ -102,9 +103,9 @@ def test_global_prototypes_are_the_class_means_when_models_agree() -> None:
     parts = [torch.tensor([0, 1, 2, 6, 7]), torch.tensor([3, 4, 5, 8, 9, 10, 11])]  # classes 0,1 / 0,1
     clients = [ClientData(i, data.subset(p)) for i, p in enumerate(parts)]
     server = inner.start({k: v.clone() for k, v in inner.model.state_dict().items()}, 4, torch.Generator())
-    from fedfew.engine import run_round
+    from fedfew.engine.simulator import simulate_round
 
-    outcome = run_round(inner, server, clients, {}, [0, 1], seed=0, round_key=0)
+    outcome = simulate_round(inner, server, clients, {}, [0, 1], seed=0, round_key=0)
     with torch.no_grad():
         features = inner.model.features(data.inputs[:12])
     assert torch.allclose(outcome.server["prototypes"]["prototypes"][0], features[:6].mean(0), atol=1e-5)
@@ -189,7 +190,7 @@ def test_an_episode_is_R_plus_one_rounds_of_bytes_and_changes_phi() -> None:
     frl = FRL(frl_options(rounds=rounds), ctx)
     clients = shard_clients(data, [[0, 1], [2, 3]])
     server = frl.init_server(torch.Generator().manual_seed(0))
-    outcome = frl.play_round(server, clients, {}, [0, 1], seed=0, round_key=0)
+    outcome = frl.play_round(server, InProcessEngine(frl, clients, 0), [0, 1], 0)
     model = payload_bytes(server["model"])
     d, c = 6, 4  # feature size; classes in the episode
     g_down = c * 8 + c * d * 4  # global prototypes: int64 class ids + float32 rows

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+import signal
 import sys
 import time
 from importlib import resources
@@ -11,28 +13,59 @@ from pathlib import Path
 from fedfew.config import ConfigError, load_config
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    from fedfew.runner import run_experiment, write_comparison
+def _report(summary: dict) -> None:
+    from fedfew.results import format_accuracy
 
-    summaries = []
-    for path in args.configs:
-        config = load_config(path, args.set)
-        summary = run_experiment(config, args.out, progress=not args.quiet)
-        print(f"{config.name}: test accuracy {summary['test']} -> {summary['folder']}")
-        summaries.append(summary)
-    if len(summaries) > 1 or args.table:
-        folder = Path(args.table or Path(args.out or "runs") / "comparison")
-        print(write_comparison(summaries, folder, "comparison"))
+    print(f"{summary['name']}: test accuracy {format_accuracy(summary['test'])} % (round "
+          f"{summary['selected_round']}/{summary['rounds']}) -> {summary['folder']}")
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from fedfew.experiment import dataset_cache
+    from fedfew.runfolder import check_output_base
+    from fedfew.runner import run_experiment, validate_all, write_comparison
+
+    configs = [load_config(path, args.set) for path in args.configs]  # every config, before any work
+    table = None
+    if len(configs) > 1 or args.table:
+        table = Path(args.table or Path(args.out or "runs") / "comparison")
+        check_output_base(table)
+    with dataset_cache():
+        validate_all(configs, args.out)
+        summaries = []
+        for config in configs:
+            summary = run_experiment(config, args.out, progress=not args.quiet)
+            _report(summary)
+            summaries.append(summary)
+    if table is not None:
+        print(write_comparison(summaries, table, "comparison"))
     return 0
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
+    from fedfew.results import markdown_table
     from fedfew.runner import parse_grid, sweep
 
     summaries = sweep(args.config, parse_grid(args.grid), args.set, args.out, progress=not args.quiet)
-    from fedfew.results import markdown_table
-
     print(markdown_table(summaries, label_key="label"))
+    return 0
+
+
+def _cmd_resume(args: argparse.Namespace) -> int:
+    from fedfew.runner import resume_run
+
+    _report(resume_run(args.run_dir, args.set, progress=not args.quiet))
+    return 0
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from fedfew.results import format_accuracy
+    from fedfew.runner import evaluate_run
+
+    result = evaluate_run(args.run_dir, args.set)
+    extra = {k: v for k, v in result["test"].items() if k not in ("accuracy", "ci95")}
+    print(f"{args.run_dir}: test accuracy {format_accuracy(result['test'])} % (saved model of round "
+          f"{result['round']}){' ' + json.dumps(extra) if extra else ''}")
     return 0
 
 
@@ -111,6 +144,16 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("what", nargs="?", choices=["algorithms", "datasets", "models", "partitions"])
     ls.set_defaults(func=_cmd_list)
 
+    rs = sub.add_parser("resume", help="continue an interrupted or killed run from its last checkpoint")
+    rs.add_argument("run_dir", help="the run's folder")
+    common(rs)
+    rs.set_defaults(func=_cmd_resume)
+
+    ev = sub.add_parser("evaluate", help="re-score a finished run's saved model(s) without training")
+    ev.add_argument("run_dir", help="the run's folder")
+    common(ev)
+    ev.set_defaults(func=_cmd_evaluate)
+
     dm = sub.add_parser("demo", help="the main job: local vs fl-maml vs fl-proto on bundled digits")
     dm.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
     common(dm)
@@ -118,21 +161,45 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM stops a run as Ctrl-C does: checkpointed, resumable
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from fedfew.engine.serialize import StateFormatError
+    from fedfew.engine.simulator import NothingTrainedError
+    from fedfew.registry import RegistryError
+    from fedfew.runner import RunInterrupted
+
+    try:
+        previous = signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:  # not the main thread (a test calling main from a thread)
+        previous = None
     try:
         return args.func(args)
     except ConfigError as err:
-        print(f"fedfew: {err}", file=sys.stderr)
+        print(f"fedfew: {_one_line(err)}", file=sys.stderr)
         return 2
-    except (ValueError, FileNotFoundError, KeyError) as err:
-        from fedfew.data import DataError
-        from fedfew.registry import RegistryError
-
-        if isinstance(err, (DataError, RegistryError, ValueError)):
-            print(f"fedfew: error: {err}", file=sys.stderr)
-            return 2
-        raise
+    except RunInterrupted as err:
+        print(f"fedfew: {err}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print("fedfew: interrupted before any round finished", file=sys.stderr)
+        return 130
+    except NothingTrainedError as err:
+        print(f"fedfew: run failed: {_one_line(err)}", file=sys.stderr)
+        return 2
+    except (ValueError, RegistryError, StateFormatError, FileNotFoundError, OSError) as err:
+        print(f"fedfew: error: {_one_line(err)}", file=sys.stderr)
+        return 2
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -65,6 +65,17 @@ class AlgorithmConfig(Section):
 class FederationConfig(Section):
     rounds: int = Field(50, ge=1)
     clients_per_round: int | float = Field(1.0, gt=0)
+    #: Fraction of the clients asked each round that fail (no reply; their state is unchanged).
+    dropout: float = Field(0.0, ge=0, lt=1)
+    #: Fraction that reply after the deadline: they trained, but the round goes on without them.
+    stragglers: float = Field(0.0, ge=0, lt=1)
+
+    @model_validator(mode="after")
+    def _faults(self) -> FederationConfig:
+        if self.dropout + self.stragglers >= 1:
+            raise ValueError(f"federation.dropout + federation.stragglers must be below 1 (got "
+                             f"{self.dropout} + {self.stragglers}): some client must reply")
+        return self
 
 
 class EpisodeConfig(Section):
@@ -84,6 +95,11 @@ class RuntimeConfig(Section):
     threads: int = Field(2, ge=1)
     output_dir: str = "runs"
     progress: bool = True
+    #: Rounds between checkpoints (0: none); a checkpoint holds everything ``fedfew resume`` needs.
+    checkpoint_every: int = Field(1, ge=0)
+    #: Where clients' private states live: "memory", "disk" (files in the run folder; memory stays
+    #: bounded with many clients), or "auto" (disk above 100 clients).
+    client_states: Literal["auto", "memory", "disk"] = "auto"
 
 
 class ExperimentConfig(Section):
@@ -109,6 +125,7 @@ class ExperimentConfig(Section):
         from fedfew.models import MODELS
         from fedfew.partition import PARTITIONS
         from fedfew.registry import RegistryError
+        from fedfew.signature_options import options_schema
 
         for key, registry, name in (
             ("dataset.name", DATASETS, self.dataset.name),
@@ -125,6 +142,16 @@ class ExperimentConfig(Section):
             options_model.model_validate(self.algorithm.options)
         except ValidationError as err:
             raise ValueError(_format(err, prefix="algorithm.options", model=options_model, header=False)) from None
+        for key, registry, name, options, skip in (
+            ("partition.options", PARTITIONS, self.partition.name, self.partition.options,
+             ("labels", "num_clients", "rng", "groups")),
+            ("model.options", MODELS, self.model.name, self.model.options, ("input_shape", "num_classes")),
+        ):
+            schema = options_schema(registry.get(name), skip)
+            try:
+                schema.model_validate(options)
+            except ValidationError as err:
+                raise ValueError(_format(err, prefix=key, model=schema, header=False)) from None
         fpr = self.federation.clients_per_round
         if isinstance(fpr, int) and fpr > self.partition.num_clients:
             raise ValueError(
@@ -166,8 +193,8 @@ def _format(err: ValidationError, prefix: str = "", model: type[BaseModel] | Non
                 lines.append(msg)
             else:
                 lines.append(f"{key}: {msg} (got {e.get('input')!r})")
-    body = "\n  ".join(lines)
-    return f"invalid configuration:\n  {body}" if header else body
+    body = "; ".join(lines)
+    return f"invalid configuration: {body}" if header else body
 
 
 def _leaf_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
@@ -187,7 +214,12 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
         raise ConfigError(f"override {assignment!r} must look like key=value (e.g. federation.rounds=50)")
     key, raw = assignment.split("=", 1)
     key = key.strip()
-    value = yaml.safe_load(raw) if raw.strip() else None
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as err:
+        problem = str(getattr(err, "problem", None) or err).splitlines()[0]
+        raise ConfigError(f"--set {key}: value {raw!r} is not valid YAML ({problem}); quote strings, "
+                          "e.g. key='[1, 2]' for a list") from None
     if "." not in key and key not in ExperimentConfig.model_fields:
         matches = [p for p in _leaf_paths(ExperimentConfig) if p.split(".")[-1] == key]
         if len(matches) == 1:

@@ -37,6 +37,7 @@ from pydantic import Field, model_validator
 from fedfew.data.dataset import LabelledDataset
 from fedfew.engine.aggregation import weighted_average
 from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, Context, EvalData, Options
+from fedfew.engine.engines import InProcessEngine
 from fedfew.engine.simulator import run_round
 from fedfew.engine.state import StateDict, get_state, load_state_
 from fedfew.evaluation import mean_ci95
@@ -235,11 +236,12 @@ def deploy(algorithm: DeploymentAlgorithm, prepared: StateDict, dataset: Labelle
     clients = [ClientData(i, relabelled(dataset, s, group.classes)) for i, s in enumerate(group.support)]
     query = relabelled(dataset, torch.cat(group.query), group.classes)
     server = algorithm.start(prepared, tau, torch_generator(seed, "deploy-start", key))
-    states: dict[int, Any] = {}
+    engine = InProcessEngine(algorithm, clients, seed)  # the group's own FL, scored on the server
     everyone = list(range(len(clients)))
     sent = 0
     for r in range(rounds):
-        outcome = run_round(algorithm, server, clients, states, everyone, seed, f"{key}/round{r}")
+        outcome = run_round(engine, algorithm, server, everyone, r, f"{key}/round{r}")
+        engine.end_round(r)
         server = outcome.server
         sent += outcome.bytes_down + outcome.bytes_up
     logits = algorithm.classify(server, query)

@@ -3,7 +3,12 @@ and simulator, built once (no data is re-read per round)."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -13,10 +18,13 @@ import fedfew.algorithms  # noqa: F401  (registers the algorithms)
 from fedfew.config import ConfigError, ExperimentConfig
 from fedfew.data import LabelledDataset, load_dataset
 from fedfew.engine import ALGORITHMS, Algorithm, ClientData, Context, EpisodeShape, EvalData, Simulator
+from fedfew.engine.engines import Faults
+from fedfew.engine.store import ClientStates
 from fedfew.episodes import EpisodeError, fixed_episodes
 from fedfew.models import FewShotModel, build_model
-from fedfew.partition import PartitionError, partition
-from fedfew.seeding import numpy_generator
+from fedfew.partition import PARTITIONS, PartitionError, partition
+from fedfew.seeding import numpy_generator, torch_generator
+from fedfew.signature_options import options_schema
 
 
 @dataclass
@@ -29,8 +37,22 @@ class Experiment:
     val: EvalData | None
     test: EvalData
 
-    def simulator(self) -> Simulator:
-        return Simulator(self.algorithm, self.clients, self.config.seed, self.val, self.test)
+    def simulator(self, states_dir: Path | None = None) -> Simulator:
+        """A simulator for this experiment. Client states are kept in memory, or spilled to files in
+        ``states_dir`` when ``runtime.client_states`` says so ("auto": above 100 clients)."""
+        config, seed = self.config, self.config.seed
+        by_id = {c.client_id: c for c in self.clients}
+
+        def init_state(cid: int) -> Any:
+            return self.algorithm.init_client_state(by_id[cid], torch_generator(seed, "client-init", cid))
+
+        policy = config.runtime.client_states
+        spill = policy == "disk" or (policy == "auto" and len(self.clients) > 100)
+        if spill and states_dir is None:
+            states_dir = Path(tempfile.mkdtemp(prefix="fedfew-states-"))
+        states = ClientStates([c.client_id for c in self.clients], init_state, states_dir, spill=spill)
+        faults = Faults(config.federation.dropout, config.federation.stragglers)
+        return Simulator(self.algorithm, self.clients, seed, self.val, self.test, faults=faults, states=states)
 
 
 def _model_factory(config: ExperimentConfig, input_shape: tuple[int, ...], extra: dict[str, Any]):
@@ -69,10 +91,36 @@ def _sample_split(labels: torch.Tensor, fraction: float, rng: np.random.Generato
     return np.sort(np.concatenate(rest)), np.sort(np.concatenate(held))
 
 
+_DATASETS: dict[str, LabelledDataset] | None = None
+
+
+@contextlib.contextmanager
+def dataset_cache() -> Iterator[None]:
+    """Inside this block, each dataset (name, root, options) is loaded once: validating a batch of
+    configs and then running them reads the data once."""
+    global _DATASETS
+    outer = _DATASETS
+    _DATASETS = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _DATASETS = outer
+
+
+def _load(config: ExperimentConfig) -> LabelledDataset:
+    d = config.dataset
+    if _DATASETS is None:
+        return load_dataset(d.name, d.root, **d.options)
+    key = json.dumps([d.name, d.root, d.options], sort_keys=True, default=str)
+    if key not in _DATASETS:
+        _DATASETS[key] = load_dataset(d.name, d.root, **d.options)
+    return _DATASETS[key]
+
+
 def build_experiment(config: ExperimentConfig) -> Experiment:
     torch.set_num_threads(config.runtime.threads)
     seed = config.seed
-    dataset = load_dataset(config.dataset.name, config.dataset.root, **config.dataset.options)
+    dataset = _load(config)
     episode = EpisodeShape(config.episodes.n_way, config.episodes.k_shot, config.episodes.q_query)
     val: EvalData | None = None
     if config.task == "fewshot":
@@ -104,7 +152,8 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
         pool = dataset.subset(train_idx)
         test = EvalData("test", dataset=dataset.subset(test_idx))
 
-    options = dict(config.partition.options)
+    schema = options_schema(PARTITIONS.get(config.partition.name), ("labels", "num_clients", "rng", "groups"))
+    options = schema.model_validate(config.partition.options).model_dump(exclude_unset=True)
     if config.partition.name == "natural":
         options["groups"] = pool.groups
     try:
@@ -135,6 +184,7 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
         episode=episode,
         task=config.task,
         extras={"dataset": dataset.name},
+        num_clients=len(clients),
     )
     algorithm = ALGORITHMS.get(config.algorithm.name)(config.algorithm_options(), context)
     return Experiment(config, dataset, clients, context, algorithm, val, test)

@@ -1,32 +1,34 @@
-"""Run folders: the resolved config, metrics per round (JSON lines), a summary, a markdown table and
-an accuracy-versus-round plot."""
+"""What a finished run reports: its summary, a markdown table and an accuracy-versus-round plot
+(the run folder itself is :mod:`fedfew.runfolder`)."""
 
 from __future__ import annotations
 
-import json
-import re
-import time
 from pathlib import Path
 from typing import Any
 
-from fedfew.config import ExperimentConfig, dump_config
+from fedfew.config import ExperimentConfig
 
 
-def run_folder(base: str | Path, name: str) -> Path:
-    """A new folder ``base/<name>-<YYYYmmdd-HHMMSS>[-k]``."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "run"
-    folder = Path(base) / f"{slug}-{stamp}"
-    k = 1
-    while folder.exists():
-        k += 1
-        folder = Path(base) / f"{slug}-{stamp}-{k}"
-    folder.mkdir(parents=True)
-    return folder
+def chance_level(config: ExperimentConfig, context: Any = None) -> float | None:
+    """Accuracy of guessing: 1/N for N-way tasks, 1/classes for classification."""
+    if config.task == "fewshot":
+        return 1.0 / config.episodes.n_way
+    classes = getattr(context, "num_classes", None)
+    return 1.0 / classes if classes else None
 
 
-def summarise(config: ExperimentConfig, outcome: dict[str, Any], seconds: float) -> dict[str, Any]:
+def at_chance(test: dict[str, float], chance: float | None) -> bool:
+    """True when the test accuracy is not distinguishable from guessing (within its 95% CI, or
+    within one point where no CI is reported)."""
+    if chance is None or "accuracy" not in test:
+        return False
+    margin = max(test.get("ci95", 0.0), 0.01)
+    return test["accuracy"] - margin <= chance
+
+
+def summarise(config: ExperimentConfig, outcome: dict[str, Any], seconds: float, context: Any = None) -> dict[str, Any]:
     comm = outcome["comm"]
+    chance = chance_level(config, context)
     return {
         "name": config.name,
         "algorithm": config.algorithm.name,
@@ -39,6 +41,9 @@ def summarise(config: ExperimentConfig, outcome: dict[str, Any], seconds: float)
         "bytes_down": sum(comm.down),
         "bytes_up": sum(comm.up),
         "seconds": round(seconds, 2),
+        "chance": chance,
+        "at_chance": at_chance(outcome["test"], chance),
+        "rounds_without_training": sum(1 for h in outcome["history"] if h.get("no_training")),
     }
 
 
@@ -92,16 +97,3 @@ def plot_curves(histories: dict[str, list[dict[str, float]]], path: Path, title:
         fig.savefig(path, dpi=120)
     plt.close(fig)
     return drawn
-
-
-def write_run(folder: Path, config: ExperimentConfig, outcome: dict[str, Any], seconds: float) -> dict[str, Any]:
-    """Write the run's files into ``folder`` and return its summary."""
-    (folder / "config.yaml").write_text(dump_config(config))
-    with (folder / "metrics.jsonl").open("w") as f:
-        for record in outcome["history"]:
-            f.write(json.dumps(record) + "\n")
-    summary = summarise(config, outcome, seconds)
-    (folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (folder / "results.md").write_text(f"# {config.name}\n\n" + markdown_table([summary]))
-    plot_curves({config.algorithm.name: outcome["history"]}, folder / "accuracy.png", config.name)
-    return summary

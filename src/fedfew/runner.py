@@ -1,87 +1,277 @@
-"""Run one experiment (or several) end to end, with a progress bar and a results folder."""
+"""Run experiments end to end: validation before any work, a live run folder, checkpoints, resume,
+interrupts, and re-scoring a finished run."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import json
+import signal
+import sys
 import time
+import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from fedfew.config import ExperimentConfig, load_config
-from fedfew.experiment import build_experiment
-from fedfew.results import markdown_table, plot_curves, run_folder, write_run
+from fedfew.config import ConfigError, ExperimentConfig, load_config
+from fedfew.engine.simulator import NothingTrainedError, Simulator
+from fedfew.experiment import Experiment, build_experiment, dataset_cache
+from fedfew.results import markdown_table, plot_curves, summarise
+from fedfew.runfolder import RunFolder, RunFolderError, check_output_base, new_run_path
 
 
+class RunInterrupted(Exception):
+    """Ctrl-C (or SIGTERM) stopped a run; it was checkpointed and can be resumed."""
+
+    def __init__(self, folder: Path, round_done: int, rounds: int) -> None:
+        super().__init__(f"interrupted after round {round_done}/{rounds}; resume with: fedfew resume {folder}")
+        self.folder, self.round_done, self.rounds = folder, round_done, rounds
+
+
+def warn(message: str) -> None:
+    print(f"fedfew: warning: {message}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Hold Ctrl-C while a checkpoint is written (a half-written checkpoint is harmless, but a
+    status saying 'interrupted' must follow a whole one); the interrupt is raised right after."""
+    pending: list[int] = []
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
+    except ValueError:  # not the main thread: nothing to defer
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if pending:
+            raise KeyboardInterrupt
+
+
+# -- validation before any work -------------------------------------------------------------------
+def preflight(config: ExperimentConfig, out_base: str | Path | None = None) -> None:
+    """Everything that can be checked before training: the output folder, the data files, the
+    partition, the evaluation tasks and the algorithm's construction. Raises the same clean errors
+    the run itself would, so a batch stops before its first run."""
+    check_output_base(Path(out_base or config.runtime.output_dir))
+    build_experiment(config)
+
+
+def validate_all(configs: list[ExperimentConfig], out_base: str | Path | None = None) -> None:
+    with dataset_cache():
+        for config in configs:
+            preflight(config, out_base)
+
+
+# -- one run --------------------------------------------------------------------------------------
 def run_experiment(config: ExperimentConfig, out_base: str | Path | None = None, progress: bool | None = None,
                    label: str | None = None) -> dict[str, Any]:
-    """Build and run ``config``; write its folder under ``out_base`` (default runtime.output_dir).
+    """Build and run ``config`` in a new run folder under ``out_base`` (default runtime.output_dir).
     Returns the summary with the run's history and folder."""
+    folder = RunFolder(new_run_path(out_base or config.runtime.output_dir, config.name))
+    folder.lock()
+    try:
+        folder.write_config(config)
+        folder.set_status("running", round=0, rounds=config.federation.rounds, name=config.name,
+                          algorithm=config.algorithm.name)
+        return _train(folder, config, progress, label)
+    finally:
+        folder.unlock()
+
+
+def resume_run(path: str | Path, overrides: list[str] | None = None, progress: bool | None = None) -> dict[str, Any]:
+    """Continue a run from its latest checkpoint (or from the start if it never made one) in its own
+    folder. Only ``runtime.*`` values may be overridden: anything else would change what is run."""
+    folder = RunFolder(path)
+    if not (folder.path / "config.yaml").is_file():
+        raise RunFolderError(f"{folder.path} is not a fedfew run folder (no config.yaml)")
+    status = folder.read_status().get("status")
+    if status == "complete":
+        raise RunFolderError(f"run {folder.path} is complete: nothing to resume (`fedfew evaluate` re-scores it)")
+    bad = [o for o in overrides or [] if not o.split("=", 1)[0].strip().startswith("runtime.")]
+    if bad:
+        raise ConfigError(f"fedfew resume takes only runtime.* overrides (the run's config is fixed); got {bad[0]!r}")
+    config = load_config(folder.path / "config.yaml", overrides)
+    folder.lock()
+    try:
+        folder.set_status("running", resumed=folder.read_status().get("round", 0))
+        return _train(folder, config, progress, None, resume=True)
+    finally:
+        folder.unlock()
+
+
+def _train(folder: RunFolder, config: ExperimentConfig, progress: bool | None, label: str | None,
+           resume: bool = False) -> dict[str, Any]:
     show = config.runtime.progress if progress is None else progress
+    rounds = config.federation.rounds
     start = time.perf_counter()
-    experiment = build_experiment(config)
-    simulator = experiment.simulator()
-    bar = None
-    if show:
-        from tqdm.auto import tqdm
+    try:
+        experiment = build_experiment(config)
+    except Exception as err:
+        folder.set_status("failed", error=str(err))
+        raise
+    simulator = experiment.simulator(states_dir=folder.states_dir)
+    if resume and folder.has_checkpoint():
+        folder.load_checkpoint(simulator)
+    folder.rewrite_metrics(simulator.state.history)
+    checkpointed = simulator.state.round
+    bar = _progress_bar(config, label, simulator.state.round) if show else None
+    every = config.runtime.checkpoint_every
 
-        bar = tqdm(total=config.federation.rounds, desc=label or config.algorithm.name, unit="round",
-                   leave=True, dynamic_ncols=True)
+    def on_round(r: int, record: dict[str, Any], sim: Simulator) -> None:
+        nonlocal checkpointed
+        folder.append_metrics(record)
+        if every and (r % every == 0 or r == rounds):
+            with interrupts_deferred():
+                folder.save_checkpoint(sim)
+                checkpointed = r
+        folder.set_status("running", round=r)
+        if record.get("no_training") and sim.algorithm.trains:
+            _write(bar, f"fedfew: warning: round {r}: no client trained (every client asked sat out or failed)")
+        if bar is not None:
+            shown = {k.replace("train_", ""): f"{v:.3f}" for k, v in record.items()
+                     if k in ("train_loss", "train_accuracy", "val_accuracy", "test_accuracy")}
+            bar.set_postfix(shown, refresh=False)
+            bar.update(1)
 
-    def on_round(r: int, record: dict[str, float]) -> None:
-        if bar is None:
-            return
-        shown = {k.replace("train_", ""): f"{v:.3f}" for k, v in record.items()
-                 if k in ("train_loss", "train_accuracy", "val_accuracy", "test_accuracy")}
-        bar.set_postfix(shown, refresh=False)
-        bar.update(1)
-
-    outcome = simulator.run(config.federation.rounds, config.federation.clients_per_round,
-                            config.eval.every, config.eval.track_test, on_round)
-    if bar is not None:
-        bar.close()
-    seconds = time.perf_counter() - start
-    folder = run_folder(out_base or config.runtime.output_dir, config.name)
-    summary = write_run(folder, config, outcome, seconds)
-    summary.update({"history": outcome["history"], "folder": str(folder), "label": label or config.name})
+    try:
+        outcome = simulator.run(rounds, config.federation.clients_per_round, config.eval.every,
+                                config.eval.track_test, on_round)
+    except KeyboardInterrupt:
+        with interrupts_deferred():
+            if every and checkpointed != simulator.state.round:
+                folder.save_checkpoint(simulator)
+            folder.set_status("interrupted", round=simulator.state.round)
+        raise RunInterrupted(folder.path, simulator.state.round, rounds) from None
+    except NothingTrainedError as err:
+        folder.set_status("failed", error=str(err))
+        raise
+    except Exception as err:
+        (folder.path / "error.log").write_text(traceback.format_exc())
+        folder.set_status("failed", error=f"{type(err).__name__}: {err}")
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    folder.save_model(simulator, outcome["selected_round"])
+    seconds = time.perf_counter() - start + (simulator.state.seconds if resume else 0.0)
+    summary = summarise(config, outcome, seconds, experiment.context)
+    if summary.get("at_chance"):
+        warn(f"{config.name}: test accuracy {100 * summary['test']['accuracy']:.2f}% is at chance "
+             f"({100 * summary['chance']:.1f}%): the model learned nothing measurable at this budget")
+    _write_results(folder, config, outcome, summary)
+    folder.set_status("complete", round=rounds, selected_round=outcome["selected_round"])
+    summary.update({"history": outcome["history"], "folder": str(folder.path), "label": label or config.name})
     summary["_simulator"] = simulator
     return summary
 
 
+def _write(bar: Any, line: str) -> None:
+    if bar is not None:
+        bar.write(line, file=sys.stderr)
+    else:
+        print(line, file=sys.stderr, flush=True)
+
+
+def _progress_bar(config: ExperimentConfig, label: str | None, done: int) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(total=config.federation.rounds, initial=done, desc=label or config.algorithm.name, unit="round",
+                leave=True, dynamic_ncols=True)
+
+
+def _write_results(folder: RunFolder, config: ExperimentConfig, outcome: dict[str, Any],
+                   summary: dict[str, Any]) -> None:
+    (folder.path / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (folder.path / "results.md").write_text(f"# {config.name}\n\n" + markdown_table([summary]))
+    plot_curves({config.algorithm.name: outcome["history"]}, folder.path / "accuracy.png", config.name)
+
+
+# -- re-scoring a finished run ------------------------------------------------------------------
+#: What ``fedfew evaluate`` may change: how the trained model is scored, never what was trained.
+EVALUATE_KEYS = ("episodes.", "eval.", "runtime.", "classification.test_fraction", "algorithm.options.test_",
+                 "algorithm.options.deployment")
+
+
+def evaluate_run(path: str | Path, overrides: list[str] | None = None) -> dict[str, Any]:
+    """Score a complete run's saved model(s) on the test data again (with changed evaluation settings,
+    e.g. ``episodes.test_episodes``), without training. Appends the result to
+    ``RUN/evaluations.jsonl`` and returns it."""
+    folder = RunFolder(path)
+    if not (folder.path / "config.yaml").is_file():
+        raise RunFolderError(f"{folder.path} is not a fedfew run folder (no config.yaml)")
+    bad = [o for o in overrides or [] if not o.split("=", 1)[0].strip().startswith(EVALUATE_KEYS)]
+    if bad:
+        raise ConfigError(f"fedfew evaluate changes only how the model is scored ({', '.join(EVALUATE_KEYS)}); "
+                          f"got {bad[0]!r}")
+    config = load_config(folder.path / "config.yaml", overrides)
+    server, client_states, meta = folder.load_model()
+    experiment: Experiment = build_experiment(config)
+    simulator = experiment.simulator()
+    states = {cid: client_states.get(cid) for cid in (c.client_id for c in experiment.clients)}
+    start = time.perf_counter()
+    test = simulator.evaluate(experiment.test, server, states)
+    result = {"round": meta.get("round"), "overrides": list(overrides or []), "test": test,
+              "seconds": round(time.perf_counter() - start, 2)}
+    with open(folder.path / "evaluations.jsonl", "a") as f:
+        f.write(json.dumps(result) + "\n")
+    return result
+
+
+# -- several runs ---------------------------------------------------------------------------------
 def parse_grid(items: list[str]) -> list[tuple[str, list[Any]]]:
     """``key=v1,v2`` items -> [(key, [v1, v2])], values parsed as YAML."""
     grid = []
     for item in items:
         if "=" not in item:
-            raise ValueError(f"--grid {item!r} must look like key=v1,v2,...")
+            raise ConfigError(f"--grid {item!r} must look like key=v1,v2,...")
         key, values = item.split("=", 1)
-        grid.append((key.strip(), [yaml.safe_load(v) for v in values.split(",")]))
+        try:
+            grid.append((key.strip(), [yaml.safe_load(v) for v in values.split(",")]))
+        except yaml.YAMLError:
+            raise ConfigError(f"--grid {key.strip()}: values {values!r} are not valid YAML") from None
     return grid
 
 
-def sweep(config_path: str | Path | dict[str, Any], grid: list[tuple[str, list[Any]]], overrides: list[str],
-          out_base: str | Path, progress: bool = True) -> list[dict[str, Any]]:
-    """Run every combination of the grid; write a combined table and plot under ``out_base``."""
-    summaries = []
+def sweep_configs(config_path: str | Path | dict[str, Any], grid: list[tuple[str, list[Any]]],
+                  overrides: list[str]) -> list[tuple[str, ExperimentConfig]]:
+    """(label, config) for every point of the grid, all validated."""
     keys = [k for k, _ in grid]
+    points = []
     for combo in itertools.product(*[v for _, v in grid]):
         assignments = [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip().removesuffix('...').strip()}"
                        for k, v in zip(keys, combo)]
         label = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in zip(keys, combo))
-        config = load_config(config_path, overrides + assignments)
-        summaries.append(run_experiment(config, Path(out_base) / "runs", progress, label=label))
+        points.append((label, load_config(config_path, overrides + assignments)))
+    return points
+
+
+def sweep(config_path: str | Path | dict[str, Any], grid: list[tuple[str, list[Any]]], overrides: list[str],
+          out_base: str | Path, progress: bool = True) -> list[dict[str, Any]]:
+    """Run every combination of the grid (each validated first); write a combined table and plot
+    under ``out_base``."""
+    points = sweep_configs(config_path, grid, overrides)
+    validate_all([c for _, c in points], Path(out_base) / "runs")
+    summaries = []
+    with dataset_cache():
+        for label, config in points:
+            summaries.append(run_experiment(config, Path(out_base) / "runs", progress, label=label))
     write_comparison(summaries, Path(out_base), "sweep")
     return summaries
 
 
 def write_comparison(summaries: list[dict[str, Any]], folder: Path, title: str) -> str:
+    check_output_base(folder)
     folder.mkdir(parents=True, exist_ok=True)
     table = markdown_table(summaries, label_key="label")
     (folder / "results.md").write_text(f"# {title}\n\n{table}")
     plot_curves({s["label"]: s["history"] for s in summaries}, folder / "accuracy.png", title)
-    import json
-
     with (folder / "summaries.jsonl").open("w") as f:
         for s in summaries:
             f.write(json.dumps({k: v for k, v in s.items() if k not in ("history", "_simulator")}) + "\n")

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 from torch import nn
 
 from fedfew.data.dataset import LabelledDataset
@@ -48,12 +49,12 @@ def make_optimizer(name: str, params: Any, lr: float, momentum: float = 0.0, wei
 class TrainOptions(Options):
     """Minibatch training on a client's samples (FedAvg, FedProx, FML, AdFL)."""
 
-    local_epochs: int = 1
-    batch_size: int = 32
+    local_epochs: int = Field(1, ge=1)
+    batch_size: int = Field(32, ge=1)
     optimizer: Literal["sgd", "adam"] = "sgd"
-    lr: float = 0.01
-    momentum: float = 0.0
-    weight_decay: float = 0.0
+    lr: float = Field(0.01, gt=0)
+    momentum: float = Field(0.0, ge=0)
+    weight_decay: float = Field(0.0, ge=0)
 
 
 def minibatches(n: int, batch_size: int, generator: torch.Generator) -> list[torch.Tensor]:

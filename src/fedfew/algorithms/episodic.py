@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import torch
+from pydantic import Field
 
 from fedfew.algorithms.common import evaluate_episodes, local_sampler, make_optimizer
 from fedfew.engine.aggregation import weighted_average, weights_for
@@ -24,19 +25,19 @@ from fedfew.seeding import seed_torch_init
 
 
 class EpisodicOptions(Options):
-    local_steps: int = 5
-    meta_batch: int = 1
+    local_steps: int = Field(5, ge=1)
+    meta_batch: int = Field(1, ge=1)
     optimizer: Literal["adam", "sgd"] = "adam"
-    lr: float = 1e-3
-    weight_decay: float = 0.0
+    lr: float = Field(1e-3, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
     aggregation: Literal["episodes", "samples", "uniform"] = "episodes"
-    mu: float = 0.0
+    mu: float = Field(0.0, ge=0)
 
 
 class MAMLOptions(EpisodicOptions):
-    inner_lr: float = 0.01
-    inner_steps: int = 1
-    test_inner_steps: int = 10
+    inner_lr: float = Field(0.01, gt=0)
+    inner_steps: int = Field(1, ge=1)
+    test_inner_steps: int = Field(10, ge=0)
     first_order: bool = False
 
 
@@ -76,7 +77,7 @@ class EpisodicFedAvg(Algorithm):
         opts = self.options
         sampler = local_sampler(data.train, self.context.episode)
         if sampler is None:  # too little data for any episode: sit this round out
-            return ClientResult(upload={}, state=state, metrics={}, num_samples=data.num_samples)
+            return ClientResult.sat_out(state, data.num_samples)
         model = load_state_(self.model, payload["model"])
         model.train()
         anchor = {k: v.clone() for k, v in payload["model"].items()} if opts.mu > 0 else None

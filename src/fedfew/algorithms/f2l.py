@@ -420,7 +420,7 @@ class F2L(Algorithm):
         o = self.options
         sampler = local_sampler(data.train, self.train_shape)
         if sampler is None:  # too little data for any task: sit this round out, psi unchanged
-            return ClientResult(upload={}, state=state, metrics={}, num_samples=data.num_samples)
+            return ClientResult.sat_out(state, data.num_samples)
         seed_torch_init(generator)  # dropout reads torch's global RNG: seed it from this update's generator
         server = load_state_(self.server_model, payload["server"])
         client = load_state_(self.client_model, state["client"] if o.decoupled else payload["client"])

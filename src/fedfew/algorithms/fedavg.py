@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import torch
+from pydantic import Field
 
 from fedfew.algorithms.common import TrainOptions, evaluate_model, label_map, train_epochs
 from fedfew.engine.aggregation import weighted_average, weights_for
@@ -24,12 +25,12 @@ from fedfew.seeding import seed_torch_init
 
 
 class FedAvgOptions(TrainOptions):
-    mu: float = 0.0
+    mu: float = Field(0.0, ge=0)
     aggregation: Literal["samples", "uniform"] = "samples"
 
 
 class FedProxOptions(FedAvgOptions):
-    mu: float = 0.01
+    mu: float = Field(0.01, ge=0)
 
 
 @register("fedavg", help="FedAvg: local minibatch SGD, sample-weighted model averaging")

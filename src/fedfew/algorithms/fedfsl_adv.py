@@ -171,7 +171,7 @@ class FedFSLMIAdv(FedFSLMI):
         opts = self.options
         sampler = local_sampler(data.train, self.context.episode)
         if sampler is None:  # too little data for any episode: sit this round out
-            return ClientResult(upload={}, state=state, metrics={}, num_samples=data.num_samples)
+            return ClientResult.sat_out(state, data.num_samples)
         model = load_state_(self.model, payload["model"]).train()
         load_state_(self.reference_model, self.reference_state(payload)).train()
         self.init_second_classifier(generator)

@@ -187,7 +187,7 @@ class FMLOptions(TrainOptions):
     """FML's options: the minibatch training options (momentum 0.9 and lr 0.01 as in the paper) and
     the DML weights, the private architectures and the newcomers."""
 
-    momentum: float = 0.9
+    momentum: float = Field(0.9, ge=0)
     alpha: float = Field(0.5, ge=0.0, le=1.0)
     beta: float = Field(0.5, ge=0.0, le=1.0)
     dynamic: DynamicWeights | None = None
@@ -238,6 +238,12 @@ class FML(Algorithm):
         if context.task != "classification":
             raise ValueError("fml is a classification method: set task: classification in the config")
         self.options: FMLOptions = options
+        chosen = options.local_models
+        if isinstance(chosen, list) and len(chosen) < context.num_clients:
+            raise ValueError(
+                f"fml: local_models lists {len(chosen)} models but client {len(chosen)} exists "
+                f"({context.num_clients} clients); give one per client or use a mapping {{client: model}}"
+            )
         self.model = self.new_global_model()  # workspace for memes and the global model
         self._local_workspaces: dict[str, FewShotModel] = {}
 
@@ -300,7 +306,7 @@ class FML(Algorithm):
     def client_update(self, payload: dict[str, Any], state: dict[str, Any], data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         if data.client_id in self.options.newcomers:
-            return ClientResult(upload={}, state=state, num_samples=0)
+            return ClientResult.sat_out(state)
         meme = load_state_(self.model, payload["model"])
         local = load_state_(self.local_workspace(state["architecture"]), state["model"])
         metrics = deep_mutual_learning(local, meme, data.train, payload["alpha"], payload["beta"],

@@ -81,6 +81,7 @@ from fedfew.engine.aggregation import weighted_average, weights_for
 from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, Context, EvalData, Options, register
 from fedfew.engine.simulator import RoundOutcome, run_round
 from fedfew.engine.state import StateDict, get_state, load_state_
+from fedfew.engine.tasks import DATA_VIEWS
 from fedfew.models.base import FewShotModel
 from fedfew.seeding import seed_torch_init, torch_generator
 
@@ -297,6 +298,69 @@ class PrototypeFL(DeploymentAlgorithm):
         return logits
 
 
+# -- the episode's pieces that run on the clients ---------------------------------------------------
+@DATA_VIEWS.register("frl-split", help="FRL: a client's support or query half of its data for one episode")
+def frl_split(data: ClientData, *, seed: int, round_key: str, episode: str, fraction: float, half: str,
+              classes: list[int] | None = None) -> ClientData:
+    """Step 2 of an episode: each class of the client's data split into support and query with the
+    client's generator for the episode; labels stay global class ids, or become indices of
+    ``classes`` (the linear variant's head). The query half carries the support half as ``val``."""
+    local = data.train
+    s, q = split_support_query(local.labels, fraction, torch_generator(seed, "frl-support-query", episode,
+                                                                        data.client_id))
+    if classes is None:
+        support, query = local.subset(s), local.subset(q)
+    else:
+        order = torch.as_tensor(classes, dtype=torch.long)
+        support, query = relabelled(local, s, order), relabelled(local, q, order)
+    if half == "support":
+        return ClientData(data.client_id, support)
+    if half == "query":
+        return ClientData(data.client_id, query, val=support)
+    raise ValueError(f"frl-split: half must be 'support' or 'query', not {half!r}")
+
+
+class EpisodeRound(Algorithm):
+    """A round of an episode's inner FL: the inner algorithm, whose clients also remember, in round 0,
+    the encoder phi^t they downloaded (the private state the meta-update starts from)."""
+
+    def __init__(self, inner: DeploymentAlgorithm, phi_keys: list[str], keep_initial: bool) -> None:
+        super().__init__(inner.options, inner.context)
+        self.inner, self.phi_keys, self.keep_initial = inner, phi_keys, keep_initial
+
+    def broadcast(self, server: dict[str, Any], client_id: int) -> dict[str, Any]:
+        return self.inner.broadcast(server, client_id)
+
+    def client_update(self, payload: dict[str, Any], state: Any, data: ClientData,
+                      generator: torch.Generator) -> ClientResult:
+        result = self.inner.client_update(payload, None, data, generator)
+        if self.keep_initial:
+            state = {"initial": {k: payload["model"][k] for k in self.phi_keys}}
+        result.state = state
+        return result
+
+    def aggregate(self, server: dict[str, Any], results: dict[int, ClientResult],
+                  generator: torch.Generator) -> dict[str, Any]:
+        return self.inner.aggregate(server, results, generator)
+
+
+class ReportClasses(Algorithm):
+    """The linear variant's first exchange of an episode: each participant reports the classes it
+    holds, and the server takes their union (the width of the episode's head)."""
+
+    def broadcast(self, server: dict[str, Any], client_id: int) -> dict[str, Any]:
+        return {}
+
+    def client_update(self, payload: dict[str, Any], state: Any, data: ClientData,
+                      generator: torch.Generator) -> ClientResult:
+        return ClientResult(upload={"classes": torch.unique(data.train.labels)}, state=state,
+                            num_samples=data.num_samples)
+
+    def aggregate(self, server: dict[str, Any], results: dict[int, ClientResult],
+                  generator: torch.Generator) -> dict[str, Any]:
+        return {"classes": torch.unique(torch.cat([r.upload["classes"] for r in results.values()]))}
+
+
 # -- the outer algorithm: T meta-training episodes -----------------------------------------------
 @register("frl", help="FRL: meta-train an initial model for R-round FL (prototype loss + GPAL, Alg. 1)")
 class FRL(Algorithm):
@@ -317,28 +381,40 @@ class FRL(Algorithm):
         seed_torch_init(generator)
         return {"model": get_state(self.context.make_model(None))}
 
+    def client_part(self, name: str, **args: Any) -> Algorithm:
+        """"inner": the inner FL of an episode (``classes``: the linear head's width; ``keep_initial``:
+        round 0, whose clients keep the phi^t they download); "classes": the linear variant's
+        question to the participants of which classes they hold."""
+        if name == "inner":
+            return EpisodeRound(self.inner_algorithm(int(args.get("classes", 0))), list(self.model.state_dict()),
+                                bool(args.get("keep_initial", False)))
+        if name == "classes":
+            return ReportClasses(self.options, self.context)
+        return super().client_part(name, **args)
+
     # -- one episode ------------------------------------------------------------------------
-    def play_round(self, server: dict[str, Any], clients: Any, client_states: dict[int, Any],
-                   selected: Any, seed: int, round_key: int | str) -> RoundOutcome:
+    def play_round(self, server: dict[str, Any], engine: Any, selected: Any, round_index: int) -> RoundOutcome:
         opts = self.options
         phi: StateDict = server["model"]
-        episode_classes = torch.unique(torch.cat([clients[c].train.labels for c in selected]))
-        supports: dict[int, ClientData] = {}
-        queries: dict[int, ClientData] = {}
-        for cid in selected:
-            local = clients[cid].train
-            s, q = split_support_query(local.labels, opts.support_fraction,
-                                       torch_generator(seed, "frl-support-query", round_key, cid))
-            support, query = relabelled(local, s, episode_classes), relabelled(local, q, episode_classes)
-            supports[cid] = ClientData(cid, support)
-            queries[cid] = ClientData(cid, query, val=support)
-        inner = self.inner_algorithm(len(episode_classes))
-        inner_server = inner.start(phi, len(episode_classes), torch_generator(seed, "frl-episode", round_key))
-        inner_states: dict[int, Any] = {}
+        episode = str(round_index)
+        namespace = f"frl/{episode}"  # the participants' memory of this episode (phi^t), dropped after it
         down = up = 0
+        classes: list[int] | None = None
+        if opts.classifier == "linear":  # the head spans the classes the participants hold: ask them
+            asked = run_round(engine, self, {}, selected, round_index, f"{episode}/classes", part="classes")
+            down, up = asked.bytes_down, asked.bytes_up
+            classes = [int(c) for c in asked.server.get("classes", [])]
+            if not classes:  # nobody answered: the episode cannot start
+                return RoundOutcome(server, {}, down, up, asked.asked, asked.failed, asked.late)
+        num_classes = len(classes) if classes is not None else 0
+        split = {"episode": episode, "fraction": opts.support_fraction, "classes": classes}
+        inner = self.inner_algorithm(num_classes)
+        inner_server = inner.start(phi, num_classes, torch_generator(engine.seed, "frl-episode", episode))
         inner_metrics: dict[str, float] = {}
         for r in range(opts.rounds):  # lines 6-14: R rounds of FL on the support sets
-            outcome = run_round(inner, inner_server, supports, inner_states, selected, seed, f"{round_key}/r{r}")
+            outcome = run_round(engine, self, inner_server, selected, round_index, f"{episode}/r{r}",
+                                part="inner", part_args={"classes": num_classes, "keep_initial": r == 0},
+                                view="frl-split", view_args={**split, "half": "support"}, namespace=namespace)
             inner_server = outcome.server
             down, up = down + outcome.bytes_down, up + outcome.bytes_up
             for k in ("loss", "gpal_loss"):
@@ -346,13 +422,13 @@ class FRL(Algorithm):
                 if values:
                     inner_metrics[f"round{r}_{k}"] = sum(values) / len(values)
         meta_server = {"model": phi, "adapted": inner_server["model"], "prototypes": inner_server.get("prototypes")}
-        # Each participant kept the phi^t it downloaded in round 0 (its private state).
-        meta_states: dict[int, Any] = {cid: {"initial": phi} for cid in selected}
-        outcome = run_round(self, meta_server, queries, meta_states, selected, seed, f"{round_key}/meta")
+        # Each participant reads the phi^t it kept in round 0 from its private state (namespace).
+        outcome = run_round(engine, self, meta_server, selected, round_index, f"{episode}/meta",
+                            view="frl-split", view_args={**split, "half": "query"}, namespace=namespace)
         for res in outcome.results.values():
             res.metrics.update(inner_metrics)
-        return RoundOutcome({"model": outcome.server["model"]}, outcome.results,
-                            down + outcome.bytes_down, up + outcome.bytes_up)
+        return RoundOutcome({"model": outcome.server["model"]}, outcome.results, down + outcome.bytes_down,
+                            up + outcome.bytes_up, outcome.asked, outcome.failed, outcome.late)
 
     # -- the meta-update round (lines 15-20) -------------------------------------------------
     def broadcast(self, server: dict[str, Any], client_id: int) -> dict[str, Any]:
@@ -397,10 +473,12 @@ class FRL(Algorithm):
         """phi_k = phi^t - beta (grad L_Q(theta^R) + weight_decay phi^t) (line 19); with
         ``extra_query_steps``, further SGD steps on the remaining query minibatches (authors' code)."""
         opts = self.options
+        if state is None:  # missed round 0 of the episode (a fault): it holds no phi^t to update
+            return ClientResult.sat_out(None)
         phi: StateDict = state["initial"]
         query, support = data.train, data.val
         if len(query) == 0:  # every class had a single sample, all in support: nothing to meta-learn from
-            return ClientResult(upload={}, state=None, metrics={}, num_samples=0)
+            return ClientResult.sat_out(state)
         model = self.adapted_model(payload["model"])
         model.train()
         global_prototypes = payload.get("prototypes")
@@ -423,7 +501,7 @@ class FRL(Algorithm):
                 extra.backward()
                 optimizer.step()
             updated = get_state(model)
-        return ClientResult(upload={"model": updated}, state=None, metrics=metrics,
+        return ClientResult(upload={"model": updated}, state=state, metrics=metrics,
                             num_samples=len(query) + (len(support) if support is not None else 0))
 
     def aggregate(self, server: dict[str, Any], results: dict[int, ClientResult],

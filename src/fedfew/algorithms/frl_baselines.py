@@ -79,6 +79,8 @@ class FRLScratch(Algorithm):
     """No preparation: one simulator round that exchanges nothing, then deployment from the random
     initialisation."""
 
+    trains = False  # all its learning happens at deployment
+
     Options = DeployFedAvgOptions
 
     def __init__(self, options: DeployFedAvgOptions, context: Context) -> None:
@@ -89,8 +91,7 @@ class FRLScratch(Algorithm):
         seed_torch_init(generator)
         return {"model": get_state(self.context.make_model(None))}
 
-    def play_round(self, server: dict[str, Any], clients: Any, client_states: dict[int, Any], selected: Any,
-                   seed: int, round_key: int | str) -> RoundOutcome:
+    def play_round(self, server: dict[str, Any], engine: Any, selected: Any, round_index: int) -> RoundOutcome:
         return RoundOutcome(server, {}, 0, 0)
 
     def evaluate(self, server: dict[str, Any], client_states: dict[int, Any], clients: list[ClientData],

@@ -50,7 +50,7 @@ class Local(EpisodicFedAvg):
         result = super().client_update({"model": state["model"]}, state, data, generator)
         new_state = {"model": result.upload["model"]} if "model" in result.upload else state
         return ClientResult(upload={}, state=new_state, metrics=result.metrics,
-                            num_samples=result.num_samples, num_episodes=result.num_episodes)
+                            num_samples=result.num_samples, num_episodes=result.num_episodes, skipped=result.skipped)
 
     def aggregate(self, server: dict[str, Any], results: dict[int, ClientResult],
                   generator: torch.Generator) -> dict[str, Any]:

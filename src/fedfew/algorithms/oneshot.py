@@ -47,7 +47,7 @@ class OneShotOptions(TrainOptions):
 
     local_epochs: int = Field(15, ge=1)
     optimizer: Literal["sgd", "adam"] = "adam"
-    lr: float = 1e-3
+    lr: float = Field(1e-3, gt=0)
     selection: Literal["all", "random", "cv", "data_size"] = "random"
     combine: Literal["ensemble", "vote", "average"] = "ensemble"
     #: n, the number of ensemble members (AdFL: 5, 10% of 50 clients).

@@ -5,13 +5,12 @@
 * CIFAR-100 and FC100: ``root/cifar-100-python/train``, ``test`` and ``meta`` (the unpacked
   ``cifar-100-python.tar.gz``).
 
-The batches are pickles, loaded with ``pickle.load(f, encoding="bytes")``: only load files from the
+The batches are pickles, loaded with ``load_data_pickle(f, encoding="bytes")``: only load files from the
 official source (unpickling can run code).
 """
 
 from __future__ import annotations
 
-import pickle
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import torch
 from fedfew.data.dataset import DataError, DataNotFoundError, LabelledDataset
 from fedfew.data.omniglot import random_class_split
 from fedfew.data.registry import DATASETS
+from fedfew.data.safe_pickle import load_data_pickle
 
 CIFAR10_HOW = (
     "Download https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz (from "
@@ -45,7 +45,7 @@ def unpickle(path: Path, dataset: str, how: str) -> dict[bytes, Any]:
         raise DataNotFoundError(path, dataset, how)
     try:
         with open(path, "rb") as f:
-            content = pickle.load(f, encoding="bytes")
+            content = load_data_pickle(f, encoding="bytes")
     except Exception as err:  # unpickling can fail in many ways; all mean a corrupt file
         raise DataError(f"{dataset}: cannot unpickle {path} ({type(err).__name__}: {err})") from err
     if not isinstance(content, dict):

@@ -13,7 +13,6 @@ Two layouts are read from ``root/miniimagenet/``:
 from __future__ import annotations
 
 import csv
-import pickle
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ import torch
 from fedfew.data.dataset import DataError, DataNotFoundError, LabelledDataset
 from fedfew.data.omniglot import require_pillow, to_float_images
 from fedfew.data.registry import DATASETS
+from fedfew.data.safe_pickle import load_data_pickle
 
 FILES = ("train", "val", "test")
 SPLIT_OF = {"train": "base", "val": "val", "test": "novel"}
@@ -40,7 +40,7 @@ def _read_pickle(path: Path, how: str) -> tuple[np.ndarray, dict[str, list[int]]
         raise DataNotFoundError(path, "miniimagenet", how)
     try:
         with open(path, "rb") as f:
-            content: Any = pickle.load(f, encoding="latin1")
+            content: Any = load_data_pickle(f, encoding="latin1")
     except Exception as err:  # unpickling can fail in many ways; all mean a corrupt file
         raise DataError(f"miniimagenet: cannot unpickle {path} ({type(err).__name__}: {err})") from err
     if isinstance(content, dict):

@@ -106,6 +106,8 @@ def to_float_images(
 
 def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """Images [n, H, W] bool and per-image character labels [n] from one npz file."""
+    if not zipfile.is_zipfile(path):  # np.load would try it as a pickle and complain about allow_pickle
+        raise DataError(f"omniglot: {path} is not a numpy .npz archive (not a zip file: corrupt or truncated?)")
     try:
         with np.load(path, allow_pickle=False) as archive:
             missing = [k for k in ("images", "labels") if k not in archive.files]

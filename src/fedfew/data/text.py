@@ -482,6 +482,8 @@ def read_json_lines(path: Path, dataset: str, how: str, num_classes: int) -> tup
                 labels.append(label)
     except (OSError, UnicodeDecodeError) as err:
         raise DataError(f"{dataset}: cannot read {path} ({err})") from err
+    if not texts:
+        raise DataError(f"{dataset}: {path} holds no records (an empty file?); expected one JSON object per line")
     return texts, labels
 
 

@@ -53,6 +53,7 @@ class Context:
     episode: EpisodeShape = field(default_factory=EpisodeShape)
     task: str = "fewshot"  # "fewshot" (meta-test on novel-class episodes) or "classification"
     extras: dict[str, Any] = field(default_factory=dict)
+    num_clients: int = 0  # how many clients the federation has (0: not known)
 
 
 @dataclass
@@ -78,6 +79,13 @@ class ClientResult:
     metrics: dict[str, float] = field(default_factory=dict)
     num_samples: int = 0
     num_episodes: int = 0
+    #: True when the client could not train this round (too little data for a task) and sat it out.
+    skipped: bool = False
+
+    @classmethod
+    def sat_out(cls, state: Any, num_samples: int = 0) -> ClientResult:
+        """A client that had nothing to train on this round: no upload, its state unchanged."""
+        return cls(upload={}, state=state, metrics={}, num_samples=num_samples, skipped=True)
 
 
 @dataclass
@@ -98,6 +106,9 @@ class Algorithm:
     Options: ClassVar[type[Options]] = Options
     #: True when the method produces per-client models (metrics are averaged over clients).
     personalised: ClassVar[bool] = False
+    #: False for a method whose rounds train nothing by design (FRL's from-scratch baseline learns at
+    #: deployment only); otherwise a run in which no client ever trained is an error, not a result.
+    trains: ClassVar[bool] = True
 
     def __init__(self, options: Options, context: Context) -> None:
         self.options = options
@@ -135,20 +146,18 @@ class Algorithm:
         raise NotImplementedError
 
     # -- a round made of nested rounds ---------------------------------------------------------
-    def play_round(
-        self,
-        server: Any,
-        clients: Sequence[ClientData],
-        client_states: dict[int, Any],
-        selected: Sequence[int],
-        seed: int,
-        round_key: int | str,
-    ) -> Any:
+    def play_round(self, server: Any, engine: Any, selected: Sequence[int], round_index: int) -> Any:
         """One simulator round done otherwise than one broadcast / update / aggregate: return a
         :class:`fedfew.engine.simulator.RoundOutcome` whose byte counts cover every exchange inside it
-        (FRL: R nested rounds of FL and a meta-update, each a :func:`run_round`), or ``None``, the
-        default, for the standard :func:`fedfew.engine.simulator.run_round`."""
+        (FRL: R nested rounds of FL and a meta-update, each a :func:`~fedfew.engine.simulator.run_round`
+        on ``engine``), or ``None``, the default, for the standard round."""
         return None
+
+    def client_part(self, name: str, **args: Any) -> Algorithm:
+        """The algorithm object that runs client tasks of part ``name`` (see
+        :class:`fedfew.engine.tasks.ClientTask`): FRL's inner FL, for example. Only algorithms that
+        nest rounds have parts; the client side rebuilds a part from its name and JSON arguments."""
+        raise KeyError(f"{self.name} has no client part {name!r}")
 
 
 ALGORITHMS: Registry[type[Algorithm]] = Registry("algorithm")

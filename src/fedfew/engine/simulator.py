@@ -1,23 +1,33 @@
-"""The in-process simulator: rounds of broadcast, client updates and aggregation.
+"""Rounds of broadcast, client updates and aggregation, on any engine.
 
 :func:`run_round` is the building block (FRL nests R of them inside each meta-training episode);
 :class:`Simulator` adds seeded client sampling drawn once, communication accounting, evaluation on
-validation classes with best-round selection, and a final test.
+validation classes with best-round selection, and a final test. Everything a run needs to continue is
+in :class:`RunState` plus the client states: a run stopped after any round and continued from them
+gives the same numbers as one never stopped.
 """
 
 from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
 from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, EvalData
+from fedfew.engine.engines import Engine, Faults, InProcessEngine
 from fedfew.engine.state import payload_bytes
-from fedfew.seeding import numpy_generator, torch_generator
+from fedfew.engine.store import ClientStates, Entry
+from fedfew.engine.tasks import MAIN, ClientTask, resolve_part
+from fedfew.seeding import derive_seed, numpy_generator, torch_generator
+
+
+class NothingTrainedError(RuntimeError):
+    """No client trained in any round: the run has nothing to report."""
 
 
 @dataclass
@@ -38,33 +48,63 @@ class RoundOutcome:
     results: dict[int, ClientResult]
     bytes_down: int
     bytes_up: int
+    asked: list[int] = field(default_factory=list)
+    failed: list[int] = field(default_factory=list)
+    late: list[int] = field(default_factory=list)
+
+    @property
+    def replied(self) -> list[int]:
+        return sorted(self.results)
+
+    @property
+    def trained(self) -> list[int]:
+        return sorted(c for c, r in self.results.items() if not r.skipped)
 
 
 def run_round(
+    engine: Engine,
     algorithm: Algorithm,
     server: Any,
-    clients: Sequence[ClientData],
-    client_states: dict[int, Any],
     selected: Sequence[int],
-    seed: int,
+    round_index: int,
     round_key: int | str,
+    *,
+    part: str = "",
+    part_args: dict[str, Any] | None = None,
+    view: str = "",
+    view_args: dict[str, Any] | None = None,
+    namespace: str = MAIN,
 ) -> RoundOutcome:
-    """One round: each selected client gets its payload, updates with its own generator (derived
-    from seed, round and client id, so order does not matter), and the server aggregates.
-    ``client_states`` is updated in place with each client's new private state."""
-    results: dict[int, ClientResult] = {}
-    down = up = 0
-    for cid in selected:
-        payload = algorithm.broadcast(server, cid)
-        down += payload_bytes(payload)
-        result = algorithm.client_update(
-            payload, client_states.get(cid), clients[cid], torch_generator(seed, "client", round_key, cid)
-        )
-        up += payload_bytes(result.upload)
-        client_states[cid] = result.state
-        results[cid] = result
-    server = algorithm.aggregate(server, results, torch_generator(seed, "aggregate", round_key))
-    return RoundOutcome(server, results, down, up)
+    """One round: each selected client gets its payload and updates with its own generator (derived
+    from seed, round key and client id, so order does not matter) on ``engine``; the server
+    aggregates the replies that arrived (none: the server state stays). ``part`` and ``view`` name
+    the part of ``algorithm`` and the view of the clients' data the round runs (FRL's inner rounds)."""
+    task = ClientTask(round_index, str(round_key), part, dict(part_args or {}), view, dict(view_args or {}),
+                      namespace)
+    actor = resolve_part(algorithm, task)
+    payloads = {cid: actor.broadcast(server, cid) for cid in sorted(selected)}
+    down = sum(payload_bytes(p) for p in payloads.values())
+    replies = engine.execute(task, payloads)
+    up = replies.bytes_up
+    if up is None:
+        up = sum(payload_bytes(r.upload) for r in replies.results.values())
+    if replies.results:
+        torch.manual_seed(derive_seed(engine.seed, "aggregate-global", task.round_key))
+        server = actor.aggregate(server, replies.results, torch_generator(engine.seed, "aggregate", task.round_key))
+    return RoundOutcome(server, replies.results, down, up, sorted(payloads), replies.failed, replies.late)
+
+
+def simulate_round(algorithm: Algorithm, server: Any, clients: Sequence[ClientData] | Mapping[int, ClientData],
+                   client_states: dict[int, Any], selected: Sequence[int], seed: int,
+                   round_key: int | str) -> RoundOutcome:
+    """One round in this process on plain data (a library and test convenience): ``clients`` indexed
+    by client id, ``client_states`` a dict updated in place with the selected clients' new states."""
+    engine = InProcessEngine(algorithm, clients, seed)
+    engine.state_of = lambda namespace, cid: client_states.get(cid)  # type: ignore[method-assign]
+    outcome = run_round(engine, algorithm, server, selected, 0, round_key)
+    client_states.update(engine._staged)
+    engine.discard_round()
+    return outcome
 
 
 def client_schedule(num_clients: int, per_round: int | float, rounds: int, seed: int) -> list[list[int]]:
@@ -80,11 +120,35 @@ def client_schedule(num_clients: int, per_round: int | float, rounds: int, seed:
     return [sorted(rng.choice(num_clients, count, replace=False).tolist()) for _ in range(rounds)]
 
 
-ProgressHook = Callable[[int, dict[str, float]], None]
+@dataclass
+class Best:
+    """The best round so far by validation accuracy, with its server and client states."""
+
+    accuracy: float
+    round: int
+    server: Any
+    states: dict[int, Entry]
+
+
+@dataclass
+class RunState:
+    """Everything a run needs to continue after round ``round`` (besides the client states)."""
+
+    round: int
+    server: Any
+    history: list[dict[str, Any]] = field(default_factory=list)
+    comm: CommLog = field(default_factory=CommLog)
+    best: Best | None = None
+    last_test: dict[str, float] | None = None
+    seconds: float = 0.0
+
+
+RoundHook = Callable[[int, dict[str, Any], "Simulator"], None]
 
 
 class Simulator:
-    """Runs ``algorithm`` over ``clients`` for a number of rounds."""
+    """Runs ``algorithm`` over ``clients`` for a number of rounds on ``engine`` (default: in this
+    process)."""
 
     def __init__(
         self,
@@ -93,24 +157,53 @@ class Simulator:
         seed: int,
         val: EvalData | None = None,
         test: EvalData | None = None,
+        faults: Faults | None = None,
+        states: ClientStates | None = None,
+        engine: Engine | None = None,
     ) -> None:
         self.algorithm, self.clients, self.seed = algorithm, clients, seed
         self.val, self.test = val, test
-        self.comm = CommLog()
-        self.server = algorithm.init_server(torch_generator(seed, "server-init"))
-        self.client_states: dict[int, Any] = {
-            c.client_id: algorithm.init_client_state(c, torch_generator(seed, "client-init", c.client_id))
-            for c in clients
-        }
+        by_id = {c.client_id: c for c in clients}
 
-    def evaluate(self, data: EvalData, server: Any = None, client_states: dict[int, Any] | None = None) -> dict[str, float]:
+        def init_state(cid: int) -> Any:
+            return algorithm.init_client_state(by_id[cid], torch_generator(seed, "client-init", cid))
+
+        self.states = states if states is not None else ClientStates([c.client_id for c in clients], init_state)
+        self.engine = engine if engine is not None else InProcessEngine(algorithm, by_id, seed, self.states, faults)
+        self.state = RunState(0, algorithm.init_server(torch_generator(seed, "server-init")))
+
+    # -- compatibility views ------------------------------------------------------------------
+    @property
+    def server(self) -> Any:
+        return self.state.server
+
+    @server.setter
+    def server(self, value: Any) -> None:
+        self.state.server = value
+
+    @property
+    def comm(self) -> CommLog:
+        return self.state.comm
+
+    @property
+    def client_states(self) -> Mapping[int, Any]:
+        return self.states
+
+    def evaluate(self, data: EvalData, server: Any = None, client_states: Mapping[int, Any] | None = None) -> dict[str, float]:
+        torch.manual_seed(derive_seed(self.seed, "evaluate-global", data.split))
         return self.algorithm.evaluate(
-            self.server if server is None else server,
-            self.client_states if client_states is None else client_states,
+            self.state.server if server is None else server,
+            self.states if client_states is None else client_states,  # type: ignore[arg-type]
             self.clients,
             data,
             torch_generator(self.seed, "evaluate", data.split),
         )
+
+    def play(self, selected: Sequence[int], round_index: int) -> RoundOutcome:
+        outcome = self.algorithm.play_round(self.state.server, self.engine, selected, round_index)
+        if outcome is None:  # the standard round (every algorithm but those that nest rounds)
+            outcome = run_round(self.engine, self.algorithm, self.state.server, selected, round_index, round_index)
+        return outcome
 
     def run(
         self,
@@ -118,51 +211,71 @@ class Simulator:
         clients_per_round: int | float,
         eval_every: int = 1,
         track_test: bool = False,
-        on_round: ProgressHook | None = None,
+        on_round: RoundHook | None = None,
     ) -> dict[str, Any]:
-        """Train for ``rounds``; returns the per-round history, the selected round and final test
-        metrics. With validation data the best round by validation accuracy is kept (never chosen on
-        test); without it, the last round is."""
+        """Train until ``rounds`` rounds are done (continuing from ``self.state``); returns the
+        per-round history, the selected round and final test metrics. With validation data the best
+        round by validation accuracy is kept (never chosen on test); without it, the last round is.
+        An exception inside a round (an interrupt) leaves ``self.state`` and the client states as
+        they were after the last finished round."""
         schedule = client_schedule(len(self.clients), clients_per_round, rounds, self.seed)
-        history: list[dict[str, float]] = []
-        best: tuple[float, int, Any, Any] | None = None
-        last_test: dict[str, float] | None = None
-        start = time.perf_counter()
-        for r, selected in enumerate(schedule):
-            outcome = self.algorithm.play_round(self.server, self.clients, self.client_states, selected, self.seed, r)
-            if outcome is None:  # the standard round (every algorithm but those that nest rounds)
-                outcome = run_round(self.algorithm, self.server, self.clients, self.client_states, selected, self.seed, r)
-            self.server = outcome.server
-            self.comm.down.append(outcome.bytes_down)
-            self.comm.up.append(outcome.bytes_up)
-            record: dict[str, float] = {"round": r + 1, "bytes_down": outcome.bytes_down, "bytes_up": outcome.bytes_up}
+        st = self.state
+        for r in range(st.round, rounds):
+            started = time.perf_counter()
+            try:
+                outcome = self.play(schedule[r], r)
+                self.engine.end_round(r)
+            except BaseException:
+                self.engine.discard_round()
+                raise
+            record: dict[str, Any] = {"round": r + 1, "bytes_down": outcome.bytes_down, "bytes_up": outcome.bytes_up}
             record.update(_mean_metrics(outcome.results))
+            record["clients"] = {"asked": outcome.asked, "replied": outcome.replied, "trained": outcome.trained,
+                                 "failed": outcome.failed, "late": outcome.late}
+            if not outcome.trained:
+                record["no_training"] = True
+            server = outcome.server
+            best, last_test = st.best, st.last_test
             last = r + 1 == rounds
             if (r + 1) % eval_every == 0 or last:
                 if self.val is not None:
-                    val = self.evaluate(self.val)
+                    val = self.evaluate(self.val, server)
                     record.update({f"val_{k}": v for k, v in val.items()})
-                    if best is None or val["accuracy"] > best[0]:
-                        best = (val["accuracy"], r + 1, copy.deepcopy(self.server), copy.deepcopy(self.client_states))
+                    if best is None or val["accuracy"] > best.accuracy:
+                        best = Best(val["accuracy"], r + 1, copy.deepcopy(server), self.states.snapshot())
                 if self.test is not None and (track_test or self.val is None):
-                    test = self.evaluate(self.test)
+                    test = self.evaluate(self.test, server)
                     record.update({f"test_{k}": v for k, v in test.items()})
-                    if last:
-                        last_test = test
-            record["seconds"] = time.perf_counter() - start
-            history.append(record)
+                    last_test = test if last else None
+            seconds = st.seconds + time.perf_counter() - started
+            record["seconds"] = seconds
+            st.comm.down.append(outcome.bytes_down)
+            st.comm.up.append(outcome.bytes_up)
+            st.history.append(record)
+            st.server, st.best, st.last_test, st.seconds, st.round = server, best, last_test, seconds, r + 1
             if on_round is not None:
-                on_round(r + 1, record)
-        selected_round = rounds
-        server, states = self.server, self.client_states
-        if best is not None:
-            _, selected_round, server, states = best
-        if best is None and last_test is not None:
-            final = last_test  # the last round, already scored: no second pass over the test tasks
+                on_round(r + 1, record, self)
+        return self.finish()
+
+    def finish(self) -> dict[str, Any]:
+        """The selected round and its test metrics, once every round is done."""
+        st = self.state
+        if self.algorithm.trains and st.history and not any(r["clients"]["trained"] for r in st.history):
+            raise NothingTrainedError(
+                f"no client trained in any of the {len(st.history)} rounds (every client sat out: too few "
+                "samples per class for the episodes, or every client failed); nothing was learned, so no "
+                "accuracy is reported. Check the partition and episodes settings"
+            )
+        selected_round = st.round
+        server, states = st.server, self.states
+        if st.best is not None:
+            selected_round, server, states = st.best.round, st.best.server, self.states.view(st.best.states)
+        if st.best is None and st.last_test is not None:
+            final = st.last_test  # the last round, already scored: no second pass over the test tasks
         else:
             final = self.evaluate(self.test, server, states) if self.test is not None else {}
         self.best_server, self.best_client_states = server, states
-        return {"history": history, "selected_round": selected_round, "test": final, "comm": self.comm}
+        return {"history": st.history, "selected_round": selected_round, "test": final, "comm": st.comm}
 
 
 def _mean_metrics(results: dict[int, ClientResult]) -> dict[str, float]:

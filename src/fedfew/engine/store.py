@@ -1,0 +1,132 @@
+"""Clients' private states, versioned, in memory or spilled to disk.
+
+Every state is immutable by convention: a client update returns a new state object and never
+changes the one it was given. So a snapshot of the states (the best round's, a checkpoint's) is a
+mapping of references, not a deep copy, and a state written to disk once never has to be written
+again. Each entry carries its *version*, the round after which it was written (0: initial).
+
+States can be written to files in ``folder`` (one per client and version: a checkpoint writes the
+ones it needs there). With ``spill`` they live only there, and nothing but their file names stays in
+memory: memory stays bounded however many clients exist.
+States are created on first use from ``init`` (the algorithm's ``init_client_state`` with the
+client's own generator), as a real client would create its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fedfew.engine import serialize
+
+Init = Callable[[int], Any]
+
+
+@dataclass(frozen=True)
+class Entry:
+    version: int
+    state: Any = None  # the object, when held in memory
+    file: str | None = None  # the file name under the store's folder, when written
+
+
+class ClientStates(Mapping[int, Any]):
+    """``{client id: private state}`` with lazy creation, versions and optional spilling to disk."""
+
+    def __init__(self, client_ids: list[int], init: Init, folder: Path | None = None, spill: bool = False) -> None:
+        if spill and folder is None:
+            raise ValueError("spilling client states to disk needs a folder")
+        self.client_ids = list(client_ids)
+        self._ids = set(self.client_ids)
+        self.init = init
+        self.folder = folder
+        self.spill = spill
+        self.entries: dict[int, Entry] = {}
+
+    # -- the Mapping view (what evaluation reads) ---------------------------------------------
+    def __getitem__(self, cid: int) -> Any:
+        if cid not in self._ids:
+            raise KeyError(cid)
+        return self.get_state(cid)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.client_ids)
+
+    def __len__(self) -> int:
+        return len(self.client_ids)
+
+    # -- reading and writing --------------------------------------------------------------------
+    def get_state(self, cid: int) -> Any:
+        entry = self.entries.get(cid)
+        if entry is None:
+            state = self.init(cid)
+            self.put(cid, state, version=0)
+            return state
+        if entry.state is not None or entry.file is None:
+            return entry.state
+        state = self.read_file(entry.file)
+        if not self.spill:  # restored from a checkpoint: keep it in memory from now on
+            self.entries[cid] = Entry(entry.version, state, entry.file)
+        return state
+
+    def put(self, cid: int, state: Any, version: int) -> None:
+        if self.spill and state is not None:
+            self.entries[cid] = Entry(version, None, self.write_file(cid, version, state))
+        else:
+            self.entries[cid] = Entry(version, state, None)
+
+    def write_file(self, cid: int, version: int, state: Any) -> str:
+        """Write one state to its file in the folder (once: a (client, version) never changes)."""
+        assert self.folder is not None
+        name = self.file_name(cid, version)
+        if not (self.folder / name).exists():
+            serialize.save(self.folder / name, state)
+        return name
+
+    def version(self, cid: int) -> int | None:
+        entry = self.entries.get(cid)
+        return None if entry is None else entry.version
+
+    @staticmethod
+    def file_name(cid: int, version: int) -> str:
+        return f"client-{cid}-v{version}.safetensors"
+
+    def read_file(self, name: str) -> Any:
+        if self.folder is None:
+            raise ValueError(f"client state file {name} named, but the store has no folder")
+        state, _ = serialize.load(self.folder / name)
+        return state
+
+    # -- snapshots --------------------------------------------------------------------------------
+    def snapshot(self) -> dict[int, Entry]:
+        """The current entries (references: cheap, and unaffected by later writes)."""
+        return dict(self.entries)
+
+    def restore(self, entries: Mapping[int, Entry]) -> None:
+        self.entries = dict(entries)
+
+    def view(self, entries: Mapping[int, Entry]) -> SnapshotView:
+        """A read-only mapping of the states in a snapshot (states never created stay lazy)."""
+        return SnapshotView(self, entries)
+
+
+class SnapshotView(Mapping[int, Any]):
+    """The states of a snapshot; a client absent from it gets its initial state."""
+
+    def __init__(self, store: ClientStates, entries: Mapping[int, Entry]) -> None:
+        self.store, self.entries = store, entries
+
+    def __getitem__(self, cid: int) -> Any:
+        if cid not in self.store._ids:
+            raise KeyError(cid)
+        entry = self.entries.get(cid)
+        if entry is None:
+            return self.store.init(cid)
+        return entry.state if entry.state is not None or entry.file is None else self.store.read_file(entry.file)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.store.client_ids)
+
+    def __len__(self) -> int:
+        return len(self.store.client_ids)

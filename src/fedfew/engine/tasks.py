@@ -1,0 +1,68 @@
+"""What a client is asked to do, in terms every engine can carry: a :class:`ClientTask`.
+
+A task names the part of the algorithm that runs (``""``: the algorithm itself; FRL's inner FL is
+another part), the view of the client's own data it runs on (``""``: its training data; FRL's
+support/query split is a view), the namespace of private state it reads and writes, and the round
+key its generator is derived from. All of it is JSON-able, so the same task runs in this process, in
+a worker process or on a Flower SuperNode, and :func:`run_client_task` is the one function that runs
+it everywhere: the same inputs give the same result whichever engine calls it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult
+from fedfew.registry import Registry
+from fedfew.seeding import derive_seed, torch_generator
+
+#: The persistent private state of a client; other namespaces live for one top-level round only.
+MAIN = "main"
+
+DataView = Callable[..., ClientData]
+#: Client-side transformations of a client's own data: ``view(data, seed=..., round_key=..., **args)``.
+DATA_VIEWS: Registry[DataView] = Registry("data view")
+
+
+@dataclass(frozen=True)
+class ClientTask:
+    round: int  # the top-level (simulator) round this task belongs to
+    round_key: str  # what the client's generator is derived from, with the seed and its id
+    part: str = ""
+    part_args: dict[str, Any] = field(default_factory=dict)
+    view: str = ""
+    view_args: dict[str, Any] = field(default_factory=dict)
+    namespace: str = MAIN
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ClientTask:
+        return cls(**data)
+
+
+def resolve_part(algorithm: Algorithm, task: ClientTask) -> Algorithm:
+    return algorithm.client_part(task.part, **task.part_args) if task.part else algorithm
+
+
+def client_view(data: ClientData, task: ClientTask, seed: int) -> ClientData:
+    if not task.view:
+        return data
+    return DATA_VIEWS.get(task.view)(data, seed=seed, round_key=task.round_key, **task.view_args)
+
+
+def run_client_task(algorithm: Algorithm, task: ClientTask, data: ClientData, payload: dict[str, Any],
+                    state: Any, seed: int) -> ClientResult:
+    """One client update: the task's part of ``algorithm`` on the task's view of ``data``, with the
+    client's generator for (seed, round key, client id)."""
+    part = resolve_part(algorithm, task)
+    generator = torch_generator(seed, "client", task.round_key, data.client_id)
+    # Layers that draw from torch's global generator (dropout, DropBlock) get one seeded for this
+    # update alone, so the update is the same in any process and after any history.
+    torch.manual_seed(derive_seed(seed, "client-global", task.round_key, data.client_id))
+    return part.client_update(payload, state, client_view(data, task, seed), generator)
