@@ -331,3 +331,15 @@ def test_npz_magic_check_names_the_file(tmp_path: Path) -> None:
     path.write_bytes(path.read_bytes()[:40])
     with pytest.raises(DataError, match="images_background.npz"):
         _read_npz(path)
+
+
+def test_a_run_at_chance_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # No learning (a vanishing learning rate) and no adaptation at test time: a random 3-way head.
+    config = tiny_config("fl-maml", federation={"rounds": 1}, episodes={"test_episodes": 60})
+    config["algorithm"]["options"].update(lr=1e-12, test_inner_steps=0)
+    path = tmp_path / "chance.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    assert "at chance (33.3%)" in capsys.readouterr().err
+    summary = json.loads((only_run(tmp_path / "out") / "summary.json").read_text())
+    assert summary["at_chance"] is True and summary["chance"] == pytest.approx(1 / 3)

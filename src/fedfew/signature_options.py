@@ -26,7 +26,7 @@ def _schema(func: Callable[..., Any], skip: tuple[str, ...]) -> type[BaseModel]:
             continue
         default = ... if param.default is param.empty else param.default
         fields[name] = (hints.get(name, Any), default)
-    config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+    config = ConfigDict(extra="forbid", arbitrary_types_allowed=True, allow_inf_nan=False)
     return create_model(f"{getattr(func, '__name__', 'function')}_options", __config__=config, **fields)
 
 

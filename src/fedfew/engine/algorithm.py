@@ -25,7 +25,7 @@ from fedfew.registry import Registry
 class Options(BaseModel):
     """Base for an algorithm's options: unknown keys are errors."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 @dataclass

@@ -1,0 +1,257 @@
+"""Fuzzing the command line with hypothesis: mutated configs and corrupted data files.
+
+Every input must end in one of two ways: exit 0 with a complete run folder, or exit 2 with a single
+line on stderr naming the key or the file, no traceback, and no run folder marked complete. Each
+test counts the inputs it tried and how they ended (run with -s to see the counts; docs/reliability.md
+quotes them)."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io
+import json
+import random
+import shutil
+import struct
+import tempfile
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fedfew.cli import main
+from tests.tiny import tiny_config
+
+FUZZ_SETTINGS = settings(max_examples=100, deadline=None, derandomize=True,
+                         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+COUNTS: dict[str, Counter[str]] = {}
+
+
+def run_cli(args: list[str], out: Path) -> tuple[int, str]:
+    err, std = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(std):
+        code = main([*args, "--out", str(out), "--quiet"])
+    return code, err.getvalue()
+
+
+def check_outcome(kind: str, code: int, err: str, out: Path, names: list[str]) -> None:
+    """The contract: exit 0 and a complete run, or exit 2, one line naming one of ``names``."""
+    statuses = [json.loads(p.read_text())["status"] for p in out.glob("*/status.json")]
+    counts = COUNTS.setdefault(kind, Counter())
+    counts["inputs"] += 1
+    assert "Traceback" not in err
+    if code == 0:
+        counts["ran"] += 1
+        assert statuses and all(s == "complete" for s in statuses)
+        return
+    counts["rejected"] += 1
+    assert code == 2, err
+    lines = [line for line in err.splitlines() if line.strip() and "warning" not in line]
+    assert len(lines) == 1 and lines[0].startswith("fedfew:"), err
+    assert any(name in lines[0] for name in names), (names, lines[0])
+    assert "complete" not in statuses
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _report_counts() -> Any:
+    yield
+    for kind, counts in sorted(COUNTS.items()):
+        print(f"\nfuzz {kind}: {dict(counts)}")
+
+
+# -- configs -----------------------------------------------------------------------------------------
+BASE = tiny_config("fl-proto", federation={"rounds": 1}, episodes={"n_way": 2, "q_query": 1, "test_episodes": 2},
+                   model={"name": "conv4", "options": {"hidden": 4}})
+
+
+def leaf_paths(node: Any, prefix: str = "") -> list[str]:
+    if isinstance(node, dict) and node:
+        return [p for k, v in node.items() for p in leaf_paths(v, f"{prefix}{k}.")]
+    return [prefix.rstrip(".")]
+
+
+PATHS = leaf_paths(BASE) + ["federation.dropout", "federation.stragglers", "partition.options.alpha",
+                            "model.options.hidden", "algorithm.options.lr", "episodes.k_shot", "splits.val"]
+values = st.one_of(
+    st.none(), st.booleans(), st.integers(-3, 6), st.floats(-2, 3), st.sampled_from([float("nan"), float("inf")]), st.text(max_size=6),
+    st.lists(st.integers(0, 3), max_size=3), st.dictionaries(st.sampled_from(["a", "alpha", "hidden"]),
+                                                            st.integers(0, 3), max_size=2),
+)
+mutations = st.lists(
+    st.tuples(st.sampled_from(["set", "add", "delete"]), st.sampled_from(PATHS),
+              st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=8), values),
+    min_size=1, max_size=3,
+)
+
+
+def mutate(config: dict[str, Any], changes: list[tuple[str, str, str, Any]]) -> tuple[dict[str, Any], list[str]]:
+    """Apply (operation, path, new key, value) changes; returns the config and the keys touched."""
+    touched = []
+    for operation, path, new_key, value in changes:
+        parts = path.split(".")
+        node = config
+        for part in parts[:-1]:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        if operation == "set":
+            node[parts[-1]] = value
+            touched.append(path)
+        elif operation == "add":
+            node[new_key] = value
+            touched.append(f"{'.'.join(parts[:-1])}.{new_key}".strip("."))
+        else:
+            node.pop(parts[-1], None)
+            touched.append(path)
+    return config, touched
+
+
+@FUZZ_SETTINGS
+@given(changes=mutations)
+def test_fuzzed_configs_run_or_fail_cleanly(changes: list[tuple[str, str, str, Any]]) -> None:
+    config, touched = mutate(json.loads(json.dumps(BASE)), changes)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "config.yaml"
+        path.write_text(yaml.safe_dump(config))
+        code, err = run_cli(["run", str(path)], Path(tmp) / "out")
+        # The message names a key the fuzzer touched (or one the touched value made impossible).
+        names = [t.split(".")[-1] for t in touched] + [t.split(".")[0] for t in touched] + [
+            "episodes", "partition", "clients", "splits", "model", "dataset", "algorithm", "federation"]
+        check_outcome("configs", code, err, Path(tmp) / "out", names)
+
+
+raw_values = st.one_of(st.text(max_size=8), st.sampled_from(["[1", "{a:", "- -", "'", "1e999", "-0", "~", "!!x"]))
+
+
+@FUZZ_SETTINGS
+@given(key=st.sampled_from(PATHS + ["rounds", "bogus", "federation", "a.b.c"]), raw=raw_values)
+def test_fuzzed_set_values_run_or_fail_cleanly(key: str, raw: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "config.yaml"
+        path.write_text(yaml.safe_dump(BASE))
+        code, err = run_cli(["run", str(path), "--set", f"{key}={raw}"], Path(tmp) / "out")
+        names = [key, key.split(".")[-1], "override", "--set", "episodes", "partition", "model", "clients",
+                 "splits", "dataset", "federation", "algorithm"]
+        check_outcome("set values", code, err, Path(tmp) / "out", names)
+
+
+# -- data files ----------------------------------------------------------------------------------------
+def write_huffpost(root: Path) -> list[Path]:
+    lines = [json.dumps({"raw": f"words about topic {c} item {i}", "label": c}) for c in range(41) for i in range(3)]
+    path = root / "text" / "huffpost.json"
+    path.parent.mkdir(parents=True)
+    path.write_text("\n".join(lines) + "\n")
+    return [path]
+
+
+def idx_bytes(array: np.ndarray, magic: int) -> bytes:
+    return struct.pack(">I", magic) + b"".join(struct.pack(">I", d) for d in array.shape) + array.tobytes()
+
+
+def write_mnist(root: Path) -> list[Path]:
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(10, dtype=np.uint8), 4)
+    images = rng.integers(0, 255, (len(labels), 28, 28), dtype=np.uint8)
+    folder = root / "mnist"
+    folder.mkdir(parents=True)
+    paths = [folder / "t10k-images-idx3-ubyte.gz", folder / "t10k-labels-idx1-ubyte.gz"]
+    paths[0].write_bytes(gzip.compress(idx_bytes(images, 2051)))
+    paths[1].write_bytes(gzip.compress(idx_bytes(labels, 2049)))
+    return paths
+
+
+def write_femnist(root: Path) -> list[Path]:
+    rng = np.random.default_rng(0)
+    users = [f"w{k}" for k in range(3)]
+    data = {u: {"x": rng.random((62 * 2, 784)).round(2).tolist(), "y": [c for c in range(62) for _ in range(2)]}
+            for u in users}
+    path = root / "femnist" / "train" / "shard.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"users": users, "num_samples": [124] * 3, "user_data": data}))
+    return [path]
+
+
+def write_omniglot(root: Path) -> list[Path]:
+    folder = root / "omniglot"
+    folder.mkdir(parents=True)
+    paths = []
+    for half, chars in (("background", 4), ("evaluation", 3)):
+        images = np.random.default_rng(1).random((chars, 20, 105, 105)) > 0.5
+        labels = np.repeat(np.arange(chars), 20).reshape(chars, 20)
+        path = folder / f"images_{half}.npz"
+        np.savez(path, images=images, labels=labels)
+        paths.append(path)
+    return paths
+
+
+DATA_FORMATS: dict[str, tuple[Callable[[Path], list[Path]], list[str]]] = {
+    "huffpost": (write_huffpost, ["--set", "model.name=bilstm", "--set", "model.options={}"]),
+    "mnist": (write_mnist, []),
+    "femnist": (write_femnist, []),
+    "omniglot": (write_omniglot, ["--set", "dataset.options={split: official, image_size: 14}"]),
+}
+corruptions = st.tuples(
+    st.sampled_from(["truncate", "flip", "empty", "garbage", "append"]),
+    st.floats(0, 1), st.integers(0, 2**32 - 1),
+)
+
+
+def corrupt(path: Path, how: str, where: float, seed: int) -> None:
+    data = path.read_bytes()
+    rng = random.Random(seed)
+    if how == "truncate":
+        data = data[: int(len(data) * where)]
+    elif how == "flip":
+        data = bytearray(data)
+        for _ in range(1 + rng.randrange(8)):
+            data[int(where * (len(data) - 1)) if rng.random() < 0.5 else rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+        data = bytes(data)
+    elif how == "empty":
+        data = b""
+    elif how == "garbage":
+        data = rng.randbytes(1 + int(where * 2000))
+    else:
+        data = data + rng.randbytes(1 + int(where * 50))
+    path.write_bytes(data)
+
+
+@pytest.mark.parametrize("dataset", sorted(DATA_FORMATS))
+def test_uncorrupted_data_files_run(dataset: str, tmp_path: Path) -> None:
+    """The files the fuzzer corrupts are valid to begin with: the fuzz reaches past the first check."""
+    writer, extra = DATA_FORMATS[dataset]
+    writer(tmp_path / "data")
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(BASE))
+    code, err = run_cli(["run", str(config), "--set", f"dataset.name={dataset}",
+                         "--set", f"dataset.root={tmp_path / 'data'}", *extra], tmp_path / "out")
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("dataset", sorted(DATA_FORMATS))
+def test_fuzzed_data_files_run_or_fail_cleanly(dataset: str) -> None:
+    writer, extra = DATA_FORMATS[dataset]
+
+    @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+    @given(which=st.integers(0, 3), corruption=corruptions)
+    def check(which: int, corruption: tuple[str, float, int]) -> None:
+        tmp = Path(tempfile.mkdtemp())
+        try:
+            files = writer(tmp / "data")
+            target = files[which % len(files)]
+            corrupt(target, *corruption)
+            config = tmp / "config.yaml"
+            config.write_text(yaml.safe_dump(BASE))
+            code, err = run_cli(["run", str(config), "--set", f"dataset.name={dataset}",
+                                 "--set", f"dataset.root={tmp / 'data'}", *extra], tmp / "out")
+            check_outcome(f"{dataset} files", code, err, tmp / "out", [target.name, dataset, "episodes", "splits"])
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    check()
