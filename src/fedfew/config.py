@@ -49,6 +49,9 @@ class PartitionConfig(Section):
     name: str = "dirichlet"
     num_clients: int = Field(10, ge=1)
     options: dict[str, Any] = Field(default_factory=dict)
+    #: Entropy for ``numpy.random.default_rng`` in place of the generator derived from the seed: to
+    #: reproduce another tool's partition draw for draw (benchmarks/peers.yaml: [seed, 0]).
+    rng_entropy: list[int] | None = None
 
 
 class ModelConfig(Section):
@@ -84,6 +87,9 @@ class EpisodeConfig(Section):
     q_query: int = Field(15, ge=1)
     val_episodes: int = Field(100, ge=1)
     test_episodes: int = Field(600, ge=1)
+    #: A JSON file of fixed test tasks (dataset positions) used instead of drawing test_episodes:
+    #: to score on exactly the tasks another tool or paper used. See fedfew.episodes.load_tasks.
+    test_tasks: str | None = None
 
 
 class EvalConfig(Section):
@@ -100,6 +106,12 @@ class RuntimeConfig(Section):
     #: Where clients' private states live: "memory", "disk" (files in the run folder; memory stays
     #: bounded with many clients), or "auto" (disk above 100 clients).
     client_states: Literal["auto", "memory", "disk"] = "auto"
+    #: Worker processes that run a round's clients in parallel, one thread each (0: in this process).
+    workers: int = Field(0, ge=0)
+    #: "cpu", "cuda" or "auto" (cuda when a GPU is visible).
+    device: Literal["cpu", "cuda", "auto"] = "cpu"
+    #: "bf16" autocasts convolutions and matrix products to bfloat16 (parameters stay float32).
+    precision: Literal["fp32", "bf16"] = "fp32"
 
 
 class ExperimentConfig(Section):
@@ -253,6 +265,9 @@ def load_config(source: str | Path | dict[str, Any] | None = None, overrides: li
             raise ConfigError(f"config file {path} is not valid YAML: {err}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"config file {path} must hold a mapping at the top level")
+        tasks = (data.get("episodes") or {}).get("test_tasks") if isinstance(data.get("episodes"), dict) else None
+        if isinstance(tasks, str) and not Path(tasks).is_absolute():  # relative to the config file
+            data["episodes"]["test_tasks"] = str((path.parent / tasks).resolve())
     for assignment in overrides or []:
         apply_override(data, assignment)
     try:

@@ -9,7 +9,9 @@ only on the dataset, the split and the seed.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -128,10 +130,13 @@ class EpisodeSampler:
 class FixedEpisodes:
     """A reproducible list of evaluation episodes, stored as indices and materialised on access."""
 
-    def __init__(self, sampler: EpisodeSampler, num: int, seed: int, tag: str = "eval") -> None:
-        generator = torch_generator(seed, "episodes", tag)
+    def __init__(self, sampler: EpisodeSampler, num: int, seed: int, tag: str = "eval",
+                 draws: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = None) -> None:
         self.sampler = sampler
-        self.draws = [sampler.sample_indices(generator) for _ in range(num)]
+        if draws is None:
+            generator = torch_generator(seed, "episodes", tag)
+            draws = [sampler.sample_indices(generator) for _ in range(num)]
+        self.draws = draws
 
     def __len__(self) -> int:
         return len(self.draws)
@@ -156,3 +161,45 @@ def fixed_episodes(
 ) -> FixedEpisodes:
     """``num`` episodes over ``classes`` that depend only on the data, the split, the shape and ``seed``."""
     return FixedEpisodes(EpisodeSampler(dataset, n_way, k_shot, q_query, classes=classes), num, seed, tag)
+
+
+def load_tasks(path: str | Path, dataset: LabelledDataset, classes: list[int], n_way: int, k_shot: int,
+               q_query: int) -> FixedEpisodes:
+    """Fixed tasks from a JSON file: ``{"tasks": [{"classes": [c_1..c_N], "support": [[pos]*K]*N,
+    "query": [[pos]*Q]*N}, ...]}``, class ids and dataset positions (row j of support and query holds
+    class c_j). Every task must have the configured shape and draw from ``classes`` (the test split),
+    and each position must hold its row's class; anything else is an :class:`EpisodeError` naming the
+    file and the task."""
+    path = Path(path)
+    try:
+        tasks = json.loads(path.read_text())["tasks"]
+        if not isinstance(tasks, list) or not tasks:
+            raise TypeError("'tasks' must be a non-empty list")
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as err:
+        raise EpisodeError(f"episodes.test_tasks: cannot read tasks from {path} ({err})") from None
+    allowed = set(int(c) for c in classes)
+    draws = []
+    for t, task in enumerate(tasks):
+        where = f"episodes.test_tasks: {path} task {t}"
+        try:
+            task_classes = torch.as_tensor(task["classes"], dtype=torch.long)
+            support = torch.as_tensor(task["support"], dtype=torch.long)
+            query = torch.as_tensor(task["query"], dtype=torch.long)
+        except (KeyError, TypeError, ValueError, RuntimeError) as err:
+            raise EpisodeError(f"{where} is malformed ({err})") from None
+        if task_classes.shape != (n_way,) or support.shape != (n_way, k_shot) or query.shape != (n_way, q_query):
+            raise EpisodeError(f"{where} has shape classes {tuple(task_classes.shape)}, support "
+                               f"{tuple(support.shape)}, query {tuple(query.shape)}; expected ({n_way},), "
+                               f"({n_way}, {k_shot}), ({n_way}, {q_query})")
+        if not set(task_classes.tolist()) <= allowed or len(set(task_classes.tolist())) != n_way:
+            raise EpisodeError(f"{where} names classes outside the test split, or a class twice")
+        positions = torch.cat([support, query], dim=1)
+        if int(positions.min()) < 0 or int(positions.max()) >= len(dataset):
+            raise EpisodeError(f"{where} has positions outside 0..{len(dataset) - 1}")
+        if not bool((dataset.labels[positions] == task_classes.unsqueeze(1)).all()):
+            raise EpisodeError(f"{where} has a position whose label is not its row's class")
+        if len(set(positions.flatten().tolist())) != positions.numel():
+            raise EpisodeError(f"{where} uses a sample twice")
+        draws.append((task_classes, support.reshape(-1), query.reshape(-1)))
+    sampler = EpisodeSampler(dataset, n_way, k_shot, q_query, classes=classes)
+    return FixedEpisodes(sampler, len(draws), seed=0, draws=draws)

@@ -18,9 +18,11 @@ import fedfew.algorithms  # noqa: F401  (registers the algorithms)
 from fedfew.config import ConfigError, ExperimentConfig
 from fedfew.data import LabelledDataset, load_dataset
 from fedfew.engine import ALGORITHMS, Algorithm, ClientData, Context, EpisodeShape, EvalData, Simulator
-from fedfew.engine.engines import Faults
+from fedfew.engine.compute import Compute
+from fedfew.engine.engines import Engine, Faults, InProcessEngine
 from fedfew.engine.store import ClientStates
-from fedfew.episodes import EpisodeError, fixed_episodes
+from fedfew.engine.workers import WorkersEngine
+from fedfew.episodes import EpisodeError, fixed_episodes, load_tasks
 from fedfew.models import FewShotModel, build_model
 from fedfew.partition import PARTITIONS, PartitionError, partition
 from fedfew.seeding import numpy_generator, torch_generator
@@ -52,7 +54,13 @@ class Experiment:
             states_dir = Path(tempfile.mkdtemp(prefix="fedfew-states-"))
         states = ClientStates([c.client_id for c in self.clients], init_state, states_dir, spill=spill)
         faults = Faults(config.federation.dropout, config.federation.stragglers)
-        return Simulator(self.algorithm, self.clients, seed, self.val, self.test, faults=faults, states=states)
+        compute = Compute.from_runtime(config.runtime.device, config.runtime.precision)
+        engine: Engine
+        if config.runtime.workers > 0:
+            engine = WorkersEngine(self.algorithm, self.clients, seed, states, faults, config.runtime.workers, compute)
+        else:
+            engine = InProcessEngine(self.algorithm, by_id, seed, states, faults, compute)
+        return Simulator(self.algorithm, self.clients, seed, self.val, self.test, states=states, engine=engine)
 
 
 def _model_factory(config: ExperimentConfig, input_shape: tuple[int, ...], extra: dict[str, Any]):
@@ -131,9 +139,15 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
         train_classes = list(dataset.splits[config.splits.train])
         pool = dataset.split(config.splits.train)
         try:
-            test = EvalData("test", episodes=fixed_episodes(
-                dataset, dataset.splits[config.splits.test], episode.n_way, episode.k_shot, episode.q_query,
-                config.episodes.test_episodes, seed, tag="test"))
+            test_classes = dataset.splits[config.splits.test]
+            if config.episodes.test_tasks:
+                test = EvalData("test", episodes=load_tasks(
+                    config.episodes.test_tasks, dataset, test_classes, episode.n_way, episode.k_shot,
+                    episode.q_query))
+            else:
+                test = EvalData("test", episodes=fixed_episodes(
+                    dataset, test_classes, episode.n_way, episode.k_shot, episode.q_query,
+                    config.episodes.test_episodes, seed, tag="test"))
             if config.splits.val and dataset.splits.get(config.splits.val):
                 val = EvalData("val", episodes=fixed_episodes(
                     dataset, dataset.splits[config.splits.val], episode.n_way, episode.k_shot, episode.q_query,
@@ -157,8 +171,9 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
     if config.partition.name == "natural":
         options["groups"] = pool.groups
     try:
-        parts = partition(config.partition.name, pool.labels, config.partition.num_clients,
-                          numpy_generator(seed, "partition"), **options)
+        entropy = config.partition.rng_entropy
+        rng = np.random.default_rng(entropy) if entropy is not None else numpy_generator(seed, "partition")
+        parts = partition(config.partition.name, pool.labels, config.partition.num_clients, rng, **options)
     except PartitionError as err:
         raise ConfigError(f"partition: {err}") from None
     except TypeError as err:

@@ -138,6 +138,27 @@ def shards(
     )
 
 
+@PARTITIONS.register("dirichlet_classes", help="whole classes dealt out with Dirichlet(alpha) quantity skew")
+def dirichlet_classes(
+    labels: np.ndarray,
+    num_clients: int,
+    rng: np.random.Generator,
+    alpha: float = 1.0,
+) -> list[np.ndarray]:
+    """Quantity skew over disjoint whole classes (the FL-MAML peer workload, ../shared/peers): one
+    draw q ~ Dir(alpha 1_K), a permutation of the C classes present (ascending ids), and client k
+    gets every sample of the classes perm[cut_{k-1}:cut_k], cuts = floor(cumsum(q)[:-1] C). Clients
+    can end up with no class (they hold no data and sit out every round)."""
+    if alpha <= 0:
+        raise PartitionError(f"dirichlet_classes: alpha must be positive, got {alpha}")
+    classes = np.unique(labels)
+    q = rng.dirichlet(np.full(num_clients, alpha))
+    perm = rng.permutation(len(classes))
+    cuts = (np.cumsum(q)[:-1] * len(classes)).astype(int)
+    parts = [np.flatnonzero(np.isin(labels, classes[np.sort(chunk)])) for chunk in np.split(perm, cuts)]
+    return _finish(parts)
+
+
 @PARTITIONS.register("label_skew", help="k classes per client, shares from a normal distribution (AdFL)")
 def label_skew(
     labels: np.ndarray,

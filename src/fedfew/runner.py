@@ -109,7 +109,6 @@ def resume_run(path: str | Path, overrides: list[str] | None = None, progress: b
 def _train(folder: RunFolder, config: ExperimentConfig, progress: bool | None, label: str | None,
            resume: bool = False) -> dict[str, Any]:
     show = config.runtime.progress if progress is None else progress
-    rounds = config.federation.rounds
     start = time.perf_counter()
     try:
         experiment = build_experiment(config)
@@ -117,6 +116,15 @@ def _train(folder: RunFolder, config: ExperimentConfig, progress: bool | None, l
         folder.set_status("failed", error=str(err))
         raise
     simulator = experiment.simulator(states_dir=folder.states_dir)
+    try:
+        return _train_on(folder, config, experiment, simulator, show, label, resume, start)
+    finally:
+        simulator.engine.close()
+
+
+def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experiment, simulator: Simulator,
+              show: bool, label: str | None, resume: bool, start: float) -> dict[str, Any]:
+    rounds = config.federation.rounds
     if resume and folder.has_checkpoint():
         folder.load_checkpoint(simulator)
     folder.rewrite_metrics(simulator.state.history)
@@ -216,7 +224,10 @@ def evaluate_run(path: str | Path, overrides: list[str] | None = None) -> dict[s
     simulator = experiment.simulator()
     states = {cid: client_states.get(cid) for cid in (c.client_id for c in experiment.clients)}
     start = time.perf_counter()
-    test = simulator.evaluate(experiment.test, server, states)
+    try:
+        test = simulator.evaluate(experiment.test, server, states)
+    finally:
+        simulator.engine.close()
     result = {"round": meta.get("round"), "overrides": list(overrides or []), "test": test,
               "seconds": round(time.perf_counter() - start, 2)}
     with open(folder.path / "evaluations.jsonl", "a") as f:

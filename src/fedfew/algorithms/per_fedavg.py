@@ -33,6 +33,7 @@ from fedfew.data.dataset import LabelledDataset
 from fedfew.deployment import DeploymentOptions, LinearDeployment, LinearFL, evaluate_deployment
 from fedfew.engine.algorithm import ClientData, ClientResult, Context, EvalData, Options, register
 from fedfew.engine.state import get_state, load_state_
+from fedfew.meta.learners import strided_like
 
 Params = dict[str, torch.Tensor]
 
@@ -67,14 +68,20 @@ def per_fedavg_step(model: nn.Module, params: Params, data: LabelledDataset, tar
     """One Per-FedAvg local step from ``params`` on batches (D, D'[, D''])."""
     a, b = options.alpha, options.beta
     g = gradient(model, params, data, targets, batches[0])
-    temporary = {n: params[n] - a * g[n] for n in params}
+    temporary = moved(params, g, -a)
     outer = gradient(model, temporary, data, targets, batches[1])
     if options.variant == "fo":
-        return {n: params[n] - b * outer[n] for n in params}
+        return moved(params, outer, -b)
     d = options.delta
-    plus = gradient(model, {n: params[n] + d * outer[n] for n in params}, data, targets, batches[2])
-    minus = gradient(model, {n: params[n] - d * outer[n] for n in params}, data, targets, batches[2])
-    return {n: params[n] - b * (outer[n] - a * (plus[n] - minus[n]) / (2 * d)) for n in params}
+    plus = gradient(model, moved(params, outer, d), data, targets, batches[2])
+    minus = gradient(model, moved(params, outer, -d), data, targets, batches[2])
+    hessian_vector = {n: (plus[n] - minus[n]) / (2 * d) for n in params}
+    return moved(params, {n: outer[n] - a * hessian_vector[n] for n in params}, -b)
+
+
+def moved(params: Params, direction: Params, scale: float) -> Params:
+    """params + scale * direction, each tensor in its parameter's memory layout (channels_last)."""
+    return {n: strided_like(params[n], params[n] + scale * direction[n]) for n in params}
 
 
 def per_fedavg_local(model: nn.Module, data: LabelledDataset, targets: torch.Tensor, options: PerFedAvgOptions,

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult
+from fedfew.engine.compute import CPU_FP32, Compute
 from fedfew.engine.store import ClientStates
 from fedfew.engine.tasks import MAIN, ClientTask, run_client_task
 from fedfew.registry import Registry
@@ -67,9 +68,10 @@ class Engine:
     name = ""
 
     def __init__(self, algorithm: Algorithm, seed: int, states: ClientStates | None,
-                 faults: Faults | None = None) -> None:
+                 faults: Faults | None = None, compute: Compute = CPU_FP32) -> None:
         self.algorithm, self.seed, self.states = algorithm, seed, states
         self.faults = faults or Faults()
+        self.compute = compute
         self._staged: dict[int, Any] = {}
         self._ephemeral: dict[str, dict[int, Any]] = {}
         self._round = 0
@@ -122,8 +124,9 @@ class InProcessEngine(Engine):
     name = "inprocess"
 
     def __init__(self, algorithm: Algorithm, clients: list[ClientData] | Mapping[int, ClientData], seed: int,
-                 states: ClientStates | None = None, faults: Faults | None = None) -> None:
-        super().__init__(algorithm, seed, states, faults)
+                 states: ClientStates | None = None, faults: Faults | None = None,
+                 compute: Compute = CPU_FP32) -> None:
+        super().__init__(algorithm, seed, states, faults, compute)
         self.clients = clients
 
     def execute(self, task: ClientTask, payloads: Mapping[int, dict[str, Any]]) -> Replies:
@@ -133,8 +136,9 @@ class InProcessEngine(Engine):
         for cid in asked:
             if cid in failed:
                 continue
-            result = run_client_task(self.algorithm, task, self.clients[cid], payloads[cid],
-                                     self.state_of(task.namespace, cid), self.seed)
+            with self.compute.scope():
+                result = run_client_task(self.algorithm, task, self.clients[cid], payloads[cid],
+                                         self.state_of(task.namespace, cid), self.seed)
             self.keep_state(task.namespace, cid, result.state)
             if cid not in late:
                 results[cid] = result

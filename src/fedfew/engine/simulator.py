@@ -191,13 +191,14 @@ class Simulator:
 
     def evaluate(self, data: EvalData, server: Any = None, client_states: Mapping[int, Any] | None = None) -> dict[str, float]:
         torch.manual_seed(derive_seed(self.seed, "evaluate-global", data.split))
-        return self.algorithm.evaluate(
-            self.state.server if server is None else server,
-            self.states if client_states is None else client_states,  # type: ignore[arg-type]
-            self.clients,
-            data,
-            torch_generator(self.seed, "evaluate", data.split),
-        )
+        with self.engine.compute.scope():
+            return self.algorithm.evaluate(
+                self.state.server if server is None else server,
+                self.states if client_states is None else client_states,  # type: ignore[arg-type]
+                self.clients,
+                data,
+                torch_generator(self.seed, "evaluate", data.split),
+            )
 
     def play(self, selected: Sequence[int], round_index: int) -> RoundOutcome:
         outcome = self.algorithm.play_round(self.state.server, self.engine, selected, round_index)

@@ -36,6 +36,16 @@ class EpisodicLearner:
         raise NotImplementedError
 
 
+def strided_like(reference: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """``value`` laid out in memory as ``reference`` (differentiably). An updated conv weight must keep
+    the channels_last strides of the model's own weight: for a one-channel input layer both layouts
+    pass as contiguous, ``p - lr * g`` falls back to NCHW, and every later layer then pays a layout
+    conversion (measured 1.6x slower per FOMAML episode on the Conv4 benchmark)."""
+    if value.stride() == reference.stride():
+        return value
+    return torch.empty_like(reference).copy_(value)
+
+
 class MAML(EpisodicLearner):
     """Model-agnostic meta-learning over the full model (encoder and N-way linear head)."""
 
@@ -52,7 +62,7 @@ class MAML(EpisodicLearner):
             logits = functional_call(model, params, episode.support_args())
             loss = F.cross_entropy(logits, episode.support_labels)
             grads = torch.autograd.grad(loss, list(params.values()), create_graph=create_graph)
-            params = {name: p - self.inner_lr * g for (name, p), g in zip(params.items(), grads)}
+            params = {name: strided_like(p, p - self.inner_lr * g) for (name, p), g in zip(params.items(), grads)}
         return params
 
     def loss(self, model: nn.Module, episode: Episode) -> tuple[torch.Tensor, torch.Tensor]:

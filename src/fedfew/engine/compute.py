@@ -1,0 +1,58 @@
+"""Where and in what precision the numbers are computed: ``runtime.device`` and ``runtime.precision``.
+
+Algorithms never name a device or a dtype; the engine wraps every client update and every
+evaluation in :meth:`Compute.scope`, which sets the default device for new tensors and, for
+``bf16``, autocasts matrix products and convolutions to bfloat16 (parameters, optimiser states and
+losses stay float32). Sampling always draws on the CPU from the seeded generators, so a run draws the
+same episodes and batches on any device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+
+class DeviceError(ValueError):
+    """The device asked for is not available here."""
+
+
+def resolve_device(name: str) -> torch.device:
+    """"cpu", "cuda" (an error if no GPU is visible) or "auto" (cuda when available)."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise DeviceError("runtime.device=cuda: no CUDA GPU is visible to torch here (use cpu or auto)")
+    return torch.device(name)
+
+
+@dataclass(frozen=True)
+class Compute:
+    device: torch.device = torch.device("cpu")
+    precision: str = "fp32"
+
+    @classmethod
+    def from_runtime(cls, device: str, precision: str) -> Compute:
+        return cls(resolve_device(device), precision)
+
+    @property
+    def is_default(self) -> bool:
+        return self.device.type == "cpu" and self.precision == "fp32"
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[None]:
+        if self.is_default:
+            yield
+            return
+        with contextlib.ExitStack() as stack:
+            if self.device.type != "cpu":
+                stack.enter_context(torch.device(self.device))
+            if self.precision == "bf16":
+                stack.enter_context(torch.autocast(self.device.type, dtype=torch.bfloat16))
+            yield
+
+
+CPU_FP32 = Compute()

@@ -1,0 +1,163 @@
+"""``runtime.workers: N``: the clients of a round run in N worker processes, one thread each.
+
+The workers are forked once, after the experiment is built, so every client's data is shared with
+them copy-on-write (never pickled, never copied per round). A task goes to whichever worker is free;
+what travels between the processes is the flat state form (:mod:`fedfew.engine.serialize`): the
+payload (serialised once per distinct payload in a round), the client's private state, and back the
+upload and the new state. Private states stay with the server-side store, as with the in-process
+engine, so checkpoints and evaluation see them the same way.
+
+Each update is a pure function of (payload, state, data, seeded generator) and replies are put in
+client order before aggregation, so N workers give exactly the numbers of one.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import traceback
+from collections.abc import Mapping
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+import torch
+
+from fedfew.engine import serialize
+from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult
+from fedfew.engine.compute import CPU_FP32, Compute
+from fedfew.engine.engines import Engine, Faults, Replies
+from fedfew.engine.store import ClientStates
+from fedfew.engine.tasks import ClientTask, run_client_task
+
+
+class WorkerError(RuntimeError):
+    """A worker process failed; the message carries the client and the worker's error."""
+
+
+def _worker_main(conn: Connection, algorithm: Algorithm, clients: Mapping[int, ClientData], seed: int,
+                 compute: Compute) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops the workers
+    torch.set_num_threads(1)
+    payload_cache: dict[bytes, Any] = {}
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:
+            return
+        if message is None:
+            return
+        task_json, cid, payload_key, payload_bytes, state_bytes = message
+        try:
+            if payload_bytes is not None:
+                payload_cache = {payload_key: serialize.from_bytes(payload_bytes)[0]}
+            payload = payload_cache[payload_key]
+            state = None if state_bytes is None else serialize.from_bytes(state_bytes)[0]
+            with compute.scope():
+                result = run_client_task(algorithm, ClientTask.from_json(task_json), clients[cid], payload, state,
+                                         seed)
+            reply = {"upload": result.upload, "state": result.state, "metrics": result.metrics,
+                     "num_samples": result.num_samples, "num_episodes": result.num_episodes,
+                     "skipped": result.skipped}
+            conn.send(("ok", cid, serialize.to_bytes(reply)))
+        except Exception as err:  # report, keep serving: the parent decides
+            conn.send(("error", cid, f"{type(err).__name__}: {err}\n{traceback.format_exc()}"))
+
+
+class WorkersEngine(Engine):
+    """The clients of a round spread over ``workers`` forked processes (one thread each)."""
+
+    name = "workers"
+
+    def __init__(self, algorithm: Algorithm, clients: list[ClientData] | Mapping[int, ClientData], seed: int,
+                 states: ClientStates | None = None, faults: Faults | None = None, workers: int = 2,
+                 compute: Compute = CPU_FP32) -> None:
+        super().__init__(algorithm, seed, states, faults, compute)
+        if workers < 1:
+            raise ValueError(f"runtime.workers must be at least 1, got {workers}")
+        if "fork" not in mp.get_all_start_methods():
+            raise ValueError("runtime.workers needs the 'fork' start method (Linux); use runtime.workers: 0 here")
+        by_id = clients if isinstance(clients, Mapping) else {c.client_id: c for c in clients}
+        context = mp.get_context("fork")
+        self._connections: list[Connection] = []
+        self._processes: list[Any] = []
+        for _ in range(workers):
+            parent, child = context.Pipe()
+            process = context.Process(target=_worker_main, args=(child, algorithm, by_id, seed, compute), daemon=True)
+            process.start()
+            child.close()
+            self._connections.append(parent)
+            self._processes.append(process)
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._processes]
+
+    def execute(self, task: ClientTask, payloads: Mapping[int, dict[str, Any]]) -> Replies:
+        asked = sorted(payloads)
+        failed, late = self.faults.draw(asked, self.seed, task.round_key)
+        todo = [cid for cid in asked if cid not in failed]
+        encoded: dict[int, tuple[bytes, bytes]] = {}  # id(payload) -> (key, bytes): each distinct payload once
+        last_sent: dict[int, bytes] = {}  # worker connection -> key of the payload it holds
+        task_json = task.to_json()
+        results: dict[int, ClientResult] = {}
+        free = list(self._connections)
+        busy: dict[Connection, int] = {}
+        pending = list(todo)
+        try:
+            while pending or busy:
+                while pending and free:
+                    cid, conn = pending.pop(0), free.pop(0)
+                    payload = payloads[cid]
+                    if id(payload) not in encoded:
+                        data = serialize.to_bytes(payload)
+                        encoded[id(payload)] = (str(len(encoded)).encode(), data)
+                    key, data = encoded[id(payload)]
+                    holds = last_sent.get(id(conn)) == key  # a worker keeps the last payload it was sent
+                    last_sent[id(conn)] = key
+                    state = self.state_of(task.namespace, cid)
+                    conn.send((task_json, cid, key, None if holds else data,
+                               None if state is None else serialize.to_bytes(state)))
+                    busy[conn] = cid
+                for conn in wait(list(busy)):
+                    cid = busy.pop(conn)  # type: ignore[arg-type]
+                    try:
+                        status, got, body = conn.recv()  # type: ignore[union-attr]
+                    except EOFError:
+                        raise WorkerError(f"a worker process died while running client {cid}") from None
+                    if status != "ok":
+                        raise WorkerError(f"client {got} failed in a worker process: {body.splitlines()[0]}")
+                    reply, _ = serialize.from_bytes(body)
+                    self.keep_state(task.namespace, got, reply["state"])
+                    if got not in late:
+                        results[got] = ClientResult(reply["upload"], reply["state"], reply["metrics"],
+                                                    reply["num_samples"], reply["num_episodes"], reply["skipped"])
+                    free.append(conn)  # type: ignore[arg-type]
+        except BaseException:
+            self._drain(busy)
+            raise
+        return Replies({cid: results[cid] for cid in sorted(results)}, sorted(failed), sorted(late))
+
+    def _drain(self, busy: dict[Connection, int]) -> None:
+        """After an interrupt, collect the replies still on their way so the pipes stay in step."""
+        for conn in list(busy):
+            try:
+                if conn.poll(30):
+                    conn.recv()
+            except (EOFError, OSError):
+                pass
+
+    def close(self) -> None:
+        for conn in self._connections:
+            try:
+                conn.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+        for process in self._processes:
+            process.join(timeout=5)
+            if process.is_alive():
+                os.kill(process.pid, signal.SIGKILL)
+                process.join(timeout=5)
+        for conn in self._connections:
+            conn.close()
+        self._connections, self._processes = [], []

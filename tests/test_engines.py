@@ -1,0 +1,81 @@
+"""Engines run every algorithm unchanged: worker processes give exactly the in-process numbers; the
+state store bounds memory by spilling to disk with the same numbers; the CUDA path where a GPU is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from fedfew.config import load_config
+from fedfew.engine.workers import WorkersEngine
+from fedfew.experiment import build_experiment
+from tests.tiny import ALGORITHM_SETUPS, tiny_config
+
+
+def run(config: dict[str, Any], overrides: list[str], states_dir: Path | None = None) -> dict[str, Any]:
+    cfg = load_config(config, overrides)
+    simulator = build_experiment(cfg).simulator(states_dir=states_dir)
+    try:
+        out = simulator.run(cfg.federation.rounds, cfg.federation.clients_per_round, 1)
+    finally:
+        simulator.engine.close()
+    for row in out["history"]:
+        row.pop("seconds")
+    return {"history": out["history"], "test": out["test"], "selected": out["selected_round"],
+            "engine": type(simulator.engine).__name__}
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHM_SETUPS))
+def test_two_workers_equal_one_process(name: str) -> None:
+    config = tiny_config(name, federation={"rounds": 2, "dropout": 0.25})
+    inprocess = run(config, ["runtime.workers=0"])
+    one = run(config, ["runtime.workers=1"])
+    two = run(config, ["runtime.workers=2"])
+    assert two["engine"] == "WorkersEngine"
+    assert two["history"] == inprocess["history"] == one["history"]
+    assert two["test"] == inprocess["test"] == one["test"]
+
+
+def test_workers_are_stopped_and_share_the_data() -> None:
+    cfg = load_config(tiny_config("fl-proto"), ["runtime.workers=2"])
+    experiment = build_experiment(cfg)
+    simulator = experiment.simulator()
+    engine = simulator.engine
+    assert isinstance(engine, WorkersEngine)
+    pids = engine.pids
+    assert all(Path(f"/proc/{pid}").exists() for pid in pids)
+    simulator.run(1, 4, 1)
+    engine.close()
+    for pid in pids:
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+
+
+@pytest.mark.parametrize("name", ["f2l", "fml", "local"])
+def test_states_spilled_to_disk_give_the_same_numbers(name: str, tmp_path: Path) -> None:
+    config = tiny_config(name, federation={"rounds": 2})
+    memory = run(config, ["runtime.client_states=memory"])
+    disk = run(config, ["runtime.client_states=disk"], states_dir=tmp_path)
+    assert disk["history"] == memory["history"] and disk["test"] == memory["test"]
+    assert len(list(tmp_path.glob("client-*.safetensors"))) >= 4  # the states live in files
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here")
+@pytest.mark.parametrize("name", sorted(ALGORITHM_SETUPS))
+def test_every_algorithm_runs_on_cuda(name: str) -> None:
+    config = tiny_config(name, federation={"rounds": 2})
+    cpu = run(config, ["runtime.device=cpu"])
+    gpu = run(config, ["runtime.device=cuda"])
+    assert gpu["test"]["accuracy"] == pytest.approx(cpu["test"]["accuracy"], abs=0.15)
+
+
+def test_cuda_asked_without_a_gpu_is_a_clean_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    from fedfew.cli import demo_config_path, main
+
+    assert main(["run", str(demo_config_path()), "--set", "runtime.device=cuda", "--out", str(tmp_path),
+                 "--quiet"]) == 2
+    assert "no CUDA GPU" in capsys.readouterr().err
