@@ -11,7 +11,7 @@ from pydantic import Field
 from torch import nn
 
 from fedfew.data.dataset import LabelledDataset
-from fedfew.engine.algorithm import ClientData, EpisodeShape, EvalData, Options
+from fedfew.engine.algorithm import EpisodeShape, EvalData, Options
 from fedfew.episodes import Episode, EpisodeError, EpisodeSampler
 from fedfew.evaluation import dataset_accuracy, episode_scores, mean_ci95
 from fedfew.meta.learners import EpisodicLearner, ProtoNet
@@ -119,15 +119,12 @@ def evaluate_model(model: nn.Module, data: EvalData, fewshot_learner: EpisodicLe
     return {"accuracy": dataset_accuracy(model, d.inputs, d.labels, d.lengths)}
 
 
-def per_client_scores(
-    clients: list[ClientData], states: dict[int, Any], score: Callable[[ClientData, Any], list[float]]
-) -> dict[str, float]:
-    """Average of per-client score lists (equal length, e.g. one per fixed episode): the mean over
-    clients, and a CI over the per-episode client means."""
-    rows = [score(c, states[c.client_id]) for c in clients if states.get(c.client_id) is not None]
-    if not rows:
+def per_client_table(scores: dict[int, list[float]]) -> dict[str, float]:
+    """Average of per-client score lists (equal length, one per fixed episode; keyed by client id):
+    the mean over clients, a CI over the per-episode client means, and the worst and best client."""
+    if not scores:
         raise ValueError("no client has a model to evaluate")
-    table = torch.tensor(rows, dtype=torch.float64)
+    table = torch.tensor([scores[cid] for cid in sorted(scores)], dtype=torch.float64)
     summary = mean_ci95(table.mean(0).tolist())
     return {"accuracy": summary.mean, "ci95": summary.ci95, "client_min": float(table.mean(1).min()),
             "client_max": float(table.mean(1).max())}

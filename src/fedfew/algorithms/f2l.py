@@ -91,7 +91,7 @@ from pydantic import Field, model_validator
 from torch import nn
 from torch.func import functional_call
 
-from fedfew.algorithms.common import label_map, local_sampler, per_client_scores
+from fedfew.algorithms.common import label_map, local_sampler, per_client_table
 from fedfew.engine.aggregation import weighted_average, weights_for
 from fedfew.engine.algorithm import (
     Algorithm,
@@ -499,38 +499,59 @@ class F2L(Algorithm):
             scores.append(accuracy(logits[:, :n], query_labels[e]))
         return scores
 
-    def evaluate(self, server: dict[str, Any], client_states: dict[int, Any], clients: list[ClientData],
-                 data: EvalData, generator: torch.Generator) -> dict[str, float]:
+    def stacked_tasks(self, server_state: dict[str, torch.Tensor], data: EvalData) -> tuple[torch.Tensor, ...]:
+        """(support features, support labels, query features, query labels) of every evaluation task
+        under ``server_state``, computed once per server state and split (every client scores the
+        same features)."""
         if data.episodes is None:
             raise ValueError(f"f2l is a few-shot method: it needs {data.split} episodes")
-        o = self.options
+        memo = getattr(self, "_stacked", None)
+        if memo is not None and memo[0] is server_state and memo[1] is data:
+            return memo[2]
         episodes = list(data.episodes)
-        load_state_(self.server_model, server["server"]).eval()
+        load_state_(self.server_model, server_state).eval()
         support, query = self.encode_episodes(episodes)
-        support_labels = torch.stack([ep.support_labels for ep in episodes])
-        query_labels = torch.stack([ep.query_labels for ep in episodes])
+        tasks = (support, torch.stack([ep.support_labels for ep in episodes]), query,
+                 torch.stack([ep.query_labels for ep in episodes]))
+        self._stacked = (server_state, data, tasks)
+        return tasks
+
+    def evaluates_clients(self) -> bool:
+        """Each client fine-tunes its own client-model (``test_client_model: each``)."""
+        o = self.options
+        return o.test_classifier == "client" and o.decoupled and o.test_client_model == "each"
+
+    def evaluate_client(self, payload: dict[str, Any], state: dict[str, Any], client: ClientData, data: EvalData,
+                        generator: torch.Generator) -> dict[str, Any]:
+        support, support_labels, query, query_labels = self.stacked_tasks(payload["server"], data)
+        return {"scores": self.client_accuracies(state["client"], support, support_labels, query, query_labels)}
+
+    def combine_evaluations(self, server: dict[str, Any], scores: dict[int, dict[str, Any]], data: EvalData,
+                            generator: torch.Generator) -> dict[str, float]:
+        return per_client_table({cid: s["scores"] for cid, s in scores.items()})
+
+    def evaluate(self, server: dict[str, Any], client_states: dict[int, Any], clients: list[ClientData],
+                 data: EvalData, generator: torch.Generator) -> dict[str, float]:
+        """Meta-test with one client-model (``fresh``, ``average``, F2L\\M) or the authors' logistic
+        regression; ``each`` goes through :meth:`evaluate_client` on every client."""
+        o = self.options
+        support, support_labels, query, query_labels = self.stacked_tasks(server["server"], data)
         if o.test_classifier == "logreg":
             score = mean_ci95(logistic_regression_accuracy(support[e], support_labels[e], query[e], query_labels[e])
-                              for e in range(len(episodes)))
+                              for e in range(len(support)))
             return {"accuracy": score.mean, "ci95": score.ci95}
-
-        def score_with(client_state: dict[str, torch.Tensor]) -> list[float]:
-            return self.client_accuracies(client_state, support, support_labels, query, query_labels)
-
         if o.test_client_model == "fresh":
             seed_torch_init(generator)
-            single: dict[str, torch.Tensor] | None = get_state(self.new_client_model())
+            single: dict[str, torch.Tensor] = get_state(self.new_client_model())
         elif not o.decoupled:
             single = server["client"]
         elif o.test_client_model == "average":
             states = [s["client"] for s in client_states.values() if s is not None]
             single = weighted_average(states, [1.0] * len(states))
         else:
-            single = None
-        if single is not None:
-            score = mean_ci95(score_with(single))
-            return {"accuracy": score.mean, "ci95": score.ci95}
-        return per_client_scores(clients, client_states, lambda client, state: score_with(state["client"]))
+            raise ValueError("f2l: test_client_model=each evaluates on the clients (evaluate_client)")
+        score = mean_ci95(self.client_accuracies(single, support, support_labels, query, query_labels))
+        return {"accuracy": score.mean, "ci95": score.ci95}
 
 
 def logistic_regression_accuracy(support: torch.Tensor, support_labels: torch.Tensor, query: torch.Tensor,

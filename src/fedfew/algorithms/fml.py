@@ -318,24 +318,34 @@ class FML(Algorithm):
                             num_samples=data.num_samples)
 
     # -- evaluation -----------------------------------------------------------------------------
+    def local_accuracy(self, state: dict[str, Any] | None, client: ClientData) -> float | None:
+        """A trained client's local model on its own private validation set (None: nothing to score)."""
+        if client.val is None or len(client.val) == 0 or state is None or state["rounds"] == 0:
+            return None
+        model = load_state_(self.local_workspace(state["architecture"]), state["model"])
+        return dataset_accuracy(model, client.val.inputs, client.val.labels, client.val.lengths)
+
     def local_accuracies(self, client_states: dict[int, Any], clients: list[ClientData]) -> dict[int, float]:
         """Each trained client's local model on its own private validation set."""
-        scores: dict[int, float] = {}
-        for client in clients:
-            state = client_states.get(client.client_id)
-            if client.val is None or len(client.val) == 0 or state is None or state["rounds"] == 0:
-                continue
-            model = load_state_(self.local_workspace(state["architecture"]), state["model"])
-            scores[client.client_id] = dataset_accuracy(model, client.val.inputs, client.val.labels, client.val.lengths)
-        return scores
+        scores = {c.client_id: self.local_accuracy(client_states.get(c.client_id), c) for c in clients}
+        return {cid: score for cid, score in scores.items() if score is not None}
 
-    def evaluate(self, server: dict[str, Any], client_states: dict[int, Any], clients: list[ClientData],
-                 data: EvalData, generator: torch.Generator) -> dict[str, float]:
+    def evaluates_clients(self) -> bool:
+        return True
+
+    def evaluate_client(self, payload: dict[str, Any], state: dict[str, Any], client: ClientData, data: EvalData,
+                        generator: torch.Generator) -> dict[str, Any]:
+        return {"local_accuracy": self.local_accuracy(state, client)}
+
+    def combine_evaluations(self, server: dict[str, Any], scores: dict[int, dict[str, Any]], data: EvalData,
+                            generator: torch.Generator) -> dict[str, float]:
+        """The global model on the labelled test set (on the server), and the clients' local models on
+        their private validation sets (each on its client)."""
         if data.dataset is None:
             raise ValueError(f"fml evaluates on a labelled {data.split} set (task: classification)")
         d = data.dataset
         metrics = {"accuracy": dataset_accuracy(load_state_(self.model, server["model"]), d.inputs, d.labels, d.lengths)}
-        local = self.local_accuracies(client_states, clients)
+        local = {cid: s["local_accuracy"] for cid, s in scores.items() if s.get("local_accuracy") is not None}
         if local:
             summary = mean_ci95(local.values())
             metrics.update(local_accuracy=summary.mean, local_ci95=summary.ci95,

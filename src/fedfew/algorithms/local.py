@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import torch
 
-from fedfew.algorithms.common import per_client_scores
+from fedfew.algorithms.common import per_client_table
 from fedfew.algorithms.episodic import EpisodicFedAvg, MAMLOptions
 from fedfew.engine.algorithm import ClientData, ClientResult, EvalData, register
 from fedfew.engine.state import get_state, load_state_
@@ -56,15 +56,17 @@ class Local(EpisodicFedAvg):
                   generator: torch.Generator) -> dict[str, Any]:
         return server
 
-    def evaluate(self, server: dict[str, Any], client_states: dict[int, Any], clients: list[ClientData],
-                 data: EvalData, generator: torch.Generator) -> dict[str, float]:
+    def evaluates_clients(self) -> bool:
+        return True
+
+    def evaluate_client(self, payload: dict[str, Any], state: dict[str, Any], client: ClientData, data: EvalData,
+                        generator: torch.Generator) -> dict[str, Any]:
         if data.episodes is None:
             raise ValueError("local is a few-shot method: it needs evaluation episodes")
-        episodes = list(data.episodes)
+        model = load_state_(self.model, state["model"])
+        model.eval()
+        return {"scores": [accuracy(self.learner.predict(model, ep), ep.query_labels) for ep in data.episodes]}
 
-        def score(client: ClientData, state: dict[str, Any]) -> list[float]:
-            model = load_state_(self.model, state["model"])
-            model.eval()
-            return [accuracy(self.learner.predict(model, ep), ep.query_labels) for ep in episodes]
-
-        return per_client_scores(clients, client_states, score)
+    def combine_evaluations(self, server: dict[str, Any], scores: dict[int, dict[str, Any]], data: EvalData,
+                            generator: torch.Generator) -> dict[str, float]:
+        return per_client_table({cid: s["scores"] for cid, s in scores.items()})

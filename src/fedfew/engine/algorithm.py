@@ -145,6 +145,25 @@ class Algorithm:
     ) -> dict[str, float]:
         raise NotImplementedError
 
+    # -- evaluation of clients' own models (personalised methods) ------------------------------
+    def evaluates_clients(self) -> bool:
+        """True when evaluation scores each client's private model: then the score of one client is
+        :meth:`evaluate_client`, computed where the client is (its own process or Flower node), and
+        :meth:`combine_evaluations` turns all of them into the metrics. Otherwise :meth:`evaluate`
+        runs on the server alone."""
+        return False
+
+    def evaluate_client(self, payload: dict[str, Any], state: Any, client: ClientData, data: EvalData,
+                        generator: torch.Generator) -> dict[str, Any]:
+        """One client's scores of its own model (per-episode lists or numbers), from the payload the
+        server broadcasts to it, its private state and its own data."""
+        raise NotImplementedError(f"{self.name} evaluates on the server")
+
+    def combine_evaluations(self, server: Any, scores: dict[int, dict[str, Any]], data: EvalData,
+                            generator: torch.Generator) -> dict[str, float]:
+        """The metrics from every client's :meth:`evaluate_client` (keyed by client id)."""
+        raise NotImplementedError(f"{self.name} evaluates on the server")
+
     # -- a round made of nested rounds ---------------------------------------------------------
     def play_round(self, server: Any, engine: Any, selected: Sequence[int], round_index: int) -> Any:
         """One simulator round done otherwise than one broadcast / update / aggregate: return a

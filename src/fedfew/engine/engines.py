@@ -20,12 +20,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult
+from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, EvalData
 from fedfew.engine.compute import CPU_FP32, Compute
 from fedfew.engine.store import ClientStates
 from fedfew.engine.tasks import MAIN, ClientTask, run_client_task
 from fedfew.registry import Registry
-from fedfew.seeding import numpy_generator
+from fedfew.seeding import numpy_generator, torch_generator
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,22 @@ class Engine:
     # -- the interface --------------------------------------------------------------------------
     def execute(self, task: ClientTask, payloads: Mapping[int, dict[str, Any]]) -> Replies:
         raise NotImplementedError
+
+    def evaluate_clients(self, server: Any, client_states: Mapping[int, Any], clients: list[ClientData],
+                         data: EvalData) -> dict[int, dict[str, Any]]:
+        """Every client's :meth:`~fedfew.engine.Algorithm.evaluate_client` of its own model (clients
+        whose state is None have none and are left out), keyed by client id in ascending order. Here
+        on the server side, where the states are; the Flower engine asks the nodes."""
+        scores: dict[int, dict[str, Any]] = {}
+        for client in sorted(clients, key=lambda c: c.client_id):
+            state = client_states.get(client.client_id)
+            if state is None:
+                continue
+            payload = self.algorithm.broadcast(server, client.client_id)
+            generator = torch_generator(self.seed, "evaluate", data.split, client.client_id)
+            with self.compute.scope():
+                scores[client.client_id] = self.algorithm.evaluate_client(payload, state, client, data, generator)
+        return scores
 
     def end_round(self, round_index: int) -> None:
         """Make the round's persistent states visible (version ``round_index + 1``) and drop the

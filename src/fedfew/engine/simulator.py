@@ -191,14 +191,15 @@ class Simulator:
 
     def evaluate(self, data: EvalData, server: Any = None, client_states: Mapping[int, Any] | None = None) -> dict[str, float]:
         torch.manual_seed(derive_seed(self.seed, "evaluate-global", data.split))
+        server = self.state.server if server is None else server
+        states = self.states if client_states is None else client_states
+        generator = torch_generator(self.seed, "evaluate", data.split)
+        if self.algorithm.evaluates_clients():  # each client scores its own model where it is
+            scores = self.engine.evaluate_clients(server, states, self.clients, data)
+            with self.engine.compute.scope():
+                return self.algorithm.combine_evaluations(server, scores, data, generator)
         with self.engine.compute.scope():
-            return self.algorithm.evaluate(
-                self.state.server if server is None else server,
-                self.states if client_states is None else client_states,  # type: ignore[arg-type]
-                self.clients,
-                data,
-                torch_generator(self.seed, "evaluate", data.split),
-            )
+            return self.algorithm.evaluate(server, states, self.clients, data, generator)  # type: ignore[arg-type]
 
     def play(self, selected: Sequence[int], round_index: int) -> RoundOutcome:
         outcome = self.algorithm.play_round(self.state.server, self.engine, selected, round_index)
