@@ -3,6 +3,7 @@ and simulator, built once (no data is re-read per round)."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +14,7 @@ import fedfew.algorithms  # noqa: F401  (registers the algorithms)
 from fedfew.config import ConfigError, ExperimentConfig
 from fedfew.data import LabelledDataset, load_dataset
 from fedfew.engine import ALGORITHMS, Algorithm, ClientData, Context, EpisodeShape, EvalData, Simulator
-from fedfew.episodes import EpisodeError, fixed_episodes
+from fedfew.episodes import EpisodeError, check_eval_classes, fixed_episodes
 from fedfew.models import FewShotModel, build_model
 from fedfew.partition import PartitionError, partition
 from fedfew.seeding import numpy_generator
@@ -82,11 +83,21 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
                 raise ConfigError(f"splits.{key}: dataset {dataset.name!r} has no classes in split {split!r}")
         train_classes = list(dataset.splits[config.splits.train])
         pool = dataset.split(config.splits.train)
+        has_val = bool(config.splits.val and dataset.splits.get(config.splits.val))
+        if config.splits.val and not has_val:
+            warnings.warn(
+                f"dataset {dataset.name!r} has no classes in split {config.splits.val!r}, so no round is "
+                "selected on validation classes (the last round is reported); hold some out with "
+                "dataset.options.class_split, or set splits.val: null to say so", stacklevel=2)
         try:
+            for split in (config.splits.test, config.splits.val if has_val else None):
+                if split:
+                    check_eval_classes(dataset, dataset.splits[split], episode.n_way, episode.k_shot, episode.q_query,
+                                       split)
             test = EvalData("test", episodes=fixed_episodes(
                 dataset, dataset.splits[config.splits.test], episode.n_way, episode.k_shot, episode.q_query,
                 config.episodes.test_episodes, seed, tag="test"))
-            if config.splits.val and dataset.splits.get(config.splits.val):
+            if has_val:
                 val = EvalData("val", episodes=fixed_episodes(
                     dataset, dataset.splits[config.splits.val], episode.n_way, episode.k_shot, episode.q_query,
                     config.episodes.val_episodes, seed, tag="val"))
