@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -96,44 +97,54 @@ def _read_groups_csv(path: Path, folder: Path, files: Sequence[Path]) -> list[st
     return out
 
 
-def _size(image_size: int | Sequence[int] | None) -> tuple[int, int] | None:
+def image_array(img: Any, size: tuple[int, int] | None, channels: int | None) -> np.ndarray:
+    """One PIL image as uint8 [H, W] (grey) or [H, W, 3], resized to ``size`` (h, w) if given:
+    box (area) averaging when shrinking, bilinear when growing."""
+    from PIL import Image
+
+    mode = "L" if (channels == 1 or (channels is None and img.mode in GREY_MODES)) else "RGB"
+    img = img.convert(mode)
+    if size is not None and img.size != (size[1], size[0]):
+        shrink = img.size[0] >= size[1] and img.size[1] >= size[0]
+        img = img.resize((size[1], size[0]), Image.Resampling.BOX if shrink else Image.Resampling.BILINEAR)
+    return np.asarray(img, dtype=np.uint8)
+
+
+def stack_images(arrays: Sequence[np.ndarray], sources: Sequence[str], dataset: str) -> np.ndarray:
+    """uint8 [n, C, H, W] from :func:`image_array` outputs: C = 1 if all are grey, else 3. Images
+    of different sizes are a DataError naming the first odd one (``sources``: file names)."""
+    first = arrays[0].shape[:2]
+    for array, source in zip(arrays, sources):
+        if array.shape[:2] != first:
+            raise DataError(
+                f"{dataset}: {source} is {array.shape[1]}x{array.shape[0]} pixels but {sources[0]} is "
+                f"{first[1]}x{first[0]}; set dataset.options.image_size to resize every image"
+            )
+    grey = all(a.ndim == 2 for a in arrays)
+    return np.stack([a[None] if grey else (np.repeat(a[None], 3, 0) if a.ndim == 2 else a.transpose(2, 0, 1))
+                     for a in arrays])  # fmt: skip
+
+
+def _read_images(files: Sequence[Path], size: tuple[int, int] | None, channels: int | None) -> np.ndarray:
+    image_module = require_pillow(NAME)
+    arrays: list[np.ndarray] = []
+    for file in files:
+        try:
+            with image_module.open(file) as img:
+                arrays.append(image_array(img, size, channels))
+        except (OSError, ValueError, SyntaxError) as err:
+            raise DataError(f"{NAME}: cannot read image {file} ({err})") from err
+    return stack_images(arrays, [str(f) for f in files], NAME)
+
+
+def image_size_pair(image_size: int | Sequence[int] | None, dataset: str) -> tuple[int, int] | None:
+    """``image_size`` (an int or [height, width]) as (h, w), or None."""
     if image_size is None:
         return None
     h, w = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
     if h < 1 or w < 1:
-        raise DataError(f"{NAME}: image_size must be positive, not {image_size}")
+        raise DataError(f"{dataset}: image_size must be positive, not {image_size}")
     return int(h), int(w)
-
-
-def _read_images(files: Sequence[Path], size: tuple[int, int] | None, channels: int | None) -> np.ndarray:
-    """uint8 [n, C, H, W]; C from ``channels`` or, when None, 1 if every image is grey else 3."""
-    image_module = require_pillow(NAME)
-    arrays: list[np.ndarray] = []
-    first: tuple[Path, tuple[int, int]] | None = None
-    for file in files:
-        try:
-            with image_module.open(file) as img:
-                img.load()
-                mode = "L" if (channels == 1 or (channels is None and img.mode in GREY_MODES)) else "RGB"
-                img = img.convert(mode)
-                if size is not None and img.size != (size[1], size[0]):
-                    shrink = img.size[0] >= size[1] and img.size[1] >= size[0]
-                    resample = image_module.Resampling.BOX if shrink else image_module.Resampling.BILINEAR
-                    img = img.resize((size[1], size[0]), resample=resample)
-                array = np.asarray(img, dtype=np.uint8)
-        except (OSError, ValueError, SyntaxError) as err:
-            raise DataError(f"{NAME}: cannot read image {file} ({err})") from err
-        if first is None:
-            first = (file, array.shape[:2])
-        elif array.shape[:2] != first[1]:
-            raise DataError(
-                f"{NAME}: {file} is {array.shape[1]}x{array.shape[0]} pixels but {first[0]} is "
-                f"{first[1][1]}x{first[1][0]}; set dataset.options.image_size to resize every image"
-            )
-        arrays.append(array)
-    grey = all(a.ndim == 2 for a in arrays)
-    stacked = [a[None] if grey else (np.repeat(a[None], 3, 0) if a.ndim == 2 else a.transpose(2, 0, 1)) for a in arrays]
-    return np.stack(stacked)
 
 
 @DATASETS.register(
@@ -165,7 +176,7 @@ def load_image_folder(
     if groups_csv is not None and layout != "class":
         raise DataError(f"{NAME}: take groups from the folders (layout {layout!r}) or from groups_csv, not both")
     folder = resolve_path(root, path, NAME, "a folder of class sub-folders holding images", folder=True)
-    size = _size(image_size)
+    size = image_size_pair(image_size, NAME)
     entries = _walk(folder, layout)
     files = [f for f, _, _ in entries]
     labels, class_names = encode_labels([c for _, c, _ in entries], f"{NAME}: {folder}")
