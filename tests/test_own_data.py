@@ -437,9 +437,12 @@ def test_run_text_jsonl_in_huffpost_format_with_data_folder_from_env(
     data_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("FEDFEW_DATA", str(data_root))  # the config names no root
-    dataset = {"name": "text-jsonl", "options": {"path": "news.jsonl", "text_field": "raw"}}
-    code, summary, _ = run_cli(tmp_path, dataset, model={"name": "gru", "options": {"embed_dim": 8, "hidden": 8}})
+    split = {"base": "rest", "val": TOPICS[:3], "novel": TOPICS[3:8]}  # string class names
+    dataset = {"name": "text-jsonl", "options": {"path": "news.jsonl", "text_field": "raw", "class_split": split}}
+    code, summary, folder = run_cli(tmp_path, dataset, model={"name": "gru", "options": {"embed_dim": 8, "hidden": 8}})
     assert code == 0 and 0.0 <= summary["test"]["accuracy"] <= 1.0
+    data = build_experiment(load_config(folder / "config.yaml")).dataset
+    assert [data.class_names[c] for c in data.splits["novel"]] == TOPICS[3:8] and len(data.splits["base"]) == 24
 
 
 def test_data_folder_order_set_then_env_then_dot_data(data_root: Path, tmp_path: Path, monkeypatch) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -159,6 +160,6 @@ def _explicit_split(lists: dict[str, Any], class_names: list[str], where: str) -
 
 
 def apply_class_split(dataset: LabelledDataset, spec: Any) -> LabelledDataset:
-    """``dataset`` with its splits replaced by those ``spec`` names (the dataset itself is updated)."""
-    dataset.splits = resolve_class_split(spec, dataset.class_names, dataset.name)
-    return dataset
+    """A copy of ``dataset`` (sharing its tensors) with the splits ``spec`` names; the loader's own
+    object is left alone, in case a loader hands out a cached one."""
+    return replace(dataset, splits=resolve_class_split(spec, dataset.class_names, dataset.name))
