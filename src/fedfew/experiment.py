@@ -88,7 +88,8 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
             warnings.warn(
                 f"dataset {dataset.name!r} has no classes in split {config.splits.val!r}, so no round is "
                 "selected on validation classes (the last round is reported); hold some out with "
-                "dataset.options.class_split, or set splits.val: null to say so", stacklevel=2)
+                "dataset.options.class_split, or set splits.val: null to say so",
+                stacklevel=1)  # attributed here, not to the caller: once per process and dataset
         try:
             for split in (config.splits.test, config.splits.val if has_val else None):
                 if split:
