@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import textwrap
@@ -380,4 +381,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    # The committed configs name no data folder: read $FEDFEW_DATA, else the repository's sibling
+    # ../shared/data where these results were produced.
+    os.environ.setdefault("FEDFEW_DATA", str(REPO.parent / "shared" / "data"))
     main(sys.argv[1:])

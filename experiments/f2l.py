@@ -22,6 +22,7 @@ import argparse
 import copy
 import functools
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -586,4 +587,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # The committed configs name no data folder: read $FEDFEW_DATA, else the repository's sibling
+    # ../shared/data where these results were produced.
+    os.environ.setdefault("FEDFEW_DATA", str(REPO.parent / "shared" / "data"))
     raise SystemExit(main())

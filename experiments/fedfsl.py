@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -403,4 +404,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # The committed configs name no data folder: read $FEDFEW_DATA, else the repository's sibling
+    # ../shared/data where these results were produced.
+    os.environ.setdefault("FEDFEW_DATA", str(REPO.parent / "shared" / "data"))
     sys.exit(main())

@@ -20,6 +20,7 @@ import argparse
 import copy
 import json
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -493,4 +494,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    # The committed configs name no data folder: read $FEDFEW_DATA, else the repository's sibling
+    # ../shared/data where these results were produced.
+    os.environ.setdefault("FEDFEW_DATA", str(REPO.parent / "shared" / "data"))
     main()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -272,4 +273,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    # The committed configs name no data folder: read $FEDFEW_DATA, else the repository's sibling
+    # ../shared/data where these results were produced.
+    os.environ.setdefault("FEDFEW_DATA", str(ROOT.parent / "shared" / "data"))
     main()

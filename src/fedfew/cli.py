@@ -7,10 +7,12 @@ import json
 import signal
 import sys
 import time
+import warnings
 from importlib import resources
 from pathlib import Path
 
 from fedfew.config import ConfigError, load_config
+from fedfew.plugins import command_line_plugins
 
 
 def _report(summary: dict) -> None:
@@ -116,6 +118,16 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def plugin_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--plugin", action="append", default=[], metavar="FILE.py",
+                   help="import a Python file that registers datasets, models or algorithms first (repeatable)")
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: object = None, line: str | None = None) -> None:
+    print(f"fedfew: warning: {message}", file=sys.stderr)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedfew", description="Federated learning when data or rounds are few.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -124,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="override a config value, e.g. --set federation.rounds=50 (repeatable)")
         p.add_argument("--quiet", action="store_true", help="no progress bar")
+        plugin_option(p)
 
     run = sub.add_parser("run", help="run one or more experiment configs")
     run.add_argument("configs", nargs="+", help="YAML config file(s)")
@@ -142,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ls = sub.add_parser("list", help="list algorithms, datasets, models and partitions")
     ls.add_argument("what", nargs="?", choices=["algorithms", "datasets", "models", "partitions"])
+    plugin_option(ls)
     ls.set_defaults(func=_cmd_list)
 
     rs = sub.add_parser("resume", help="continue an interrupted or killed run from its last checkpoint")
@@ -181,7 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:  # not the main thread (a test calling main from a thread)
         previous = None
     try:
-        return args.func(args)
+        with warnings.catch_warnings(), command_line_plugins(getattr(args, "plugin", [])):
+            warnings.showwarning = _show_warning  # one line each, as errors are
+            return args.func(args)
     except ConfigError as err:
         print(f"fedfew: {_one_line(err)}", file=sys.stderr)
         return 2

@@ -118,6 +118,8 @@ class ExperimentConfig(Section):
     name: str = "experiment"
     seed: int = 0
     task: Literal["fewshot", "classification"] = "fewshot"
+    #: Python files imported before validation (fedfew.plugins); relative paths from the config's folder.
+    plugins: list[str] = Field(default_factory=list)
     dataset: DatasetConfig = Field(default_factory=DatasetConfig)
     splits: SplitConfig = Field(default_factory=SplitConfig)
     classification: ClassificationConfig = Field(default_factory=ClassificationConfig)
@@ -270,6 +272,10 @@ def load_config(source: str | Path | dict[str, Any] | None = None, overrides: li
             data["episodes"]["test_tasks"] = str((path.parent / tasks).resolve())
     for assignment in overrides or []:
         apply_override(data, assignment)
+    from fedfew.plugins import config_plugins
+
+    # Before validation: a plugin registers the names the config may use.
+    data["plugins"] = config_plugins(data.get("plugins"), Path(source).parent if isinstance(source, (str, Path)) else None)
     try:
         return ExperimentConfig.model_validate(data)
     except ValidationError as err:

@@ -149,6 +149,33 @@ class FixedEpisodes:
             yield self.sampler.materialise(*draw)
 
 
+def check_eval_classes(
+    dataset: LabelledDataset, classes: list[int], n_way: int, k_shot: int, q_query: int, split: str
+) -> None:
+    """An :class:`EpisodeError` when an evaluation split has fewer than N classes, or naming its
+    first class with fewer than K + Q samples: the sampler would skip that class silently, scoring
+    the split on fewer classes than it names. (Training pools may lack classes; non-IID clients do.)"""
+    path = dataset.extras.get("path")
+    where = f"{dataset.name} ({path})" if path else dataset.name
+    if len(classes) < n_way:
+        raise EpisodeError(
+            f"{where}: split {split!r} has {len(classes)} class{'' if len(classes) == 1 else 'es'}, fewer than n_way = {n_way}; lower "
+            "n_way, or give the split more classes with dataset.options.class_split"
+        )
+    need = k_shot + q_query
+    counts = torch.bincount(dataset.labels, minlength=dataset.num_classes)
+    short = [c for c in classes if int(counts[c]) < need]
+    if not short:
+        return
+    first = short[0]
+    more = f" ({len(short) - 1} more classes of the split too)" if len(short) > 1 else ""
+    raise EpisodeError(
+        f"{where}: class {dataset.class_names[first]!r} (id {first}) of split {split!r} has "
+        f"{int(counts[first])} samples, fewer than k_shot + q_query = {need}{more}; lower k_shot or "
+        "q_query, or move such classes out of the split with dataset.options.class_split"
+    )
+
+
 def fixed_episodes(
     dataset: LabelledDataset,
     classes: list[int],

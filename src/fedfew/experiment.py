@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import tempfile
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from fedfew.engine.compute import Compute
 from fedfew.engine.engines import Engine, Faults, InProcessEngine
 from fedfew.engine.store import ClientStates
 from fedfew.engine.workers import WorkersEngine
-from fedfew.episodes import EpisodeError, fixed_episodes, load_tasks
+from fedfew.episodes import EpisodeError, check_eval_classes, fixed_episodes, load_tasks
 from fedfew.models import FewShotModel, build_model
 from fedfew.partition import PARTITIONS, PartitionError, partition
 from fedfew.seeding import numpy_generator, torch_generator
@@ -138,7 +139,20 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
                 raise ConfigError(f"splits.{key}: dataset {dataset.name!r} has no classes in split {split!r}")
         train_classes = list(dataset.splits[config.splits.train])
         pool = dataset.split(config.splits.train)
+        has_val = bool(config.splits.val and dataset.splits.get(config.splits.val))
+        if config.splits.val and not has_val:
+            warnings.warn(
+                f"dataset {dataset.name!r} has no classes in split {config.splits.val!r}, so no round is "
+                "selected on validation classes (the last round is reported); hold some out with "
+                "dataset.options.class_split, or set splits.val: null to say so",
+                stacklevel=1)  # attributed here, not to the caller: once per process and dataset
         try:
+            generated = (None if config.episodes.test_tasks else config.splits.test,
+                         config.splits.val if has_val else None)
+            for split in generated:  # a test_tasks file fixes its own episodes
+                if split:
+                    check_eval_classes(dataset, dataset.splits[split], episode.n_way, episode.k_shot, episode.q_query,
+                                       split)
             test_classes = dataset.splits[config.splits.test]
             if config.episodes.test_tasks:
                 test = EvalData("test", episodes=load_tasks(
@@ -148,7 +162,7 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
                 test = EvalData("test", episodes=fixed_episodes(
                     dataset, test_classes, episode.n_way, episode.k_shot, episode.q_query,
                     config.episodes.test_episodes, seed, tag="test"))
-            if config.splits.val and dataset.splits.get(config.splits.val):
+            if has_val:
                 val = EvalData("val", episodes=fixed_episodes(
                     dataset, dataset.splits[config.splits.val], episode.n_way, episode.k_shot, episode.q_query,
                     config.episodes.val_episodes, seed, tag="val"))

@@ -3,7 +3,8 @@
 Every text dataset is a :class:`LabelledDataset` whose ``inputs`` are int64 token ids [n, max_len]
 padded with 0 (``<pad>``), ``lengths`` the true token counts (at least 1: an empty text becomes one
 ``<unk>``), ``extras["vocab"]`` the :class:`Vocabulary` and ``extras["texts"]`` the raw strings.
-The vocabulary is built over all texts of the loaded dataset (every class split; no labels are used).
+The named loaders build the vocabulary over all texts of the loaded dataset (every class split; no
+labels are used); the generic ones (``text-jsonl``, ``text-csv``) over the base classes' texts only.
 Options common to all: ``max_len`` (64), ``min_freq`` (1) and ``vocab_size`` (None = no limit; counts
 ``<pad>`` and ``<unk>``).
 
@@ -409,18 +410,46 @@ def text_dataset(
     extras: dict[str, Any] | None = None,
     glove: str | Path | None = None,
     sentence_encoder: str | None = None,
+    vocab_split: str | None = None,
 ) -> LabelledDataset:
     """The loaders' common ending: sentence embeddings when ``sentence_encoder`` is set (``max_len``,
-    ``min_freq`` and ``vocab_size`` then do not apply), else token ids (with ``glove`` word vectors)."""
+    ``min_freq`` and ``vocab_size`` then do not apply), else token ids (with ``glove`` word vectors).
+
+    ``vocab_split`` (e.g. "base"): build the vocabulary from the texts of that class split only, so
+    words seen only in validation or test classes are ``<unk>``; :func:`refit_vocabulary` rebuilds
+    it when the split changes (``class_split``). None: from every text, as the named loaders do."""
     check_sentence_encoder(name, sentence_encoder, glove)
     if sentence_encoder is not None:
         return build_sentence_dataset(
             texts, labels, class_names, name, splits, sentence_encoder, groups, extras
         )
+    if vocab_split is not None:
+        options = {"max_len": max_len, "min_freq": min_freq, "vocab_size": vocab_size, "glove": glove}
+        extras = {**(extras or {}), "vocab_split": vocab_split, "vocab_options": options,
+                  "vocab_classes": sorted(splits.get(vocab_split, []))}  # fmt: skip
     dataset = build_text_dataset(
-        texts, labels, class_names, name, splits, max_len, min_freq, vocab_size, groups, extras
+        texts, labels, class_names, name, splits, max_len, min_freq, vocab_size, groups, extras,
+        vocab_classes=None if vocab_split is None else splits.get(vocab_split, []),
     )
     return attach_glove(dataset, glove)
+
+
+def refit_vocabulary(dataset: LabelledDataset) -> LabelledDataset:
+    """A dataset whose vocabulary comes from one class split (``text_dataset(vocab_split=...)``),
+    re-encoded with a vocabulary of that split's current classes if they changed; others as they are."""
+    split = dataset.extras.get("vocab_split")
+    classes = sorted(dataset.splits.get(split, [])) if split is not None else None
+    if split is None or classes == dataset.extras.get("vocab_classes"):
+        return dataset
+    options = dataset.extras["vocab_options"]
+    extras = {k: v for k, v in dataset.extras.items() if k not in ("vocab", "texts", "embeddings")}
+    extras["vocab_classes"] = classes
+    rebuilt = build_text_dataset(
+        dataset.extras["texts"], dataset.labels.tolist(), dataset.class_names, dataset.name, dataset.splits,
+        options["max_len"], options["min_freq"], options["vocab_size"], dataset.groups, extras,
+        vocab_classes=classes,
+    )
+    return attach_glove(rebuilt, options["glove"])
 
 
 def build_text_dataset(
@@ -434,10 +463,16 @@ def build_text_dataset(
     vocab_size: int | None = None,
     groups: torch.Tensor | None = None,
     extras: dict[str, Any] | None = None,
+    vocab_classes: Sequence[int] | None = None,
 ) -> LabelledDataset:
-    """Tokenize ``texts``, build the vocabulary over them, and pad to ``max_len``."""
+    """Tokenize ``texts``, build the vocabulary over them (over the texts of ``vocab_classes`` only,
+    when given), and pad to ``max_len``."""
     tokens = [tokenize(t) for t in texts]
-    vocab = Vocabulary.build(tokens, min_freq=min_freq, max_size=vocab_size)
+    source = tokens
+    if vocab_classes is not None:
+        keep = set(vocab_classes)
+        source = [t for t, y in zip(tokens, labels) if y in keep]
+    vocab = Vocabulary.build(source, min_freq=min_freq, max_size=vocab_size)
     ids, lengths = pad_sequences([vocab.encode(t) or [UNK] for t in tokens], max_len)
     return LabelledDataset(
         inputs=ids,
