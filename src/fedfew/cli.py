@@ -185,6 +185,7 @@ def _terminate(signum: int, frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from fedfew.engine.engines import EngineError
     from fedfew.engine.serialize import StateFormatError
     from fedfew.engine.simulator import NothingTrainedError
     from fedfew.registry import RegistryError
@@ -210,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     except NothingTrainedError as err:
         print(f"fedfew: run failed: {_one_line(err)}", file=sys.stderr)
         return 2
-    except (ValueError, RegistryError, StateFormatError, FileNotFoundError, OSError) as err:
+    except (ValueError, RegistryError, StateFormatError, EngineError, FileNotFoundError, OSError) as err:
         print(f"fedfew: error: {_one_line(err)}", file=sys.stderr)
         return 2
     finally:

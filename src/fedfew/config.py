@@ -112,6 +112,24 @@ class RuntimeConfig(Section):
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     #: "bf16" autocasts convolutions and matrix products to bfloat16 (parameters stay float32).
     precision: Literal["fp32", "bf16"] = "fp32"
+    #: "inprocess" (this process, or runtime.workers processes) or "flower" (Flower's deployment
+    #: runtime: a SuperLink and one SuperNode per client as separate processes; docs/deployment.md).
+    engine: Literal["inprocess", "flower"] = "inprocess"
+
+
+class FlowerConfig(Section):
+    """Flower's deployment runtime (runtime.engine: flower)."""
+
+    #: Seconds the server waits for a round's replies; a node that has not replied by then failed.
+    round_timeout: float = Field(600.0, gt=0)
+    #: Seconds to wait for every SuperNode to connect and load its data.
+    startup_timeout: float = Field(300.0, gt=0)
+    #: The SuperLink's port on 127.0.0.1 (0: a free one).
+    port: int = Field(0, ge=0, le=65535)
+    #: TLS between SuperNodes and the SuperLink (certificates made for the run).
+    tls: bool = True
+    #: SuperNode authentication: only SuperNodes whose key was registered may join.
+    node_auth: bool = True
 
 
 class ExperimentConfig(Section):
@@ -130,6 +148,7 @@ class ExperimentConfig(Section):
     episodes: EpisodeConfig = Field(default_factory=EpisodeConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+    flower: FlowerConfig = Field(default_factory=FlowerConfig)
 
     @model_validator(mode="after")
     def _check_names(self) -> ExperimentConfig:

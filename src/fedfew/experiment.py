@@ -7,7 +7,7 @@ import contextlib
 import json
 import tempfile
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,8 @@ from fedfew.partition import PARTITIONS, PartitionError, partition
 from fedfew.seeding import numpy_generator, torch_generator
 from fedfew.signature_options import options_schema
 
+EngineFactory = Callable[["Experiment", ClientStates, Faults, Compute], Engine]
+
 
 @dataclass
 class Experiment:
@@ -40,7 +42,7 @@ class Experiment:
     val: EvalData | None
     test: EvalData
 
-    def simulator(self, states_dir: Path | None = None) -> Simulator:
+    def simulator(self, states_dir: Path | None = None, engine_factory: EngineFactory | None = None) -> Simulator:
         """A simulator for this experiment. Client states are kept in memory, or spilled to files in
         ``states_dir`` when ``runtime.client_states`` says so ("auto": above 100 clients)."""
         config, seed = self.config, self.config.seed
@@ -57,11 +59,47 @@ class Experiment:
         faults = Faults(config.federation.dropout, config.federation.stragglers)
         compute = Compute.from_runtime(config.runtime.device, config.runtime.precision)
         engine: Engine
-        if config.runtime.workers > 0:
+        if engine_factory is not None:
+            engine = engine_factory(self, states, faults, compute)
+            if engine.states is None:  # the clients keep their states themselves (Flower nodes)
+                from fedfew.flower.engine import remote_states
+
+                states = remote_states([c.client_id for c in self.clients])
+        elif config.runtime.workers > 0:
             engine = WorkersEngine(self.algorithm, self.clients, seed, states, faults, config.runtime.workers, compute)
         else:
             engine = InProcessEngine(self.algorithm, by_id, seed, states, faults, compute)
         return Simulator(self.algorithm, self.clients, seed, self.val, self.test, states=states, engine=engine)
+
+
+@dataclass
+class AlgorithmInputs:
+    """What building an algorithm needs to know about the data (never the data itself): a Flower
+    node rebuilds its algorithm from these and the config."""
+
+    input_shape: tuple[int, ...]
+    num_classes: int
+    train_classes: list[int]
+    dataset_name: str
+    model_options: dict[str, Any]  # text models: vocab_size and pretrained vectors
+    num_clients: int
+
+
+def build_algorithm(config: ExperimentConfig, inputs: AlgorithmInputs) -> tuple[Context, Algorithm]:
+    make, make_named = _model_factory(config, inputs.input_shape, inputs.model_options)
+    context = Context(
+        seed=config.seed,
+        make_model=make,
+        make_model_named=make_named,
+        input_shape=inputs.input_shape,
+        num_classes=inputs.num_classes,
+        train_classes=inputs.train_classes,
+        episode=EpisodeShape(config.episodes.n_way, config.episodes.k_shot, config.episodes.q_query),
+        task=config.task,
+        extras={"dataset": inputs.dataset_name},
+        num_clients=inputs.num_clients,
+    )
+    return context, ALGORITHMS.get(config.algorithm.name)(config.algorithm_options(), context)
 
 
 def _model_factory(config: ExperimentConfig, input_shape: tuple[int, ...], extra: dict[str, Any]):
@@ -75,7 +113,7 @@ def _model_factory(config: ExperimentConfig, input_shape: tuple[int, ...], extra
     return make, make_named
 
 
-def _text_model_options(dataset: LabelledDataset, model_name: str) -> dict[str, Any]:
+def text_model_options(dataset: LabelledDataset, model_name: str) -> dict[str, Any]:
     """Text encoders need the vocabulary size (and take pretrained vectors if the loader has them)."""
     if not dataset.is_text:
         return {}
@@ -202,18 +240,7 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
             local, client_val = local.subset(torch.from_numpy(rest)), local.subset(torch.from_numpy(held))
         clients.append(ClientData(cid, local, client_val))
 
-    make, make_named = _model_factory(config, dataset.input_shape, _text_model_options(dataset, config.model.name))
-    context = Context(
-        seed=seed,
-        make_model=make,
-        make_model_named=make_named,
-        input_shape=dataset.input_shape,
-        num_classes=dataset.num_classes,
-        train_classes=train_classes,
-        episode=episode,
-        task=config.task,
-        extras={"dataset": dataset.name},
-        num_clients=len(clients),
-    )
-    algorithm = ALGORITHMS.get(config.algorithm.name)(config.algorithm_options(), context)
+    meta = AlgorithmInputs(dataset.input_shape, dataset.num_classes, train_classes, dataset.name,
+                           text_model_options(dataset, config.model.name), len(clients))
+    context, algorithm = build_algorithm(config, meta)
     return Experiment(config, dataset, clients, context, algorithm, val, test)

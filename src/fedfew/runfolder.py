@@ -202,6 +202,8 @@ class RunFolder:
         """The selected round's server state and every client's private state (the trained model(s))."""
         meta = {"round": selected_round, "algorithm": simulator.algorithm.name}
         serialize.save(self.model_dir / "server.safetensors", simulator.best_server, meta)
+        if getattr(simulator.states, "remote", False):  # private models stay on the clients (Flower)
+            return
         for cid, state in simulator.best_client_states.items():
             if state is not None:
                 serialize.save(self.model_dir / "clients" / f"client-{cid}.safetensors", state,

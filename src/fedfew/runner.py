@@ -74,13 +74,115 @@ def run_experiment(config: ExperimentConfig, out_base: str | Path | None = None,
                    label: str | None = None) -> dict[str, Any]:
     """Build and run ``config`` in a new run folder under ``out_base`` (default runtime.output_dir).
     Returns the summary with the run's history and folder."""
+    config = with_resolved_root(config)
     folder = RunFolder(new_run_path(out_base or config.runtime.output_dir, config.name))
+    folder.write_config(config)
+    folder.set_status("running", round=0, rounds=config.federation.rounds, name=config.name,
+                      algorithm=config.algorithm.name, engine=config.runtime.engine)
+    if config.runtime.engine == "flower":
+        return _run_local_flower(folder, config, progress, label)
     folder.lock()
     try:
+        return _train(folder, config, progress, label)
+    finally:
+        folder.unlock()
+
+
+def with_resolved_root(config: ExperimentConfig) -> ExperimentConfig:
+    """The config with the data folder it will read (``$FEDFEW_DATA`` or ./data when it names none),
+    recorded in the run folder so a resume reads the same data from anywhere."""
+    if config.dataset.root is not None:
+        return config
+    from fedfew.data.registry import default_data_root
+
+    root = str(default_data_root().resolve())
+    return config.model_copy(update={"dataset": config.dataset.model_copy(update={"root": root})})
+
+
+# -- Flower ---------------------------------------------------------------------------------------------
+def _flower_settings(config: ExperimentConfig) -> Any:
+    try:
+        from fedfew.flower.local import FlowerSettings
+    except ImportError:
+        raise ConfigError("runtime.engine=flower needs Flower: pip install 'fedfew[flower]'") from None
+    f = config.flower
+    return FlowerSettings(f.round_timeout, f.startup_timeout, f.port, f.tls, f.node_auth)
+
+
+def _run_local_flower(folder: RunFolder, config: ExperimentConfig, progress: bool | None, label: str | None,
+                      resume: bool = False) -> dict[str, Any]:
+    """``runtime.engine: flower`` on this machine: a SuperLink and a SuperNode per client as separate
+    processes, the ServerApp (started by the SuperLink) training in ``folder``; every process stopped
+    at the end, on error or Ctrl-C too."""
+    import base64
+
+    from fedfew.flower.engine import FlowerRunError
+    from fedfew.flower.local import LocalFederation
+
+    settings = _flower_settings(config)
+    show = config.runtime.progress if progress is None else progress
+    bar = _progress_bar(config, label, folder.read_status().get("round", 0) if resume else 0) if show else None
+    encoded = base64.b64encode(json.dumps(config.model_dump(mode="json")).encode()).decode()
+    federation = LocalFederation(folder.path / "flower", config.partition.num_clients, settings, config.dataset.root)
+
+    def follow() -> None:
+        if bar is not None:
+            done = folder.read_status().get("round", 0)
+            if done > bar.n:
+                bar.update(done - bar.n)
+
+    try:
+        with federation:
+            federation.run_app({"fedfew-config": encoded, "run-dir": str(folder.path)}, follow)
+    except KeyboardInterrupt:
+        status = folder.read_status()
+        if status.get("status") != "complete":
+            folder.set_status("interrupted", round=status.get("round", 0))
+            raise RunInterrupted(folder.path, status.get("round", 0), config.federation.rounds) from None
+    finally:
+        if bar is not None:
+            bar.close()
+    status = folder.read_status()
+    if status.get("status") == "failed":
+        raise FlowerRunError(f"the run failed on Flower: {status.get('error')} ({folder.path})")
+    if status.get("status") != "complete":
+        folder.set_status("failed", error="the ServerApp ended before the run finished")
+        logs = folder.path / "flower"
+        raise FlowerRunError(f"the ServerApp ended before the run finished: see {logs}/*.log")
+    summary = json.loads((folder.path / "summary.json").read_text())
+    history = [json.loads(line) for line in (folder.path / "metrics.jsonl").read_text().splitlines()]
+    summary.update({"history": history, "folder": str(folder.path), "label": label or config.name})
+    return summary
+
+
+def run_on_flower(grid: Any, config_data: dict[str, Any], run_dir: str | None) -> dict[str, Any]:
+    """The ServerApp's work: run ``config_data`` with the Flower engine in the run folder ``run_dir``
+    (made by ``fedfew run``; or a new run folder under it, or under runtime.output_dir)."""
+    from fedfew.flower.engine import FlowerEngine
+
+    config = load_config(config_data)
+    if run_dir and (Path(run_dir) / "config.yaml").is_file():
+        folder = RunFolder(run_dir)
+    else:
+        config = with_resolved_root(config)
+        folder = RunFolder(new_run_path(run_dir or config.runtime.output_dir, config.name))
         folder.write_config(config)
         folder.set_status("running", round=0, rounds=config.federation.rounds, name=config.name,
-                          algorithm=config.algorithm.name)
-        return _train(folder, config, progress, label)
+                          algorithm=config.algorithm.name, engine="flower")
+    (folder.path / "flower").mkdir(exist_ok=True)
+    f = config.flower
+
+    def engine(experiment: Experiment, states: Any, faults: Any, compute: Any) -> FlowerEngine:
+        return FlowerEngine(grid, experiment.algorithm, config.seed, config_data, len(experiment.clients), faults,
+                            compute, f.round_timeout, f.startup_timeout, folder.path / "flower" / "messages.jsonl")
+
+    resume = folder.has_checkpoint()
+    if resume:
+        warn("resuming on Flower: the clients' private states were held by the nodes of the interrupted run and "
+             "start again from their initial values")
+    folder.lock()
+    try:
+        return _train(folder, config, False, None, resume=resume, engine_factory=engine)
     finally:
         folder.unlock()
 
@@ -98,6 +200,9 @@ def resume_run(path: str | Path, overrides: list[str] | None = None, progress: b
     if bad:
         raise ConfigError(f"fedfew resume takes only runtime.* overrides (the run's config is fixed); got {bad[0]!r}")
     config = load_config(folder.path / "config.yaml", overrides)
+    if config.runtime.engine == "flower":
+        folder.set_status("running", resumed=folder.read_status().get("round", 0))
+        return _run_local_flower(folder, config, progress, None, resume=True)
     folder.lock()
     try:
         folder.set_status("running", resumed=folder.read_status().get("round", 0))
@@ -107,7 +212,7 @@ def resume_run(path: str | Path, overrides: list[str] | None = None, progress: b
 
 
 def _train(folder: RunFolder, config: ExperimentConfig, progress: bool | None, label: str | None,
-           resume: bool = False) -> dict[str, Any]:
+           resume: bool = False, engine_factory: Any = None) -> dict[str, Any]:
     show = config.runtime.progress if progress is None else progress
     start = time.perf_counter()
     try:
@@ -115,7 +220,11 @@ def _train(folder: RunFolder, config: ExperimentConfig, progress: bool | None, l
     except Exception as err:
         folder.set_status("failed", error=str(err))
         raise
-    simulator = experiment.simulator(states_dir=folder.states_dir)
+    try:
+        simulator = experiment.simulator(states_dir=folder.states_dir, engine_factory=engine_factory)
+    except Exception as err:
+        folder.set_status("failed", error=str(err))
+        raise
     try:
         return _train_on(folder, config, experiment, simulator, show, label, resume, start)
     finally:
@@ -167,13 +276,18 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
     finally:
         if bar is not None:
             bar.close()
-    folder.save_model(simulator, outcome["selected_round"])
-    seconds = time.perf_counter() - start + (simulator.state.seconds if resume else 0.0)
-    summary = summarise(config, outcome, seconds, experiment.context)
-    if summary.get("at_chance"):
-        warn(f"{config.name}: test accuracy {100 * summary['test']['accuracy']:.2f}% is at chance "
-             f"({100 * summary['chance']:.1f}%): the model learned nothing measurable at this budget")
-    _write_results(folder, config, outcome, summary)
+    try:
+        folder.save_model(simulator, outcome["selected_round"])
+        seconds = time.perf_counter() - start + (simulator.state.seconds if resume else 0.0)
+        summary = summarise(config, outcome, seconds, experiment.context)
+        if summary.get("at_chance"):
+            warn(f"{config.name}: test accuracy {100 * summary['test']['accuracy']:.2f}% is at chance "
+                 f"({100 * summary['chance']:.1f}%): the model learned nothing measurable at this budget")
+        _write_results(folder, config, outcome, summary)
+    except Exception as err:
+        (folder.path / "error.log").write_text(traceback.format_exc())
+        folder.set_status("failed", error=f"{type(err).__name__}: {err}")
+        raise
     folder.set_status("complete", round=rounds, selected_round=outcome["selected_round"])
     summary.update({"history": outcome["history"], "folder": str(folder.path), "label": label or config.name})
     summary["_simulator"] = simulator

@@ -28,9 +28,14 @@ from fedfew.registry import Registry
 from fedfew.seeding import numpy_generator, torch_generator
 
 
+class EngineError(RuntimeError):
+    """An engine could not run a round (a worker died, a Flower node failed); the message says which."""
+
+
 @dataclass(frozen=True)
 class Faults:
-    """Simulated client faults: ``dropout`` of the clients asked fail (no reply, state unchanged);
+    """Simulated client faults: ``dropout`` of the clients asked fail before receiving anything (no
+    payload sent, no reply, state unchanged);
     ``stragglers`` of the others reply after the deadline (they trained and keep their new private
     state, but the server has moved on without their reply)."""
 
@@ -60,6 +65,8 @@ class Replies:
     late: list[int] = field(default_factory=list)
     #: Bytes actually received (only the replies in time); None: count the uploads' tensors.
     bytes_up: int | None = None
+    #: Bytes actually sent; None: count the payloads of the clients that did not fail.
+    bytes_down: int | None = None
 
 
 class Engine:

@@ -46,9 +46,10 @@ def _is_plain_key(key: Any) -> bool:
     return isinstance(key, str) and not key.startswith("$")
 
 
-def flatten(obj: Any) -> tuple[dict[str, torch.Tensor], Any]:
-    """(tensors, skeleton) of ``obj``; see the module docstring. Raises :class:`StateFormatError`
-    naming the path of a value of any other type."""
+def flatten(obj: Any, dedup: bool = True) -> tuple[dict[str, torch.Tensor], Any]:
+    """(tensors, skeleton) of ``obj``; see the module docstring. A tensor that occurs twice is stored
+    once unless ``dedup`` is False. Raises :class:`StateFormatError` naming the path of a value of any
+    other type."""
     tensors: dict[str, torch.Tensor] = {}
     seen: dict[tuple[int, int, tuple[int, ...], tuple[int, ...], torch.dtype], str] = {}
 
@@ -61,7 +62,7 @@ def flatten(obj: Any) -> tuple[dict[str, torch.Tensor], Any]:
             # The same tensor twice (a shared anchor) is stored once and referenced twice.
             ident = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape),
                      tuple(tensor.stride()), tensor.dtype)
-            if ident in seen and tensor.numel() > 0:
+            if dedup and ident in seen and tensor.numel() > 0:
                 return {"$t": seen[ident]}
             seen[ident] = key
             tensors[key] = tensor

@@ -83,8 +83,10 @@ def run_round(
                       namespace)
     actor = resolve_part(algorithm, task)
     payloads = {cid: actor.broadcast(server, cid) for cid in sorted(selected)}
-    down = sum(payload_bytes(p) for p in payloads.values())
     replies = engine.execute(task, payloads)
+    down = replies.bytes_down
+    if down is None:
+        down = sum(payload_bytes(p) for cid, p in payloads.items() if cid not in replies.failed)
     up = replies.bytes_up
     if up is None:
         up = sum(payload_bytes(r.upload) for r in replies.results.values())

@@ -26,12 +26,12 @@ import torch
 from fedfew.engine import serialize
 from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult
 from fedfew.engine.compute import CPU_FP32, Compute
-from fedfew.engine.engines import Engine, Faults, Replies
+from fedfew.engine.engines import Engine, EngineError, Faults, Replies
 from fedfew.engine.store import ClientStates
 from fedfew.engine.tasks import ClientTask, run_client_task
 
 
-class WorkerError(RuntimeError):
+class WorkerError(EngineError):
     """A worker process failed; the message carries the client and the worker's error."""
 
 

@@ -1,0 +1,165 @@
+"""The Flower engine: the server side of fedfew on Flower's deployment runtime.
+
+It runs inside the ServerApp. Each client is a SuperNode; a client task is a Flower message to that
+node (``train``), whose reply carries the upload and metrics; the node keeps its private state in its
+``context.state``. Before the first round the engine waits for the nodes, sends each the run's config
+(``query``) and learns which client id each node is. Personalised evaluation asks every node to
+score its own model (``evaluate``). Bytes are counted from the arrays the messages actually carried.
+
+A node that does not reply within ``flower.round_timeout`` seconds counts as failed for that round
+(the round aggregates the replies that arrived); a node that replies with an error stops the run with
+that error.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from flwr.app import ConfigRecord, Message, MessageType, RecordDict
+
+from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, EvalData
+from fedfew.engine.compute import CPU_FP32, Compute
+from fedfew.engine.engines import Engine, EngineError, Faults, Replies
+from fedfew.engine.store import ClientStates
+from fedfew.engine.tasks import ClientTask
+from fedfew.flower.records import array_bytes, from_records, to_records
+
+
+class FlowerRunError(EngineError):
+    """The federation could not run (nodes missing, a node failing); the message says which."""
+
+
+class RemoteClientStates(ClientStates):
+    """The server's view of private states under Flower: there is none to read; each stays on its node."""
+
+    remote = True
+
+    def __init__(self, client_ids: list[int]) -> None:
+        super().__init__(client_ids, self.refuse)
+
+    @staticmethod
+    def refuse(cid: int) -> Any:
+        raise FlowerRunError(f"client {cid}'s private state stays on its Flower node and is never sent; this "
+                             "evaluation needs it on the server (e.g. f2l test_client_model=average): use an "
+                             "evaluation each client runs itself, or runtime.engine=inprocess")
+
+
+def remote_states(client_ids: list[int]) -> ClientStates:
+    return RemoteClientStates(client_ids)
+
+
+class FlowerEngine(Engine):
+    name = "flower"
+
+    def __init__(self, grid: Any, algorithm: Algorithm, seed: int, config: dict[str, Any], num_clients: int,
+                 faults: Faults | None = None, compute: Compute = CPU_FP32, round_timeout: float = 600.0,
+                 startup_timeout: float = 300.0, message_log: Path | None = None) -> None:
+        super().__init__(algorithm, seed, None, faults, compute)
+        self.grid, self.round_timeout = grid, round_timeout
+        self.message_log = message_log
+        self.node_of = self._connect(config, num_clients, startup_timeout)
+
+    # -- setting up -------------------------------------------------------------------------------
+    def _connect(self, config: dict[str, Any], num_clients: int, timeout: float) -> dict[int, int]:
+        deadline = time.monotonic() + timeout
+        while len(list(self.grid.get_node_ids())) < num_clients:
+            if time.monotonic() > deadline:
+                raise FlowerRunError(f"{len(list(self.grid.get_node_ids()))} of {num_clients} SuperNodes connected "
+                                     f"within {timeout:.0f} s (flower.startup_timeout)")
+            time.sleep(0.5)
+        nodes = sorted(self.grid.get_node_ids())
+        hello = RecordDict({"fedfew": ConfigRecord({"config": json.dumps(config)})})
+        messages = [Message(hello, dst_node_id=n, message_type=MessageType.QUERY) for n in nodes]
+        replies = list(self.grid.send_and_receive(messages, timeout=max(deadline - time.monotonic(), 60.0)))
+        node_of: dict[int, int] = {}
+        for reply in replies:
+            content = self._content(reply, "setting up")
+            cid = int(content["fedfew"]["client-id"])
+            if cid in node_of:
+                raise FlowerRunError(f"two SuperNodes say they are client {cid} (check their --node-config)")
+            node_of[cid] = reply.metadata.src_node_id
+        missing = sorted(set(range(num_clients)) - set(node_of))
+        if missing:
+            raise FlowerRunError(f"no SuperNode answered as client(s) {missing[:10]} (the config has {num_clients} "
+                                 "clients; start one SuperNode per client with --node-config 'client-id=K')")
+        return node_of
+
+    def _content(self, reply: Message, doing: str) -> RecordDict:
+        if reply.has_error():
+            raise FlowerRunError(f"a SuperNode failed while {doing}: {reply.error.reason}")
+        content = reply.content
+        if "error" in content:
+            raise FlowerRunError(f"client {content['error'].get('client')} failed while {doing}: "
+                                 f"{content['error']['message']}")
+        return content
+
+    # -- client tasks ---------------------------------------------------------------------------------
+    def execute(self, task: ClientTask, payloads: Mapping[int, dict[str, Any]]) -> Replies:
+        asked = sorted(payloads)
+        failed, late = self.faults.draw(asked, self.seed, task.round_key)
+        messages, down = [], 0
+        for cid in asked:
+            if cid in failed:
+                continue
+            arrays, meta = to_records(payloads[cid])
+            down += array_bytes(arrays)
+            content = RecordDict({"payload": arrays, "payload.meta": meta,
+                                  "task": ConfigRecord({"task": json.dumps(task.to_json()), "client": cid})})
+            messages.append(Message(content, dst_node_id=self.node_of[cid], message_type=MessageType.TRAIN,
+                                    group_id=str(task.round)))
+        cid_of = {node: cid for cid, node in self.node_of.items()}
+        results: dict[int, ClientResult] = {}
+        up = 0
+        replied: set[int] = set()
+        for reply in self.grid.send_and_receive(messages, timeout=self.round_timeout):
+            cid = cid_of[reply.metadata.src_node_id]
+            content = self._content(reply, f"running round {task.round_key}")
+            replied.add(cid)
+            self._log("train", task.round_key, cid, content)
+            if cid in late:
+                continue  # a simulated straggler: it trained, its reply comes after the deadline
+            upload = from_records(content["upload"], content["upload.meta"])
+            up += array_bytes(content["upload"])
+            result = json.loads(str(content["result"]["json"]))
+            results[cid] = ClientResult(upload, None, result["metrics"], result["num_samples"], result["num_episodes"],
+                                        result["skipped"])
+        lost = {cid for cid in asked if cid not in failed and cid not in replied}
+        self.sent_bytes = down
+        return Replies({cid: results[cid] for cid in sorted(results)}, sorted(failed | lost), sorted(late),
+                       bytes_up=up, bytes_down=down)
+
+    def evaluate_clients(self, server: Any, client_states: Mapping[int, Any], clients: list[ClientData],
+                         data: EvalData) -> dict[int, dict[str, Any]]:
+        messages = []
+        for client in sorted(clients, key=lambda c: c.client_id):
+            arrays, meta = to_records(self.algorithm.broadcast(server, client.client_id))
+            content = RecordDict({"payload": arrays, "payload.meta": meta,
+                                  "task": ConfigRecord({"split": data.split, "client": client.client_id})})
+            messages.append(Message(content, dst_node_id=self.node_of[client.client_id],
+                                    message_type=MessageType.EVALUATE))
+        cid_of = {node: cid for cid, node in self.node_of.items()}
+        scores: dict[int, dict[str, Any]] = {}
+        for reply in self.grid.send_and_receive(messages, timeout=self.round_timeout):
+            cid = cid_of[reply.metadata.src_node_id]
+            content = self._content(reply, f"evaluating on {data.split}")
+            self._log("evaluate", data.split, cid, content)
+            scores[cid] = json.loads(str(content["scores"]["json"]))
+        missing = sorted(set(self.node_of) - set(scores))
+        if missing:
+            raise FlowerRunError(f"client(s) {missing[:10]} did not return their {data.split} scores within "
+                                 f"{self.round_timeout:.0f} s (flower.round_timeout)")
+        return {cid: scores[cid] for cid in sorted(scores)}
+
+    def _log(self, kind: str, key: str, cid: int, content: RecordDict) -> None:
+        """What each reply carried (record names, array names and bytes): the audit of what left a node."""
+        if self.message_log is None:
+            return
+        entry = {"type": kind, "key": key, "client": cid,
+                 "records": {name: sorted(record.keys()) for name, record in content.items()},
+                 "array_bytes": {name: array_bytes(record) for name, record in content.array_records.items()}}
+        with open(self.message_log, "a") as f:
+            f.write(json.dumps(entry) + "\n")

@@ -1,0 +1,189 @@
+"""A SuperNode's side of fedfew: its algorithm, its own data and its private state.
+
+Flower starts a new ClientApp process for every message, so nothing is kept in globals. What a node
+needs between messages lives in two places:
+
+* ``context.state`` (kept by the SuperNode for the run): the run's config, sent once by the server,
+  and the client's private state in fedfew's flat form (an ArrayRecord plus its JSON skeleton per
+  namespace). It never leaves the node: replies carry uploads and metrics only.
+* a cache file on the node's disk (``cache-dir``): the client's own training (and validation) data
+  and what building the algorithm needs to know of the dataset, so that later messages read a few
+  megabytes instead of loading and partitioning the dataset again.
+
+The node learns who it is from ``--node-config``: ``client-id`` (required), ``data-root`` (its data
+folder; default ``$FEDFEW_DATA``, else ``./data``), ``cache-dir`` (default ``$FEDFEW_CACHE/flower``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flwr.app import ConfigRecord, RecordDict
+
+from fedfew.config import ExperimentConfig, load_config
+from fedfew.data.dataset import LabelledDataset
+from fedfew.engine import serialize
+from fedfew.engine.algorithm import Algorithm, ClientData
+from fedfew.engine.compute import Compute
+from fedfew.engine.tasks import MAIN
+from fedfew.flower.records import from_records, to_records
+
+CONFIG_KEY = "fedfew.config"
+EPHEMERAL_KEY = "fedfew.ephemeral"
+
+
+class NodeConfigError(ValueError):
+    """A SuperNode's --node-config lacks what fedfew needs."""
+
+
+def node_settings(node_config: dict[str, Any]) -> tuple[int, str | None, Path]:
+    """(client id, data root, cache folder) from a SuperNode's ``--node-config``."""
+    if "client-id" not in node_config:
+        raise NodeConfigError("this SuperNode was started without --node-config 'client-id=K': fedfew needs each "
+                              "node's client id")
+    try:
+        client_id = int(node_config["client-id"])
+    except (TypeError, ValueError):
+        raise NodeConfigError(f"--node-config client-id must be an integer, got {node_config['client-id']!r}") from None
+    root = node_config.get("data-root")
+    cache = node_config.get("cache-dir") or Path(os.environ.get("FEDFEW_CACHE", Path.home() / ".cache" / "fedfew")) / "flower"
+    return client_id, (str(root) if root else None), Path(str(cache))
+
+
+# -- the run's config, kept in context.state ---------------------------------------------------------
+def store_config(state: RecordDict, config: dict[str, Any]) -> None:
+    state[CONFIG_KEY] = ConfigRecord({"json": json.dumps(config)})
+
+
+def stored_config(state: RecordDict) -> ExperimentConfig:
+    if CONFIG_KEY not in state:
+        raise NodeConfigError("this node has not been sent the run's config (the server's first message)")
+    return load_config(json.loads(str(state[CONFIG_KEY]["json"])))
+
+
+# -- the private state, kept in context.state --------------------------------------------------------
+def _keys(namespace: str) -> tuple[str, str]:
+    return f"fedfew.state.{namespace}.arrays", f"fedfew.state.{namespace}.meta"
+
+
+def read_state(state: RecordDict, namespace: str, round_index: int) -> Any:
+    if namespace != MAIN:
+        _drop_stale_ephemeral(state, round_index)
+    arrays_key, meta_key = _keys(namespace)
+    if meta_key not in state:
+        return None
+    return from_records(state[arrays_key], state[meta_key])
+
+
+def write_state(state: RecordDict, namespace: str, round_index: int, value: Any) -> None:
+    arrays_key, meta_key = _keys(namespace)
+    if value is None:
+        for key in (arrays_key, meta_key):
+            if key in state:
+                del state[key]
+        return
+    arrays, meta = to_records(value)
+    state[arrays_key], state[meta_key] = arrays, meta
+    if namespace != MAIN:
+        known = json.loads(str(state[EPHEMERAL_KEY]["namespaces"])) if EPHEMERAL_KEY in state else []
+        state[EPHEMERAL_KEY] = ConfigRecord({"round": round_index,
+                                             "namespaces": json.dumps(sorted(set(known) | {namespace}))})
+
+
+def _drop_stale_ephemeral(state: RecordDict, round_index: int) -> None:
+    """Namespaces other than the persistent one live for one top-level round (FRL's episode)."""
+    if EPHEMERAL_KEY not in state or int(state[EPHEMERAL_KEY]["round"]) == round_index:
+        return
+    for namespace in json.loads(str(state[EPHEMERAL_KEY]["namespaces"])):
+        for key in _keys(namespace):
+            if key in state:
+                del state[key]
+    del state[EPHEMERAL_KEY]
+
+
+def is_state_key(key: str) -> bool:
+    return key.startswith("fedfew.state.")
+
+
+# -- the node's algorithm and data -----------------------------------------------------------------
+@dataclass
+class NodeSetup:
+    config: ExperimentConfig
+    algorithm: Algorithm
+    client: ClientData
+    compute: Compute
+
+
+def _dataset_dict(data: LabelledDataset | None) -> dict[str, Any] | None:
+    if data is None:
+        return None
+    return {"inputs": data.inputs, "labels": data.labels, "class_names": list(data.class_names), "name": data.name,
+            "groups": data.groups, "lengths": data.lengths, "splits": data.splits}
+
+
+def _dataset_from(d: dict[str, Any] | None) -> LabelledDataset | None:
+    if d is None:
+        return None
+    return LabelledDataset(inputs=d["inputs"], labels=d["labels"], class_names=d["class_names"], name=d["name"],
+                           groups=d["groups"], lengths=d["lengths"], splits=d["splits"])
+
+
+def _cache_key(config: ExperimentConfig, client_id: int, data_root: str | None) -> str:
+    relevant = {k: config.model_dump(mode="json")[k] for k in
+                ("seed", "task", "dataset", "splits", "classification", "partition", "model", "episodes")}
+    text = json.dumps([relevant, client_id, data_root], sort_keys=True)
+    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+
+
+def with_data_root(config: ExperimentConfig, data_root: str | None) -> ExperimentConfig:
+    """The config with this node's data folder (the server's path means nothing here)."""
+    return config.model_copy(update={"dataset": config.dataset.model_copy(update={"root": data_root})})
+
+
+def node_setup(config: ExperimentConfig, client_id: int, data_root: str | None, cache_dir: Path) -> NodeSetup:
+    """This client's algorithm and data: from the cache file, or built from the dataset (and cached)."""
+    from fedfew.experiment import AlgorithmInputs, build_algorithm, build_experiment, text_model_options
+
+    config = with_data_root(config, data_root)
+    compute = Compute.from_runtime(config.runtime.device, config.runtime.precision)
+    path = cache_dir / f"node-{_cache_key(config, client_id, data_root)}.safetensors"
+    if path.is_file():
+        try:
+            cached, _ = serialize.load(path)
+            inputs = AlgorithmInputs(tuple(cached["meta"]["input_shape"]), cached["meta"]["num_classes"],
+                                     list(cached["meta"]["train_classes"]), cached["meta"]["dataset_name"],
+                                     cached["meta"]["model_options"], cached["meta"]["num_clients"])
+            client = ClientData(client_id, _dataset_from(cached["train"]), _dataset_from(cached["val"]))
+            _, algorithm = build_algorithm(config, inputs)
+            return NodeSetup(config, algorithm, client, compute)
+        except (serialize.StateFormatError, KeyError, TypeError):
+            path.unlink(missing_ok=True)  # a stale or broken cache: rebuild it
+    experiment = build_experiment(config)
+    if not 0 <= client_id < len(experiment.clients):
+        raise NodeConfigError(f"client-id {client_id} is outside 0..{len(experiment.clients) - 1} for this config")
+    client = experiment.clients[client_id]
+    ctx = experiment.context
+    options = text_model_options(experiment.dataset, config.model.name)
+    meta = {"input_shape": list(ctx.input_shape), "num_classes": ctx.num_classes,
+            "train_classes": list(ctx.train_classes), "dataset_name": experiment.dataset.name,
+            "model_options": options, "num_clients": ctx.num_clients}
+    serialize.save(path, {"train": _dataset_dict(client.train), "val": _dataset_dict(client.val), "meta": meta})
+    return NodeSetup(config, experiment.algorithm, client, compute)
+
+
+def node_evaluation_data(config: ExperimentConfig, data_root: str | None, split: str) -> Any:
+    """The fixed evaluation tasks (or labelled set) of ``split``, built as the server builds them:
+    a personalised method's clients score their own models on the same tasks."""
+    from fedfew.experiment import build_experiment
+
+    experiment = build_experiment(with_data_root(config, data_root))
+    data = experiment.val if split == "val" else experiment.test
+    if data is None:
+        raise NodeConfigError(f"this config has no {split} data")
+    return data
+
