@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo test lint clean
+.PHONY: install demo test test-flower lint clean
 
 $(BIN)/fedfew: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,11 @@ demo: install
 test: install
 	$(BIN)/pip install -q -e ".[dev,glove,sentence,hf,flower]"
 	$(BIN)/python -m pytest
+
+# fedfew on Flower with real SuperLink/SuperNode processes on 127.0.0.1 (every algorithm; several minutes).
+test-flower: install
+	$(BIN)/pip install -q -e ".[dev,flower]"
+	$(BIN)/python -m pytest -m flower -p no:randomly
 
 lint: install
 	$(BIN)/ruff check src tests

@@ -58,6 +58,9 @@ class ModelConfig(Section):
     name: str = "conv4"
     options: dict[str, Any] = Field(default_factory=dict)
     channels_last: bool = True
+    #: Build the server's initial model right after torch.manual_seed(init_seed) instead of a seed
+    #: derived from the experiment's: to start from the very model another tool starts from.
+    init_seed: int | None = None
 
 
 class AlgorithmConfig(Section):

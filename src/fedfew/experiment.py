@@ -69,7 +69,8 @@ class Experiment:
             engine = WorkersEngine(self.algorithm, self.clients, seed, states, faults, config.runtime.workers, compute)
         else:
             engine = InProcessEngine(self.algorithm, by_id, seed, states, faults, compute)
-        return Simulator(self.algorithm, self.clients, seed, self.val, self.test, states=states, engine=engine)
+        return Simulator(self.algorithm, self.clients, seed, self.val, self.test, states=states, engine=engine,
+                         init_seed=config.model.init_seed)
 
 
 @dataclass

@@ -74,11 +74,8 @@ def run_experiment(config: ExperimentConfig, out_base: str | Path | None = None,
                    label: str | None = None) -> dict[str, Any]:
     """Build and run ``config`` in a new run folder under ``out_base`` (default runtime.output_dir).
     Returns the summary with the run's history and folder."""
-    config = with_resolved_root(config)
-    folder = RunFolder(new_run_path(out_base or config.runtime.output_dir, config.name))
-    folder.write_config(config)
-    folder.set_status("running", round=0, rounds=config.federation.rounds, name=config.name,
-                      algorithm=config.algorithm.name, engine=config.runtime.engine)
+    folder = new_run(config, out_base)
+    config = load_config(folder.path / "config.yaml")
     if config.runtime.engine == "flower":
         return _run_local_flower(folder, config, progress, label)
     folder.lock()
@@ -114,16 +111,42 @@ def _run_local_flower(folder: RunFolder, config: ExperimentConfig, progress: boo
     """``runtime.engine: flower`` on this machine: a SuperLink and a SuperNode per client as separate
     processes, the ServerApp (started by the SuperLink) training in ``folder``; every process stopped
     at the end, on error or Ctrl-C too."""
+    from fedfew.flower.local import LocalFederation
+
+    federation = LocalFederation(folder.path / "flower", config.partition.num_clients, _flower_settings(config),
+                                 config.dataset.root)
+    try:
+        with federation:
+            return run_on_federation(federation, folder, config, progress, label, resume)
+    except KeyboardInterrupt:
+        status = folder.read_status()
+        if status.get("status") == "complete":
+            raise
+        folder.set_status("interrupted", round=status.get("round", 0))
+        raise RunInterrupted(folder.path, status.get("round", 0), config.federation.rounds) from None
+
+
+def new_run(config: ExperimentConfig, out_base: str | Path | None = None) -> RunFolder:
+    """A new run folder for ``config`` with its config and a running status (no lock taken)."""
+    config = with_resolved_root(config)
+    folder = RunFolder(new_run_path(out_base or config.runtime.output_dir, config.name))
+    folder.write_config(config)
+    folder.set_status("running", round=0, rounds=config.federation.rounds, name=config.name,
+                      algorithm=config.algorithm.name, engine=config.runtime.engine)
+    return folder
+
+
+def run_on_federation(federation: Any, folder: RunFolder, config: ExperimentConfig, progress: bool | None = False,
+                      label: str | None = None, resume: bool = False) -> dict[str, Any]:
+    """Run ``config`` in ``folder`` on a started :class:`~fedfew.flower.local.LocalFederation` (the
+    ServerApp trains; this process follows the run folder) and return the summary."""
     import base64
 
     from fedfew.flower.engine import FlowerRunError
-    from fedfew.flower.local import LocalFederation
 
-    settings = _flower_settings(config)
     show = config.runtime.progress if progress is None else progress
     bar = _progress_bar(config, label, folder.read_status().get("round", 0) if resume else 0) if show else None
     encoded = base64.b64encode(json.dumps(config.model_dump(mode="json")).encode()).decode()
-    federation = LocalFederation(folder.path / "flower", config.partition.num_clients, settings, config.dataset.root)
 
     def follow() -> None:
         if bar is not None:
@@ -132,13 +155,7 @@ def _run_local_flower(folder: RunFolder, config: ExperimentConfig, progress: boo
                 bar.update(done - bar.n)
 
     try:
-        with federation:
-            federation.run_app({"fedfew-config": encoded, "run-dir": str(folder.path)}, follow)
-    except KeyboardInterrupt:
-        status = folder.read_status()
-        if status.get("status") != "complete":
-            folder.set_status("interrupted", round=status.get("round", 0))
-            raise RunInterrupted(folder.path, status.get("round", 0), config.federation.rounds) from None
+        federation.run_app({"fedfew-config": encoded, "run-dir": str(folder.path)}, follow)
     finally:
         if bar is not None:
             bar.close()
@@ -147,8 +164,7 @@ def _run_local_flower(folder: RunFolder, config: ExperimentConfig, progress: boo
         raise FlowerRunError(f"the run failed on Flower: {status.get('error')} ({folder.path})")
     if status.get("status") != "complete":
         folder.set_status("failed", error="the ServerApp ended before the run finished")
-        logs = folder.path / "flower"
-        raise FlowerRunError(f"the ServerApp ended before the run finished: see {logs}/*.log")
+        raise FlowerRunError(f"the ServerApp ended before the run finished: see {federation.folder}/*.log")
     summary = json.loads((folder.path / "summary.json").read_text())
     history = [json.loads(line) for line in (folder.path / "metrics.jsonl").read_text().splitlines()]
     summary.update({"history": history, "folder": str(folder.path), "label": label or config.name})

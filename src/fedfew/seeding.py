@@ -6,7 +6,9 @@ update gets the same randomness whether clients run in sequence, in parallel or 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -26,7 +28,26 @@ def numpy_generator(seed: int, *keys: int | str) -> np.random.Generator:
     return np.random.default_rng(derive_seed(seed, *keys))
 
 
+_INIT_SEED: list[int] = []
+
+
 def seed_torch_init(generator: torch.Generator) -> None:
     """Seed torch's global RNG from ``generator``: parameter initialisers in torch.nn only read the
-    global RNG, so model construction is made reproducible this way and nowhere else."""
+    global RNG, so model construction is made reproducible this way and nowhere else. Inside
+    :func:`initial_model_seed` the first call seeds with that number instead."""
+    if _INIT_SEED:
+        torch.manual_seed(_INIT_SEED.pop())
+        return
     torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator).item()))
+
+
+@contextlib.contextmanager
+def initial_model_seed(seed: int | None) -> Iterator[None]:
+    """Build the server's initial model after ``torch.manual_seed(seed)`` (``model.init_seed``): to
+    start from exactly the model another tool starts from, when it builds the same layers in the
+    same order."""
+    _INIT_SEED[:] = [] if seed is None else [seed]
+    try:
+        yield
+    finally:
+        _INIT_SEED.clear()

@@ -23,7 +23,7 @@ from fedfew.engine.engines import Engine, Faults, InProcessEngine
 from fedfew.engine.state import payload_bytes
 from fedfew.engine.store import ClientStates, Entry
 from fedfew.engine.tasks import MAIN, ClientTask, resolve_part
-from fedfew.seeding import derive_seed, numpy_generator, torch_generator
+from fedfew.seeding import derive_seed, initial_model_seed, numpy_generator, torch_generator
 
 
 class NothingTrainedError(RuntimeError):
@@ -162,6 +162,7 @@ class Simulator:
         faults: Faults | None = None,
         states: ClientStates | None = None,
         engine: Engine | None = None,
+        init_seed: int | None = None,
     ) -> None:
         self.algorithm, self.clients, self.seed = algorithm, clients, seed
         self.val, self.test = val, test
@@ -172,7 +173,8 @@ class Simulator:
 
         self.states = states if states is not None else ClientStates([c.client_id for c in clients], init_state)
         self.engine = engine if engine is not None else InProcessEngine(algorithm, by_id, seed, self.states, faults)
-        self.state = RunState(0, algorithm.init_server(torch_generator(seed, "server-init")))
+        with initial_model_seed(init_seed):
+            self.state = RunState(0, algorithm.init_server(torch_generator(seed, "server-init")))
 
     # -- compatibility views ------------------------------------------------------------------
     @property

@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,20 @@ from fedfew.flower.node import (
 )
 from fedfew.flower.records import from_records, to_records
 from fedfew.seeding import torch_generator
+
+
+def _process_started() -> float:
+    """Wall-clock time this process started (Linux; else now)."""
+    try:
+        ticks = int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19])
+        uptime = float(open("/proc/uptime").read().split()[0])
+        return time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return time.time()
+
+
+# A ClientApp process serves one message: when it started and had imported fedfew (round timing).
+PROCESS_STARTED, IMPORTED_AT = _process_started(), time.time()
 
 server_app = ServerApp()
 client_app = ClientApp()
@@ -92,6 +107,7 @@ def hello(msg: Message, context: Context) -> Message:
 @client_app.train()
 def train(msg: Message, context: Context) -> Message:
     cid: Any = context.node_config.get("client-id")
+    started = time.time()
     try:
         torch.set_num_threads(int(os.environ.get("FEDFEW_NODE_THREADS", "1")))
         client_id, data_root, cache_dir = node_settings(dict(context.node_config))
@@ -107,7 +123,9 @@ def train(msg: Message, context: Context) -> Message:
         write_state(context.state, task.namespace, task.round, result.state)  # stays on this node
         arrays, meta = to_records(result.upload)
         summary = {"metrics": result.metrics, "num_samples": result.num_samples, "num_episodes": result.num_episodes,
-                   "skipped": result.skipped}
+                   "skipped": result.skipped,
+                   "timing": {"process": PROCESS_STARTED, "imported": IMPORTED_AT, "started": started,
+                              "finished": time.time()}}
         return Message(RecordDict({"upload": arrays, "upload.meta": meta,
                                    "result": ConfigRecord({"json": json.dumps(summary)})}), reply_to=msg)
     except Exception as err:

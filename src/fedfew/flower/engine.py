@@ -115,11 +115,12 @@ class FlowerEngine(Engine):
         results: dict[int, ClientResult] = {}
         up = 0
         replied: set[int] = set()
+        sent = time.time()
         for reply in self.grid.send_and_receive(messages, timeout=self.round_timeout):
             cid = cid_of[reply.metadata.src_node_id]
             content = self._content(reply, f"running round {task.round_key}")
             replied.add(cid)
-            self._log("train", task.round_key, cid, content)
+            self._log("train", task.round_key, cid, content, sent)
             if cid in late:
                 continue  # a simulated straggler: it trained, its reply comes after the deadline
             upload = from_records(content["upload"], content["upload.meta"])
@@ -154,12 +155,18 @@ class FlowerEngine(Engine):
                                  f"{self.round_timeout:.0f} s (flower.round_timeout)")
         return {cid: scores[cid] for cid in sorted(scores)}
 
-    def _log(self, kind: str, key: str, cid: int, content: RecordDict) -> None:
-        """What each reply carried (record names, array names and bytes): the audit of what left a node."""
+    def _log(self, kind: str, key: str, cid: int, content: RecordDict, sent: float | None = None) -> None:
+        """What each reply carried (record names, array names and bytes): the audit of what left a node;
+        with the times the message was sent, its ClientApp process had started and imported fedfew, its
+        handler began and ended, and the reply was back (what a round's time is made of)."""
         if self.message_log is None:
             return
-        entry = {"type": kind, "key": key, "client": cid,
-                 "records": {name: sorted(record.keys()) for name, record in content.items()},
-                 "array_bytes": {name: array_bytes(record) for name, record in content.array_records.items()}}
+        entry: dict[str, Any] = {
+            "type": kind, "key": key, "client": cid,
+            "records": {name: sorted(record.keys()) for name, record in content.items()},
+            "array_bytes": {name: array_bytes(record) for name, record in content.array_records.items()}}
+        if sent is not None and "result" in content:
+            timing = json.loads(str(content["result"]["json"])).get("timing", {})
+            entry["timing"] = {"sent": sent, **timing, "received": time.time()}
         with open(self.message_log, "a") as f:
             f.write(json.dumps(entry) + "\n")

@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,23 @@ def _stat(pid: int) -> list[str] | None:
         return None
 
 
+def marked(marker: str) -> list[tuple[int, str]]:
+    """Live processes whose environment carries ``FEDFEW_FLOWER_FEDERATION=marker``, as (pid, start time)."""
+    needle = f"FEDFEW_FLOWER_FEDERATION={marker}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                fields = _stat(int(entry.name))
+                if fields is not None and len(fields) > 19:
+                    found.append((int(entry.name), fields[19]))
+        except OSError:
+            continue
+    return found
+
+
 def descendants(pid: int) -> list[tuple[int, str]]:
     """Every live process below ``pid`` (children, grandchildren, ...), whatever its session, as
     (pid, start time): the start time tells a process from a later one that reuses its pid."""
@@ -133,11 +151,15 @@ class LocalFederation:
         self.bin = Path(sys.executable).parent
         self.port = settings.port or free_port()
         self.tls: dict[str, Path] | None = None
+        # Every process started here, and everything they start, carries this in its environment:
+        # how stop() finds a child that outlived its parent (a refused SuperNode's SuperExec).
+        self.marker = f"fedfew-{uuid.uuid4().hex}"
 
     # -- environment --------------------------------------------------------------------------------
     def env(self, home: Path) -> dict[str, str]:
         home.mkdir(parents=True, exist_ok=True)
-        return {**os.environ, "FLWR_HOME": str(home), "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1",
+        return {**os.environ, "FEDFEW_FLOWER_FEDERATION": self.marker, "FLWR_HOME": str(home),
+                "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1",
                 "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.1", "PYTHONUNBUFFERED": "1",
                 "PATH": f"{self.bin}{os.pathsep}{os.environ.get('PATH', '')}"}
 
@@ -252,8 +274,13 @@ class LocalFederation:
             except subprocess.TimeoutExpired:
                 process.popen.kill()
                 process.popen.wait(timeout=10)
-        for pid, started in sorted({entry for process in self.processes for entry in process.known}):
+        known = {entry for process in self.processes for entry in process.known} | set(marked(self.marker))
+        for pid, started in sorted(known):
             _terminate(pid, started)
+        deadline = time.monotonic() + 10  # until they are reaped, not only dead (no zombie left to see)
+        while time.monotonic() < deadline and any(_stat(pid) is not None and _stat(pid)[19] == started  # type: ignore[index]
+                                                  for pid, started in known):
+            time.sleep(0.1)
         self.processes = []
 
     def pids(self) -> list[int]:

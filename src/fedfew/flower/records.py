@@ -25,7 +25,7 @@ _DTYPES = {str(d).removeprefix("torch."): d for d in (
 
 def tensor_to_array(tensor: torch.Tensor) -> Array:
     t = tensor.detach().cpu().contiguous()
-    data = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+    data = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
     return Array(dtype=str(t.dtype).removeprefix("torch."), shape=tuple(t.shape), stype=STYPE, data=data)
 
 

@@ -1,0 +1,234 @@
+"""fedfew on Flower's deployment runtime, with real processes on 127.0.0.1.
+
+Tests marked ``flower`` start a real SuperLink and SuperNodes (TLS and SuperNode authentication on)
+and run through ``flwr run``: every algorithm gives exactly the in-process metrics, private states
+never leave their nodes, an unregistered SuperNode is refused, a killed SuperNode leaves a finished
+run with its missing replies recorded, and ``fedfew run`` leaves no process behind. They take
+minutes (a ClientApp process per message): ``make test-flower`` runs them. The others run in the
+default suite."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+pytest.importorskip("flwr")
+
+from fedfew.cli import demo_config_path, main  # noqa: E402
+from fedfew.config import load_config  # noqa: E402
+from fedfew.engine.state import payload_bytes  # noqa: E402
+from fedfew.engine.tasks import MAIN  # noqa: E402
+from fedfew.experiment import build_experiment  # noqa: E402
+from fedfew.flower.local import FlowerSettings, LocalFederation  # noqa: E402
+from fedfew.flower.node import read_state, write_state  # noqa: E402
+from fedfew.flower.records import array_bytes, from_records, to_records  # noqa: E402
+from fedfew.flower.security import make_node_key, make_tls  # noqa: E402
+from fedfew.runner import new_run, run_experiment, run_on_federation  # noqa: E402
+from tests.tiny import ALGORITHM_SETUPS, tiny_config  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+PRIVATE = {"f2l", "fml", "local"}  # algorithms whose clients keep a private model
+
+
+def history(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in row.items() if k != "seconds"} for row in summary["history"]]
+
+
+def no_fedfew_processes_left() -> bool:
+    """No process anywhere carries a fedfew federation's environment marker."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if b"FEDFEW_FLOWER_FEDERATION=" in (entry / "environ").read_bytes():
+                return False
+        except OSError:
+            continue
+    return True
+
+
+# -- default suite: the pieces --------------------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(ALGORITHM_SETUPS))
+def test_records_carry_exactly_the_counted_bytes(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every payload and upload of a round, through Flower records and back: the same tensors, and
+    the bytes the arrays carry are the bytes the in-process engine counts."""
+    from fedfew.engine.engines import InProcessEngine
+
+    seen: list[Any] = []
+    original = InProcessEngine.execute
+
+    def recording(self: InProcessEngine, task: Any, payloads: Any) -> Any:
+        replies = original(self, task, payloads)
+        seen.extend(payloads.values())
+        seen.extend(r.upload for r in replies.results.values())
+        return replies
+
+    monkeypatch.setattr(InProcessEngine, "execute", recording)
+    experiment = build_experiment(load_config(tiny_config(name, federation={"rounds": 1})))
+    experiment.simulator().run(1, 4, 1)
+    if name != "frl-scratch":
+        assert seen
+    for obj in seen:
+        arrays, meta = to_records(obj)
+        assert array_bytes(arrays) == payload_bytes(obj)
+        back = _tensors(from_records(arrays, meta))
+        assert len(back) == len(_tensors(obj)) and all(torch.equal(a, b) for a, b in zip(_tensors(obj), back))
+
+
+def _tensors(obj: Any) -> list[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, dict):
+        return [t for v in obj.values() for t in _tensors(v)]
+    if isinstance(obj, (list, tuple)):
+        return [t for v in obj for t in _tensors(v)]
+    return []
+
+
+def test_node_state_namespaces() -> None:
+    from flwr.app import RecordDict
+
+    state = RecordDict()
+    write_state(state, MAIN, 0, {"client": {"w": torch.ones(2)}, "rounds": 1})
+    write_state(state, "frl/0", 0, {"initial": {"w": torch.zeros(2)}})
+    assert read_state(state, "frl/0", 0)["initial"]["w"].sum() == 0
+    assert read_state(state, "frl/1", 1) is None  # a new top-level round: last round's namespace is gone
+    assert read_state(state, "frl/0", 1) is None
+    assert read_state(state, MAIN, 1)["rounds"] == 1  # the persistent state stays
+    write_state(state, MAIN, 1, None)
+    assert read_state(state, MAIN, 1) is None
+
+
+def test_certificates_and_keys(tmp_path: Path) -> None:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    paths = make_tls(tmp_path, ["127.0.0.1", "localhost"])
+    ca = x509.load_pem_x509_certificate(paths["ca"].read_bytes())
+    cert = x509.load_pem_x509_certificate(paths["cert"].read_bytes())
+    cert.verify_directly_issued_by(ca)
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "localhost" in names.get_values_for_type(x509.DNSName)
+    private, public = make_node_key(tmp_path, "node-0")
+    serialization.load_ssh_private_key(private.read_bytes(), password=None)
+    assert public.read_text().startswith("ecdsa-sha2-nistp384 ")
+    assert oct(private.stat().st_mode)[-3:] == "600"
+
+
+def test_a_taken_port_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = main(["run", str(demo_config_path()), "--out", str(tmp_path), "--quiet", "--set", "runtime.engine=flower",
+                     "--set", f"flower.port={port}", "--set", "federation.rounds=1"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"port {port}" in err and "in use" in err and len(err.strip().splitlines()) == 1
+    assert no_fedfew_processes_left()
+
+
+# -- real processes ----------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def federation(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A SuperLink and 4 SuperNodes, TLS and SuperNode authentication on, for the whole module."""
+    folder = tmp_path_factory.mktemp("federation")
+    with LocalFederation(folder, 4, FlowerSettings(round_timeout=300, startup_timeout=300), None) as fed:
+        yield fed
+    assert no_fedfew_processes_left()
+
+
+def run_flower(fed: LocalFederation, config: dict[str, Any], out: Path) -> dict[str, Any]:
+    cfg = load_config(config, ["runtime.engine=flower"])
+    folder = new_run(cfg, out)
+    return run_on_federation(fed, folder, load_config(folder.path / "config.yaml"))
+
+
+@pytest.mark.flower
+@pytest.mark.parametrize("name", sorted(ALGORITHM_SETUPS))
+def test_flower_equals_inprocess(name: str, federation: LocalFederation, tmp_path: Path) -> None:
+    config = tiny_config(name)
+    on_flower = run_flower(federation, config, tmp_path / "flower")
+    inprocess = run_experiment(load_config(config), tmp_path / "inprocess", progress=False)
+    assert history(on_flower) == history(inprocess)  # metrics, bytes down and up, who replied
+    assert on_flower["test"] == inprocess["test"] and on_flower["selected_round"] == inprocess["selected_round"]
+    # What left the nodes: uploads, metrics and scores, never a private state.
+    log = Path(on_flower["folder"]) / "flower" / "messages.jsonl"
+    entries = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    for entry in entries:
+        assert set(entry["records"]) in ({"upload", "upload.meta", "result"}, {"scores"}), entry["records"]
+        assert not any(key.startswith("fedfew.state") for key in entry["records"])
+    if name == "f2l":  # the client-model (psi) stays: only the server-model (phi) goes up
+        uploads = [e for e in entries if e["type"] == "train"]
+        assert uploads and all(e["array_bytes"]["upload"] > 0 for e in uploads)
+        assert not (Path(on_flower["folder"]) / "model" / "clients").exists()  # nor is it on the server's disk
+    if name in PRIVATE:
+        assert any(e["type"] == "evaluate" for e in entries)  # scored where the private models are
+
+
+@pytest.mark.flower
+def test_an_unregistered_supernode_is_refused(federation: LocalFederation) -> None:
+    key = federation.node_key(99, register=False)
+    intruder = federation.start_node(99, key, client_id=1)
+    deadline = time.monotonic() + 60
+    while intruder.popen.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert intruder.popen.returncode not in (None, 0)
+    assert "Failed to activate SuperNode" in intruder.log.read_text()
+    listed = subprocess.run([str(federation.bin / "flwr"), "supernode", "list", "local", "--format", "json"],
+                            env=federation.env(federation.cli_home()), capture_output=True, text=True, timeout=120)
+    assert listed.stdout.count('"online"') == 4
+
+
+@pytest.mark.flower
+def test_a_killed_supernode_leaves_a_finished_run(tmp_path: Path) -> None:
+    config = tiny_config("fl-proto", federation={"rounds": 3, "clients_per_round": 3},
+                         partition={"num_clients": 3})
+    config["flower"] = {"round_timeout": 20}
+    fed = LocalFederation(tmp_path / "fed", 3, FlowerSettings(round_timeout=20, tls=False, node_auth=False), None)
+    with fed:
+        cfg = load_config(config, ["runtime.engine=flower"])
+        folder = new_run(cfg, tmp_path / "out")
+        result: dict[str, Any] = {}
+        worker = threading.Thread(target=lambda: result.update(run_on_federation(fed, folder, cfg)))
+        worker.start()
+        metrics = folder.path / "metrics.jsonl"
+        while worker.is_alive() and (not metrics.exists() or not metrics.read_text().strip()):
+            time.sleep(0.2)
+        victim = next(p for p in fed.processes if p.name == "supernode-2")
+        for pid, _ in [(victim.popen.pid, "")] + sorted(victim.known):
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        worker.join(timeout=600)
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert json.loads((folder.path / "status.json").read_text())["status"] == "complete"
+    assert rows[0]["clients"]["replied"] == [0, 1, 2]
+    assert all(r["clients"]["failed"] == [2] and r["clients"]["replied"] == [0, 1] for r in rows[1:])
+    assert "accuracy" in result["test"]
+    assert no_fedfew_processes_left()
+
+
+@pytest.mark.flower
+def test_fedfew_run_on_flower_from_the_command_line(tmp_path: Path) -> None:
+    """The README's command, as a user runs it (10 SuperNodes, TLS and node authentication)."""
+    done = subprocess.run([sys.executable, "-m", "fedfew.cli", "run", str(demo_config_path()), "--set",
+                           "runtime.engine=flower", "--set", "federation.rounds=2", "--set",
+                           "episodes.test_episodes=50", "--out", str(tmp_path), "--quiet"],
+                          cwd=REPO, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert json.loads((folder / "status.json").read_text())["status"] == "complete"
+    assert (folder / "summary.json").is_file() and (folder / "flower" / "tls" / "ca.pem").is_file()
+    assert no_fedfew_processes_left()
+
