@@ -44,17 +44,24 @@ def history(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return [{k: v for k, v in row.items() if k != "seconds"} for row in summary["history"]]
 
 
-def no_fedfew_processes_left() -> bool:
-    """No process anywhere carries a fedfew federation's environment marker."""
+def federation_markers() -> set[bytes]:
+    """The markers of the fedfew federations whose processes are alive (their environment carries one)."""
+    found = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            if b"FEDFEW_FLOWER_FEDERATION=" in (entry / "environ").read_bytes():
-                return False
+            for item in (entry / "environ").read_bytes().split(b"\0"):
+                if item.startswith(b"FEDFEW_FLOWER_FEDERATION="):
+                    found.add(item)
         except OSError:
             continue
-    return True
+    return found
+
+
+def no_fedfew_processes_left(before: set[bytes] | None = None) -> bool:
+    """No process of a federation started since ``before`` (a set of markers) is alive."""
+    return not (federation_markers() - (before or set()))
 
 
 # -- default suite: the pieces --------------------------------------------------------------------------
@@ -130,11 +137,12 @@ def test_a_taken_port_is_a_one_line_error(tmp_path: Path, capsys: pytest.Capture
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
+        before = federation_markers()
         code = main(["run", str(demo_config_path()), "--out", str(tmp_path), "--quiet", "--set", "runtime.engine=flower",
                      "--set", f"flower.port={port}", "--set", "federation.rounds=1"])
     err = capsys.readouterr().err
     assert code == 2 and f"port {port}" in err and "in use" in err and len(err.strip().splitlines()) == 1
-    assert no_fedfew_processes_left()
+    assert no_fedfew_processes_left(before)
 
 
 # -- real processes ----------------------------------------------------------------------------------------
@@ -142,9 +150,10 @@ def test_a_taken_port_is_a_one_line_error(tmp_path: Path, capsys: pytest.Capture
 def federation(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A SuperLink and 4 SuperNodes, TLS and SuperNode authentication on, for the whole module."""
     folder = tmp_path_factory.mktemp("federation")
+    before = federation_markers()
     with LocalFederation(folder, 4, FlowerSettings(round_timeout=300, startup_timeout=300), None) as fed:
         yield fed
-    assert no_fedfew_processes_left()
+    assert no_fedfew_processes_left(before)
 
 
 def run_flower(fed: LocalFederation, config: dict[str, Any], out: Path) -> dict[str, Any]:
@@ -194,6 +203,7 @@ def test_a_killed_supernode_leaves_a_finished_run(tmp_path: Path) -> None:
     config = tiny_config("fl-proto", federation={"rounds": 3, "clients_per_round": 3},
                          partition={"num_clients": 3})
     config["flower"] = {"round_timeout": 20}
+    before = federation_markers()
     fed = LocalFederation(tmp_path / "fed", 3, FlowerSettings(round_timeout=20, tls=False, node_auth=False), None)
     with fed:
         cfg = load_config(config, ["runtime.engine=flower"])
@@ -216,12 +226,13 @@ def test_a_killed_supernode_leaves_a_finished_run(tmp_path: Path) -> None:
     assert rows[0]["clients"]["replied"] == [0, 1, 2]
     assert all(r["clients"]["failed"] == [2] and r["clients"]["replied"] == [0, 1] for r in rows[1:])
     assert "accuracy" in result["test"]
-    assert no_fedfew_processes_left()
+    assert no_fedfew_processes_left(before)
 
 
 @pytest.mark.flower
 def test_fedfew_run_on_flower_from_the_command_line(tmp_path: Path) -> None:
     """The README's command, as a user runs it (10 SuperNodes, TLS and node authentication)."""
+    before = federation_markers()
     done = subprocess.run([sys.executable, "-m", "fedfew.cli", "run", str(demo_config_path()), "--set",
                            "runtime.engine=flower", "--set", "federation.rounds=2", "--set",
                            "episodes.test_episodes=50", "--out", str(tmp_path), "--quiet"],
@@ -230,5 +241,21 @@ def test_fedfew_run_on_flower_from_the_command_line(tmp_path: Path) -> None:
     (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert json.loads((folder / "status.json").read_text())["status"] == "complete"
     assert (folder / "summary.json").is_file() and (folder / "flower" / "tls" / "ca.pem").is_file()
-    assert no_fedfew_processes_left()
+    assert no_fedfew_processes_left(before)
 
+
+
+@pytest.mark.flower
+def test_the_walkthrough_commands(federation: LocalFederation, tmp_path: Path) -> None:
+    """docs/deployment.md's path: the app written by `fedfew flower-app`, a config file and a run-dir
+    base folder given to `flwr run` (the ServerApp makes the run folder)."""
+    import yaml
+
+    config = tiny_config("fl-proto", federation={"rounds": 1})
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert main(["flower-app", str(tmp_path / "app")]) == 0
+    federation.run_app({"config-file": str(path), "run-dir": str(tmp_path / "runs")}, app=tmp_path / "app")
+    (folder,) = list((tmp_path / "runs").iterdir())
+    assert json.loads((folder / "status.json").read_text())["status"] == "complete"
+    assert json.loads((folder / "summary.json").read_text())["test"]["accuracy"] > 0

@@ -88,6 +88,30 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_flower_app(args: argparse.Namespace) -> int:
+    try:
+        from fedfew.flower.local import write_app
+    except ImportError:
+        raise ConfigError("the Flower app needs Flower: pip install 'fedfew[flower]'") from None
+    folder = write_app(Path(args.folder))
+    print(f"wrote {folder / 'pyproject.toml'}; run it with: flwr run {folder} <superlink connection> "
+          "--run-config 'config-file=\"CONFIG.yaml\" run-dir=\"runs\"'")
+    return 0
+
+
+def _cmd_flower_certs(args: argparse.Namespace) -> int:
+    try:
+        from fedfew.flower.security import make_node_keys, make_tls
+    except ImportError:
+        raise ConfigError("making certificates needs cryptography: pip install 'fedfew[flower]'") from None
+    folder = Path(args.folder)
+    paths = make_tls(folder, args.host)
+    keys = make_node_keys(folder, args.nodes)
+    print(f"wrote {paths['ca']}, {paths['cert']}, {paths['key']}" + (f" and {len(keys)} SuperNode key pairs "
+          f"({keys[0][0].name} ... {keys[-1][1].name})" if keys else ""))
+    return 0
+
+
 def demo_config_path() -> Path:
     return Path(str(resources.files("fedfew") / "configs" / "demo.yaml"))
 
@@ -167,6 +191,17 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("run_dir", help="the run's folder")
     common(ev)
     ev.set_defaults(func=_cmd_evaluate)
+
+    fa = sub.add_parser("flower-app", help="write fedfew's Flower app project (for `flwr run DIR ...`)")
+    fa.add_argument("folder", help="where to write pyproject.toml")
+    fa.set_defaults(func=_cmd_flower_app)
+
+    fc = sub.add_parser("flower-certs", help="make TLS certificates and SuperNode keys for a Flower deployment")
+    fc.add_argument("folder", help="where to write ca.pem, server.pem, server.key and node-K / node-K.pub")
+    fc.add_argument("--host", action="append", required=True,
+                    help="a name or address the SuperNodes dial the SuperLink by (repeatable)")
+    fc.add_argument("--nodes", type=int, default=0, help="how many SuperNode key pairs to make")
+    fc.set_defaults(func=_cmd_flower_certs)
 
     dm = sub.add_parser("demo", help="the main job: local vs fl-maml vs fl-proto on bundled digits")
     dm.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")

@@ -188,6 +188,12 @@ class ExperimentConfig(Section):
                 schema.model_validate(options)
             except ValidationError as err:
                 raise ValueError(_format(err, prefix=key, model=schema, header=False)) from None
+        if self.runtime.engine == "flower" and self.runtime.workers > 0:
+            raise ValueError("runtime.workers runs clients in worker processes of runtime.engine: inprocess; with "
+                             "runtime.engine: flower every client is a SuperNode (set runtime.workers: 0)")
+        if self.runtime.device != "cpu" and (self.runtime.workers > 0 or self.runtime.engine == "flower"):
+            raise ValueError("runtime.device=cuda/auto runs the clients in this process (one GPU): set "
+                             "runtime.workers: 0 and runtime.engine: inprocess")
         fpr = self.federation.clients_per_round
         if isinstance(fpr, int) and fpr > self.partition.num_clients:
             raise ValueError(

@@ -90,7 +90,7 @@ class DeploymentGroup:
 # -- drawing the groups ---------------------------------------------------------------------------
 def row_fingerprints(inputs: torch.Tensor) -> list[bytes]:
     """A hash of each row's bytes: identifies a sample by its content."""
-    flat = inputs.reshape(len(inputs), -1).contiguous().numpy()
+    flat = inputs.reshape(len(inputs), -1).contiguous().cpu().numpy()
     return [hashlib.blake2b(row.tobytes(), digest_size=12).digest() for row in flat]
 
 
@@ -103,7 +103,7 @@ def held_out_positions(dataset: LabelledDataset, classes: list[int], clients: li
     held = {f for c in clients for f in row_fingerprints(c.train.inputs)}
     held_classes = {int(c) for client in clients for c in torch.unique(client.train.labels)}
     out: dict[int, np.ndarray] = {}
-    labels = dataset.labels.numpy()
+    labels = dataset.labels.cpu().numpy()
     for cls in (c for c in classes if c in held_classes):
         positions = np.flatnonzero(labels == cls)
         prints = row_fingerprints(dataset.inputs[torch.from_numpy(positions)])
@@ -169,7 +169,7 @@ def draw_groups(dataset: LabelledDataset, unseen: list[int], options: Deployment
     """G groups of ``options.classes`` classes: ``classes - seen_classes`` from ``unseen`` and
     ``seen_classes`` from ``seen`` (class -> usable positions). Each group depends only on
     ``(seed, split, its index)``, the data and the options."""
-    labels = dataset.labels.numpy()
+    labels = dataset.labels.cpu().numpy()
     need = options.samples_per_class or 2 * options.clients
     unseen_pools = {c: np.flatnonzero(labels == c) for c in unseen}
     unseen_ok = sorted(c for c, p in unseen_pools.items() if len(p) >= need)
@@ -290,7 +290,10 @@ def with_fresh_head(model: torch.nn.Module, prepared: StateDict, generator: torc
         if not name.startswith("head.") and name in prepared:
             state[name] = prepared[name].clone()
     if "head.weight" in state:
-        torch.nn.init.xavier_uniform_(state["head.weight"], generator=generator)
+        weight = state["head.weight"]
+        fresh = torch.empty(weight.shape, dtype=weight.dtype, device=generator.device)  # drawn on the CPU
+        torch.nn.init.xavier_uniform_(fresh, generator=generator)
+        weight.copy_(fresh)
     if "head.bias" in state:
         state["head.bias"].zero_()
     return state

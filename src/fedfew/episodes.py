@@ -101,9 +101,10 @@ class EpisodeSampler:
 
     def sample_indices(self, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(classes [N], support positions [N*K], query positions [N*Q]) grouped by class."""
-        rows = torch.randperm(len(self.classes), generator=generator)[: self.n_way]
+        rows = torch.randperm(len(self.classes), generator=generator, device=generator.device)[: self.n_way]
         table = self.table[rows]
-        scores = torch.rand(table.shape, generator=generator).masked_fill(table < 0, 2.0)
+        scores = torch.rand(table.shape, generator=generator, device=generator.device).to(table.device)
+        scores = scores.masked_fill(table < 0, 2.0)
         picks = table.gather(1, scores.argsort(dim=1)[:, : self.k_shot + self.q_query])
         return self.classes[rows], picks[:, : self.k_shot].reshape(-1), picks[:, self.k_shot :].reshape(-1)
 

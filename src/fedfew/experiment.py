@@ -104,9 +104,13 @@ def build_algorithm(config: ExperimentConfig, inputs: AlgorithmInputs) -> tuple[
 
 
 def _model_factory(config: ExperimentConfig, input_shape: tuple[int, ...], extra: dict[str, Any]):
+    device = torch.get_default_device()
+
     def make_named(name: str, num_classes: int | None, **options: Any) -> FewShotModel:
         merged = {**extra, **(config.model.options if name == config.model.name else {}), **options}
-        return build_model(name, input_shape, num_classes, channels_last=config.model.channels_last, **merged)
+        with torch.device("cpu"):  # initialised from the CPU generator: the same numbers on every device
+            model = build_model(name, input_shape, num_classes, channels_last=config.model.channels_last, **merged)
+        return model.to(device)
 
     def make(num_classes: int | None) -> FewShotModel:
         return make_named(config.model.name, num_classes)
@@ -130,7 +134,7 @@ def text_model_options(dataset: LabelledDataset, model_name: str) -> dict[str, A
 def _sample_split(labels: torch.Tensor, fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """A stratified split of positions into (rest, held-out ``fraction``)."""
     rest, held = [], []
-    y = labels.numpy()
+    y = labels.cpu().numpy()
     for c in np.unique(y):
         idx = rng.permutation(np.flatnonzero(y == c))
         cut = int(round(len(idx) * fraction))
@@ -166,9 +170,17 @@ def _load(config: ExperimentConfig) -> LabelledDataset:
 
 
 def build_experiment(config: ExperimentConfig) -> Experiment:
+    """Data, partition, clients, evaluation tasks and algorithm, on ``runtime.device``: tensors made
+    here live there; models are built on the CPU (the same initial numbers on any device) and moved."""
     torch.set_num_threads(config.runtime.threads)
+    device = Compute.from_runtime(config.runtime.device, config.runtime.precision).device
+    with torch.device(device):
+        return _build(config, device)
+
+
+def _build(config: ExperimentConfig, device: torch.device) -> Experiment:
     seed = config.seed
-    dataset = _load(config)
+    dataset = _load(config).to(device)
     episode = EpisodeShape(config.episodes.n_way, config.episodes.k_shot, config.episodes.q_query)
     val: EvalData | None = None
     if config.task == "fewshot":
@@ -222,11 +234,11 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
     schema = options_schema(PARTITIONS.get(config.partition.name), ("labels", "num_clients", "rng", "groups"))
     options = schema.model_validate(config.partition.options).model_dump(exclude_unset=True)
     if config.partition.name == "natural":
-        options["groups"] = pool.groups
+        options["groups"] = None if pool.groups is None else pool.groups.cpu()
     try:
         entropy = config.partition.rng_entropy
         rng = np.random.default_rng(entropy) if entropy is not None else numpy_generator(seed, "partition")
-        parts = partition(config.partition.name, pool.labels, config.partition.num_clients, rng, **options)
+        parts = partition(config.partition.name, pool.labels.cpu(), config.partition.num_clients, rng, **options)
     except PartitionError as err:
         raise ConfigError(f"partition: {err}") from None
     except TypeError as err:

@@ -184,11 +184,12 @@ class RunFolder:
             manifest = json.loads(path.read_text())
             if manifest.get("format") != "fedfew-checkpoint/1":
                 raise RunFolderError(f"{path} is not a fedfew checkpoint (format {manifest.get('format')!r})")
-            server, _ = serialize.load(self.checkpoint_dir / manifest["server"])
+            device = simulator.engine.compute.device
+            server = serialize.to_device(serialize.load(self.checkpoint_dir / manifest["server"])[0], device)
             best = None
             if manifest["best"]:
                 b = manifest["best"]
-                best_server, _ = serialize.load(self.checkpoint_dir / b["server"])
+                best_server = serialize.to_device(serialize.load(self.checkpoint_dir / b["server"])[0], device)
                 best = Best(b["accuracy"], b["round"], best_server, _read_entries(b["states"]))
             simulator.state = RunState(manifest["round"], server, manifest["history"],
                                        CommLog(manifest["comm"]["down"], manifest["comm"]["up"]), best,

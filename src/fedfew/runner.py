@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from fedfew.config import ConfigError, ExperimentConfig, load_config
+from fedfew.engine import serialize
 from fedfew.engine.simulator import NothingTrainedError, Simulator
 from fedfew.experiment import Experiment, build_experiment, dataset_cache
 from fedfew.results import markdown_table, plot_curves, summarise
@@ -354,6 +355,9 @@ def evaluate_run(path: str | Path, overrides: list[str] | None = None) -> dict[s
     simulator = experiment.simulator()
     states = {cid: client_states.get(cid) for cid in (c.client_id for c in experiment.clients)}
     start = time.perf_counter()
+    device = simulator.engine.compute.device
+    server = serialize.to_device(server, device)
+    states = {cid: serialize.to_device(state, device) for cid, state in states.items()}
     try:
         test = simulator.evaluate(experiment.test, server, states)
     finally:

@@ -38,7 +38,7 @@ def seed_torch_init(generator: torch.Generator) -> None:
     if _INIT_SEED:
         torch.manual_seed(_INIT_SEED.pop())
         return
-    torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator).item()))
+    torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device).item()))
 
 
 @contextlib.contextmanager

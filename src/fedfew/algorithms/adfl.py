@@ -84,7 +84,8 @@ def adversarial_samples(model: nn.Module, states: list[StateDict], num_classes: 
     samples = []
     for state in states:
         load_state_(model, state)
-        noise = torch.rand((num_classes, *input_shape), generator=generator) * (high - low) + low
+        noise = torch.rand((num_classes, *input_shape), generator=generator, device=generator.device)
+        noise = noise.to(targets.device) * (high - low) + low
         samples.append(mi_fgsm(model, noise, targets, options.attack_steps, options.step_size,
                                options.decay, (low, high)))
     return torch.stack(samples)

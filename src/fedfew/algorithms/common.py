@@ -58,7 +58,7 @@ class TrainOptions(Options):
 
 
 def minibatches(n: int, batch_size: int, generator: torch.Generator) -> list[torch.Tensor]:
-    order = torch.randperm(n, generator=generator)
+    order = torch.randperm(n, generator=generator, device=generator.device)
     return list(order.split(batch_size))
 
 

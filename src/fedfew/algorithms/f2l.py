@@ -561,6 +561,6 @@ def logistic_regression_accuracy(support: torch.Tensor, support_labels: torch.Te
     from sklearn.linear_model import LogisticRegression
 
     classifier = LogisticRegression(C=1.0, max_iter=1000, random_state=0)
-    classifier.fit(F.normalize(support, dim=1).numpy(), support_labels.numpy())
-    predicted = classifier.predict(F.normalize(query, dim=1).numpy())
-    return float((torch.from_numpy(predicted) == query_labels).float().mean())
+    classifier.fit(F.normalize(support, dim=1).cpu().numpy(), support_labels.cpu().numpy())
+    predicted = classifier.predict(F.normalize(query, dim=1).cpu().numpy())
+    return float((torch.from_numpy(predicted) == query_labels.cpu()).float().mean())

@@ -111,7 +111,7 @@ class FedFSLMIAdv(FedFSLMI):
                 return
             for theta, theta2 in zip(self.model.head.parameters(), self.second_head.parameters()):
                 rms = theta.pow(2).mean().sqrt()
-                noise = torch.randn(theta.shape, generator=generator, dtype=theta.dtype)
+                noise = torch.randn(theta.shape, generator=generator, dtype=theta.dtype, device=generator.device).to(theta.device)
                 theta2.copy_(theta + opts.perturb_std * rms * noise)
 
     def adversarial_objective(

@@ -203,7 +203,7 @@ def split_support_query(labels: torch.Tensor, fraction: float, generator: torch.
     support, query = [], []
     for cls in torch.unique(labels):
         positions = torch.nonzero(labels == cls).flatten()
-        positions = positions[torch.randperm(len(positions), generator=generator)]
+        positions = positions[torch.randperm(len(positions), generator=generator, device=generator.device)]
         n = len(positions)
         cut = n if n < 2 else min(max(int(round(fraction * n)), 1), n - 1)
         support.append(positions[:cut])

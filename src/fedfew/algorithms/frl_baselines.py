@@ -135,7 +135,8 @@ class FRLOneShot(FRLFineTune):
         metrics = train_epochs(model, local, local.labels, self.options, generator)
         upload: dict[str, Any] = {"model": get_state(model)}
         # The folds use their own generator so that the returned model does not depend on them.
-        folds_generator = torch.Generator().manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator)))
+        folds_generator = torch.Generator().manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator,
+                                                                                   device=generator.device)))
         score = cross_validation_score(self.model, payload["model"], local, self.options, self.options.cv_folds,
                                        folds_generator)
         upload["cv_score"] = torch.tensor(score, dtype=torch.float32)

@@ -68,7 +68,7 @@ class OneShotOptions(TrainOptions):
 
 def top_n(scores: torch.Tensor, n: int, generator: torch.Generator) -> list[int]:
     """Positions of the ``n`` largest ``scores``, best first; equal scores are ordered at random."""
-    order = torch.randperm(len(scores), generator=generator)
+    order = torch.randperm(len(scores), generator=generator, device=generator.device).to(scores.device)
     ranked = order[torch.sort(scores[order], descending=True, stable=True).indices]
     return ranked[:n].tolist()
 
@@ -107,7 +107,7 @@ def cross_validation_score(model: nn.Module, initial: StateDict, data: LabelledD
     n = len(data)
     if n < folds:
         raise ValueError(f"algorithm.options.cv_folds={folds} exceeds a client's {n} samples")
-    parts = torch.tensor_split(torch.randperm(n, generator=generator), folds)
+    parts = torch.tensor_split(torch.randperm(n, generator=generator, device=generator.device), folds)
     scores = []
     for k in range(folds):
         held = parts[k]
@@ -191,7 +191,8 @@ class OneShot(Algorithm):
         if self.options.cv_folds:
             # The folds draw from their own generator, seeded after the main training, so the
             # returned model is the same with or without cross-validation.
-            cv_generator = torch.Generator().manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator)))
+            cv_generator = torch.Generator().manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator,
+                                                                                device=generator.device)))
             cv_options = self.options.model_copy(update={"local_epochs": self.options.cv_epochs or self.options.local_epochs})
             score = cross_validation_score(self.model, payload["model"], data.train, cv_options,
                                            self.options.cv_folds, cv_generator)

@@ -92,7 +92,8 @@ def per_fedavg_local(model: nn.Module, data: LabelledDataset, targets: torch.Ten
     size = min(options.batch_size, len(data))
     draws = 2 if options.variant == "fo" else 3
     for _ in range(options.local_steps):
-        batches = tuple(torch.randperm(len(data), generator=generator)[:size] for _ in range(draws))
+        batches = tuple(torch.randperm(len(data), generator=generator, device=generator.device)[:size]
+                        for _ in range(draws))
         params = per_fedavg_step(model, params, data, targets, batches, options)
     with torch.no_grad():
         for name, p in model.named_parameters():

@@ -77,6 +77,16 @@ class LabelledDataset:
     def is_text(self) -> bool:
         return not torch.is_floating_point(self.inputs)
 
+    def to(self, device: torch.device | str) -> LabelledDataset:
+        """The same samples with their tensors on ``device`` (itself when they already are)."""
+        if self.inputs.device == torch.device(device):
+            return self
+        def move(tensor: torch.Tensor | None) -> torch.Tensor | None:
+            return None if tensor is None else tensor.to(device)
+
+        return replace(self, inputs=move(self.inputs), labels=move(self.labels), groups=move(self.groups),
+                       lengths=move(self.lengths))
+
     def subset(self, indices: torch.Tensor | list[int]) -> LabelledDataset:
         """The samples at ``indices``; labels keep their global class ids."""
         idx = torch.as_tensor(indices, dtype=torch.long)

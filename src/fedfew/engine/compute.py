@@ -43,7 +43,17 @@ class Compute:
         return self.device.type == "cpu" and self.precision == "fp32"
 
     @contextlib.contextmanager
+    def device_scope(self) -> Iterator[None]:
+        """New tensors on the device (the server side: broadcast, aggregation, nested rounds)."""
+        if self.device.type == "cpu":
+            yield
+            return
+        with torch.device(self.device):
+            yield
+
+    @contextlib.contextmanager
     def scope(self) -> Iterator[None]:
+        """The device, and bf16 autocast when asked (client updates and evaluation)."""
         if self.is_default:
             yield
             return

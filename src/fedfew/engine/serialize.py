@@ -197,3 +197,16 @@ def nbytes(obj: Any) -> int:
     """Bytes of the tensors in ``obj`` as the flat form holds them (each distinct tensor once)."""
     tensors, _ = flatten(obj)
     return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+def to_device(obj: Any, device: torch.device | str) -> Any:
+    """``obj`` with every tensor moved to ``device`` (states read from disk come to the CPU)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, Mapping):
+        return {k: to_device(v, device) for k, v in obj.items()}
+    if isinstance(obj, tuple):
+        return tuple(to_device(v, device) for v in obj)
+    if isinstance(obj, list):
+        return [to_device(v, device) for v in obj]
+    return obj

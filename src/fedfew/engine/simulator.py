@@ -173,7 +173,7 @@ class Simulator:
 
         self.states = states if states is not None else ClientStates([c.client_id for c in clients], init_state)
         self.engine = engine if engine is not None else InProcessEngine(algorithm, by_id, seed, self.states, faults)
-        with initial_model_seed(init_seed):
+        with self.engine.compute.device_scope(), initial_model_seed(init_seed):
             self.state = RunState(0, algorithm.init_server(torch_generator(seed, "server-init")))
 
     # -- compatibility views ------------------------------------------------------------------
@@ -206,9 +206,11 @@ class Simulator:
             return self.algorithm.evaluate(server, states, self.clients, data, generator)  # type: ignore[arg-type]
 
     def play(self, selected: Sequence[int], round_index: int) -> RoundOutcome:
-        outcome = self.algorithm.play_round(self.state.server, self.engine, selected, round_index)
-        if outcome is None:  # the standard round (every algorithm but those that nest rounds)
-            outcome = run_round(self.engine, self.algorithm, self.state.server, selected, round_index, round_index)
+        with self.engine.compute.device_scope():
+            outcome = self.algorithm.play_round(self.state.server, self.engine, selected, round_index)
+            if outcome is None:  # the standard round (every algorithm but those that nest rounds)
+                outcome = run_round(self.engine, self.algorithm, self.state.server, selected, round_index,
+                                    round_index)
         return outcome
 
     def run(

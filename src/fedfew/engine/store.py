@@ -8,8 +8,9 @@ again. Each entry carries its *version*, the round after which it was written (0
 States can be written to files in ``folder`` (one per client and version: a checkpoint writes the
 ones it needs there). With ``spill`` they live only there, and nothing but their file names stays in
 memory: memory stays bounded however many clients exist.
-States are created on first use from ``init`` (the algorithm's ``init_client_state`` with the
-client's own generator), as a real client would create its own.
+A client never updated has its initial state from ``init`` (the algorithm's ``init_client_state``
+with the client's own generator), made again whenever asked and never stored, as a real client
+would create its own: memory and disk grow with the clients that trained, not with those that exist.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from fedfew.engine import serialize
 
@@ -59,10 +62,8 @@ class ClientStates(Mapping[int, Any]):
     # -- reading and writing --------------------------------------------------------------------
     def get_state(self, cid: int) -> Any:
         entry = self.entries.get(cid)
-        if entry is None:
-            state = self.init(cid)
-            self.put(cid, state, version=0)
-            return state
+        if entry is None:  # never updated: its initial state, made again when asked (nothing stored)
+            return self.init(cid)
         if entry.state is not None or entry.file is None:
             return entry.state
         state = self.read_file(entry.file)
@@ -96,7 +97,7 @@ class ClientStates(Mapping[int, Any]):
         if self.folder is None:
             raise ValueError(f"client state file {name} named, but the store has no folder")
         state, _ = serialize.load(self.folder / name)
-        return state
+        return serialize.to_device(state, torch.get_default_device())  # where the caller computes
 
     # -- snapshots --------------------------------------------------------------------------------
     def snapshot(self) -> dict[int, Entry]:

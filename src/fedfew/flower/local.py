@@ -242,9 +242,10 @@ class LocalFederation:
         raise FlowerRunError(f"the {process.name} did not listen on {HOST}:{port} within {timeout:.0f} s")
 
     # -- running the app ------------------------------------------------------------------------------
-    def run_app(self, run_config: dict[str, str], on_poll: Any = None) -> int:
-        """``flwr run`` the fedfew app with ``run_config``; returns when the run ends."""
-        app = write_app(self.folder / "app")
+    def run_app(self, run_config: dict[str, str], on_poll: Any = None, app: Path | None = None) -> int:
+        """``flwr run`` the fedfew app (``app``, a folder from :func:`write_app`; default: one written
+        here) with ``run_config``; returns when the run ends."""
+        app = app or write_app(self.folder / "app")
         pairs = " ".join(f'{key}="{value}"' for key, value in run_config.items())
         process = self.spawn("flwr-run", [str(self.bin / "flwr"), "run", str(app), "local", "--stream",
                                           "--run-config", pairs], self.cli_home())
