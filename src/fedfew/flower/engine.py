@@ -73,20 +73,45 @@ class FlowerEngine(Engine):
             time.sleep(0.5)
         nodes = sorted(self.grid.get_node_ids())
         hello = RecordDict({"fedfew": ConfigRecord({"config": json.dumps(config)})})
-        messages = [Message(hello, dst_node_id=n, message_type=MessageType.QUERY) for n in nodes]
-        replies = list(self.grid.send_and_receive(messages, timeout=max(deadline - time.monotonic(), 60.0)))
+        messages = [(n, Message(hello, dst_node_id=n, message_type=MessageType.QUERY)) for n in nodes]
         node_of: dict[int, int] = {}
-        for reply in replies:
+        for node, reply in self._exchange(messages, max(deadline - time.monotonic(), 60.0)):
             content = self._content(reply, "setting up")
             cid = int(content["fedfew"]["client-id"])
             if cid in node_of:
                 raise FlowerRunError(f"two SuperNodes say they are client {cid} (check their --node-config)")
-            node_of[cid] = reply.metadata.src_node_id
+            node_of[cid] = node
         missing = sorted(set(range(num_clients)) - set(node_of))
         if missing:
             raise FlowerRunError(f"no SuperNode answered as client(s) {missing[:10]} (the config has {num_clients} "
                                  "clients; start one SuperNode per client with --node-config 'client-id=K')")
         return node_of
+
+    def _exchange(self, messages: list[tuple[int, Message]], timeout: float) -> list[tuple[int, Message]]:
+        """Send (client, message) pairs and collect the replies that arrive within ``timeout`` seconds,
+        each paired with the client it answers (by the id of the message it replies to)."""
+        ids = list(self.grid.push_messages([m for _, m in messages]))
+        client_of = {mid: cid for mid, (cid, _) in zip(ids, messages)}
+        pending, replies = set(ids), []
+        deadline = time.monotonic() + timeout
+        while pending:
+            for reply in self.grid.pull_messages(list(pending)):
+                mid = reply.metadata.reply_to_message_id
+                if mid in pending:
+                    pending.discard(mid)
+                    replies.append((client_of[mid], reply))
+            if pending:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+        return replies
+
+    def _failed_delivery(self, cid: int, reply: Message, doing: str) -> bool:
+        """A reply the runtime made (the node went away, the message expired): that client failed."""
+        if not reply.has_error():
+            return False
+        print(f"fedfew: warning: client {cid} failed while {doing}: {reply.error.reason}", flush=True)
+        return True
 
     def _content(self, reply: Message, doing: str) -> RecordDict:
         if reply.has_error():
@@ -109,16 +134,17 @@ class FlowerEngine(Engine):
             down += array_bytes(arrays)
             content = RecordDict({"payload": arrays, "payload.meta": meta,
                                   "task": ConfigRecord({"task": json.dumps(task.to_json()), "client": cid})})
-            messages.append(Message(content, dst_node_id=self.node_of[cid], message_type=MessageType.TRAIN,
-                                    group_id=str(task.round)))
-        cid_of = {node: cid for cid, node in self.node_of.items()}
+            messages.append((cid, Message(content, dst_node_id=self.node_of[cid], message_type=MessageType.TRAIN,
+                                          group_id=str(task.round))))
         results: dict[int, ClientResult] = {}
         up = 0
         replied: set[int] = set()
         sent = time.time()
-        for reply in self.grid.send_and_receive(messages, timeout=self.round_timeout):
-            cid = cid_of[reply.metadata.src_node_id]
-            content = self._content(reply, f"running round {task.round_key}")
+        doing = f"running round {task.round_key}"
+        for cid, reply in self._exchange(messages, self.round_timeout):
+            if self._failed_delivery(cid, reply, doing):
+                continue
+            content = self._content(reply, doing)
             replied.add(cid)
             self._log("train", task.round_key, cid, content, sent)
             if cid in late:
@@ -140,19 +166,23 @@ class FlowerEngine(Engine):
             arrays, meta = to_records(self.algorithm.broadcast(server, client.client_id))
             content = RecordDict({"payload": arrays, "payload.meta": meta,
                                   "task": ConfigRecord({"split": data.split, "client": client.client_id})})
-            messages.append(Message(content, dst_node_id=self.node_of[client.client_id],
-                                    message_type=MessageType.EVALUATE))
-        cid_of = {node: cid for cid, node in self.node_of.items()}
+            messages.append((client.client_id, Message(content, dst_node_id=self.node_of[client.client_id],
+                                                       message_type=MessageType.EVALUATE)))
         scores: dict[int, dict[str, Any]] = {}
-        for reply in self.grid.send_and_receive(messages, timeout=self.round_timeout):
-            cid = cid_of[reply.metadata.src_node_id]
-            content = self._content(reply, f"evaluating on {data.split}")
+        doing = f"evaluating on {data.split}"
+        for cid, reply in self._exchange(messages, self.round_timeout):
+            if self._failed_delivery(cid, reply, doing):
+                continue
+            content = self._content(reply, doing)
             self._log("evaluate", data.split, cid, content)
             scores[cid] = json.loads(str(content["scores"]["json"]))
+        if not scores:
+            raise FlowerRunError(f"no client returned its {data.split} scores within {self.round_timeout:.0f} s "
+                                 "(flower.round_timeout)")
         missing = sorted(set(self.node_of) - set(scores))
-        if missing:
-            raise FlowerRunError(f"client(s) {missing[:10]} did not return their {data.split} scores within "
-                                 f"{self.round_timeout:.0f} s (flower.round_timeout)")
+        if missing:  # a node gone: the clients that answered are scored, and the log says who did not
+            print(f"fedfew: warning: client(s) {missing[:10]} did not return their {data.split} scores; "
+                  "the evaluation covers the others", flush=True)
         return {cid: scores[cid] for cid in sorted(scores)}
 
     def _log(self, kind: str, key: str, cid: int, content: RecordDict, sent: float | None = None) -> None:
