@@ -109,9 +109,12 @@ class OneShotFL(LinearFL):
         model = load_state_(self.model, payload["model"])
         metrics = train_epochs(model, data.train, data.train.labels, self.options, generator)
         upload: dict[str, Any] = {"model": get_state(model)}
-        folds = min(self.options.cv_folds, len(data.train))  # a client with fewer samples than folds: leave-one-out
+        folds = min(self.options.cv_folds, len(data.train))  # fewer samples than folds: leave-one-out
         folds_generator = torch.Generator().manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator)))
-        score = cross_validation_score(self.model, payload["model"], data.train, self.options, folds, folds_generator)
+        score = 0.0  # a client with a single sample cannot be cross-validated: ranked last
+        if folds >= 2:
+            score = cross_validation_score(self.model, payload["model"], data.train, self.options, folds,
+                                           folds_generator)
         upload["cv_score"] = torch.tensor(score, dtype=torch.float32)
         metrics["cv_score"] = score
         return ClientResult(upload=upload, state=state, metrics=metrics, num_samples=data.num_samples)

@@ -9,7 +9,8 @@ draws independent batches D, D', D'' of its data and sets
         H(w; D'') v ~= [grad f(w + delta v; D'') - grad f(w - delta v; D'')] / (2 delta)
 
 and the server averages the local models by sample count. Defaults alpha = 0.01, beta = 1e-3,
-delta = 1e-3 (the FRL paper's settings for this baseline).
+delta = 1e-3 are ours (the FRL paper states no setting for this baseline; Fallah et al. tune them
+per dataset).
 
 As an FRL baseline it prepares a |C_b|-way classifier over the preparation classes; at deployment
 the head is replaced by a Xavier-initialised tau-way layer and the group trains the "forced" global
