@@ -439,6 +439,8 @@ def test_one_shot_runs_at_deployment_after_fedavg_preparation() -> None:
     result = fl.client_update(fl.broadcast(start, 0), None, client, torch.Generator().manual_seed(0))
     assert 0.0 <= float(result.upload["cv_score"]) <= 1.0
     assert not torch.equal(result.upload["model"]["head.weight"], start["model"]["head.weight"])
+    single = ClientData(1, relabel(data.subset(torch.tensor([0]))))  # one sample: cannot be cross-validated
+    assert float(fl.client_update(fl.broadcast(start, 1), None, single, torch.Generator()).upload["cv_score"]) == 0.0
     with pytest.raises(ValueError, match="deployment.clients"):
         OneShotFL(OneShotTrainOptions(keep=5), ctx, 3).aggregate({}, scored, torch.Generator())
 
