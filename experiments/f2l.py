@@ -7,6 +7,8 @@
     .venv/bin/python experiments/f2l.py clients  [--datasets femnist] [--methods f2l fl-proto]
     .venv/bin/python experiments/f2l.py preset   (the authors'-code preset beside the paper's F2L)
     .venv/bin/python experiments/f2l.py adaptation  (choose the inner step sizes on validation tasks)
+    .venv/bin/python experiments/f2l.py control  [--datasets huffpost femnist]   (untrained, round-0 controls)
+    .venv/bin/python experiments/f2l.py mi       (L_MI with eq. 10's softmax over C(i), beside ours)
     .venv/bin/python experiments/f2l.py report   (tables and plots from docs/f2l/results.jsonl only)
 
 Every run appends one line to docs/f2l/results.jsonl (label, overrides, test accuracy and CI,
@@ -157,6 +159,52 @@ def run(label: str, config: dict[str, Any], extra: dict[str, Any], curve: bool =
     print(f"{label}: {100 * record['test_accuracy']:.2f} ± {100 * record['test_ci95']:.2f} "
           f"({record['seconds']} s)", flush=True)
     return record
+
+
+def control_run(label: str, config: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """The untrained control of one cell: the run's own round-0 state (the simulator's initial server
+    and client states for the config's seed), scored by the method's own evaluation on the same fixed
+    meta-test tasks. Recorded in docs/f2l/results.jsonl like a run (study "control")."""
+    done = load_results()
+    if label in done:
+        return done[label]
+    from fedfew.config import load_config
+    from fedfew.experiment import build_experiment
+
+    start = time.perf_counter()
+    experiment = build_experiment(load_config(config))
+    test = experiment.simulator().evaluate(experiment.test)
+    record = {"label": label, **extra, "test_accuracy": test["accuracy"], "test_ci95": test["ci95"],
+              "selected_round": 0, "rounds": 0, "seconds": round(time.perf_counter() - start, 1),
+              "algorithm": config["algorithm"], "partition": config["partition"], "episodes": config["episodes"]}
+    DOCS.mkdir(parents=True, exist_ok=True)
+    with RESULTS.open("a") as f:
+        f.write(json.dumps(record) + "\n")
+    print(f"{label}: {100 * record['test_accuracy']:.2f} ± {100 * record['test_ci95']:.2f} "
+          f"({record['seconds']} s)", flush=True)
+    return record
+
+
+def cmd_control(args: argparse.Namespace) -> None:
+    for dataset in args.datasets:
+        for distribution in DISTRIBUTIONS:
+            for shot in (1, 5):
+                for method in args.methods:
+                    control_run(f"control {dataset} {distribution} {shot}-shot {method}",
+                                cell_config(dataset, method, distribution, shot),
+                                {"study": "control", "dataset": dataset, "distribution": distribution, "shot": shot,
+                                 "method": method})
+
+
+#: The cells of ``mi``: L_MI's softmax over C(i) as eq. 10 and 13 write it (at 1 shot it is 0).
+MI_CELLS = [("IID", 1), ("IID", 5), ("Non-IID", 5)]
+
+
+def cmd_mi(args: argparse.Namespace) -> None:
+    for distribution, shot in MI_CELLS:
+        run(f"mi huffpost {distribution} {shot}-shot mi_normaliser=class",
+            cell_config("huffpost", "f2l", distribution, shot, {"mi_normaliser": "class"}),
+            {"study": "mi", "dataset": "huffpost", "distribution": distribution, "shot": shot, "method": "f2l"})
 
 
 def cmd_table(args: argparse.Namespace) -> None:
@@ -358,6 +406,11 @@ def report(_: argparse.Namespace | None = None) -> None:
         for method, name in METHOD_NAMES.items():
             ours = [fmt(rows.get(f"table {dataset} {d} {s}-shot {method}")) for d, s in columns]
             lines.append(f"| {name} | " + " | ".join(ours) + " | " + " | ".join(PAPER_TABLE1[paper][name]) + " |")
+        for method, name in METHOD_NAMES.items():
+            controls = [rows.get(f"control {dataset} {d} {s}-shot {method}") for d, s in columns]
+            if any(controls):
+                lines.append(f"| (control) {name}, untrained (round 0) | " + " | ".join(fmt(c) for c in controls)
+                             + " | — | — | — | — |")
         seconds = sum(r["seconds"] for label, r in rows.items() if label.startswith(f"table {dataset} "))
         lines += ["", f"Compute: {seconds:.0f} s for the {dataset} runs above.", ""]
     (DOCS / "table1.md").write_text("\n".join(lines))
@@ -399,8 +452,8 @@ def report(_: argparse.Namespace | None = None) -> None:
               "| authors' code preset (configs/f2l/authors_code_preset.yaml) | "
               + " | ".join(fmt(rows.get(f"preset huffpost {d} {s}-shot authors-code")) for d, s in columns) + " |"]
     (DOCS / "preset.md").write_text("\n".join(preset) + "\n")
-    long_lines = ["| run | test accuracy by round | final (validation-selected round) | paper, same cell | seconds |",
-                  "|---|---|---|---|---|"]
+    long_lines = ["| run | untrained (round 0) | test accuracy by round | final (validation-selected round) | "
+                  "paper, same cell | seconds |", "|---|---|---|---|---|---|"]
     for label, r in rows.items():
         if r.get("study") == "long":
             curve = ", ".join(f"{x}: {100 * y:.1f}" for x, y in r.get("curve", []))
@@ -408,9 +461,19 @@ def report(_: argparse.Namespace | None = None) -> None:
             if r["dataset"].startswith("huffpost") and r["method"] in METHOD_NAMES:
                 paper = PAPER_TABLE1["Huffpost"][METHOD_NAMES[r["method"]]][
                     PAPER_COLUMNS.index(f"{r['distribution']} {r['shot']}-shot")]
-            long_lines.append(f"| {label.removeprefix('long ')} | {curve} | {fmt(r)} (round {r['selected_round']}) "
-                              f"| {paper} | {r['seconds']:.0f} |")
+            control = rows.get(f"control {r['dataset']} {r['distribution']} {r['shot']}-shot {r['method']}")
+            plain = all(t.startswith(("R=", "tau=")) for t in r["label"].split() if "=" in t)  # no --option
+            start = f"{100 * control['test_accuracy']:.1f}" if control and plain else "—"
+            long_lines.append(f"| {label.removeprefix('long ')} | {start} | {curve} | {fmt(r)} (round "
+                              f"{r['selected_round']}) | {paper} | {r['seconds']:.0f} |")
     (DOCS / "long.md").write_text("\n".join(long_lines) + "\n")
+
+    mi = ["| F2L, HuffPost (Table 1 scale) | L_MI softmax over the support set (ours, default) | "
+          "over C(i) (eq. 10 / 13 as written) |", "|---|---|---|"]
+    for distribution, shot in MI_CELLS:
+        mi.append(f"| {distribution} {shot}-shot | {fmt(rows.get(f'table huffpost {distribution} {shot}-shot f2l'))} | "
+                  f"{fmt(rows.get(f'mi huffpost {distribution} {shot}-shot mi_normaliser=class'))} |")
+    (DOCS / "mi.md").write_text("\n".join(mi) + "\n")
 
     import math
 
@@ -575,12 +638,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shot", type=int, default=1)
     p = sub.add_parser("preset")
     p.add_argument("--shots", nargs="+", type=int, default=[1, 5])
+    p = sub.add_parser("control")
+    p.add_argument("--datasets", nargs="+", default=["huffpost", "femnist"])
+    p.add_argument("--methods", nargs="+", default=list(METHOD_NAMES))
+    sub.add_parser("mi")
     sub.add_parser("report")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(REPO / "src"))
     install_dataset_cache()
     commands = {"table": cmd_table, "ablation": cmd_ablation, "lambda": cmd_lambda, "clients": cmd_clients,
-                "long": cmd_long, "preset": cmd_preset, "adaptation": cmd_adaptation, "report": report}
+                "long": cmd_long, "preset": cmd_preset, "adaptation": cmd_adaptation, "control": cmd_control,
+                "mi": cmd_mi, "report": report}
     commands[args.command](args)
     report()
     return 0

@@ -1,13 +1,18 @@
 """FedFSL (Fan & Huang 2021) experiments: the tables and figures of docs/fedfsl.md.
 
     .venv/bin/python experiments/fedfsl.py toy         # section 5.3 / Fig. 6 on MNIST (2-D features)
+    .venv/bin/python experiments/fedfsl.py toy-control # Fig. 6's untrained control
     .venv/bin/python experiments/fedfsl.py ceiling     # what the Fig. 6 network reaches trained centrally
-    .venv/bin/python experiments/fedfsl.py table3      # Table 3 on Omniglot: 5 methods (+1 control) x IID/non-IID x 1/5-shot
+    .venv/bin/python experiments/fedfsl.py table3      # Table 3 on Omniglot: 5 methods (+1 control) x IID/non-IID x 1/5-shot,
+                                                       # the untrained (round-0) controls, the paper's columns
     .venv/bin/python experiments/fedfsl.py reference   # section 5.4.4: w^t versus w_{-k} in FedFSL-MI
-    .venv/bin/fedfew sweep configs/fedfsl/omniglot.yaml --set algorithm.name=fedfsl-mi \\
-        --set federation.clients_per_round=1.0 --grid partition.num_clients=1,2,5,10,20,30 --out runs/fedfsl/devices --quiet
-    .venv/bin/python experiments/fedfsl.py devices     # Fig. 8: plot of that sweep
+    .venv/bin/python experiments/fedfsl.py devices     # Fig. 8: FedFSL-naive, -MI, -MI-Adv for K = 1..30 devices
+    .venv/bin/python experiments/fedfsl.py headline --rounds 50 --local-steps 4   # Table 3's headline cell, larger budget
     .venv/bin/python experiments/fedfsl.py page        # (each command does this too) tables -> docs/fedfsl.md
+
+The untrained control of a table is the same network at round 0 (the server's initial state),
+scored by the same evaluation (the same fixed episodes and test-time adaptation) as the trained
+models: ``build_experiment(config).simulator().evaluate(test)`` before any round.
 
 Every run is a committed config (configs/fedfsl/) plus ``--set``-style overrides, run through
 :func:`fedfew.runner.run_experiment`; finished runs are cached in ``runs/fedfsl/cache.jsonl`` by their
@@ -44,20 +49,41 @@ RUNS = REPO / "runs" / "fedfsl"
 CACHE = RUNS / "cache.jsonl"
 #: extra ``key=value`` overrides for every run (``--set``), e.g. to scale a quick check down.
 EXTRA: list[str] = []
+#: whether the committed runs (docs/fedfsl/*.json) may stand in for cache entries (``--fresh``: no)
+USE_COMMITTED = [True]
 
 # Several runs in one process read the same dataset: load it once (a speed cache; the loaders are
 # deterministic and experiments never modify the dataset they are given).
 fedfew.experiment.load_dataset = functools.lru_cache(maxsize=2)(load_dataset)
 
+MLP = ["algorithm.options.classifier=mlp"]  # the paper's network (section 5.1), explicit in every cache key
+LINEAR = ["algorithm.options.classifier=linear"]
 METHODS = [  # (row label, algorithm name, extra overrides) in the order of the paper's Table 3
+    # FSL-local: each client's own MAML model; `local` has only the zoo model's linear head (ours).
     ("FSL-local", "local", []),
-    ("FedFSL-naive", "fl-maml", []),
-    ("FedFSL-prox", "fedfsl-prox", []),
-    ("FedFSL-MI", "fedfsl-mi", []),
+    # the paper's network for every FedFSL row: the encoder and a two-layer classifier (section 5.1).
+    # FedFSL-naive = fedfsl-prox with mu = 0 (bit for bit fl-maml on the same network, tested).
+    ("FedFSL-naive", "fedfsl-prox", ["algorithm.options.mu=0.0", *MLP]),
+    ("FedFSL-prox", "fedfsl-prox", MLP),
+    ("FedFSL-MI", "fedfsl-mi", MLP),
     ("FedFSL-MI-Adv", "fedfsl-mi-adv", []),
-    # not in the paper: FedFSL-MI on MI-Adv's network (two-layer classifier), to tell the adversarial
-    # stages' effect from the classifier's
-    ("(control) FedFSL-MI, two-layer classifier", "fedfsl-mi", ["algorithm.options.classifier=mlp"]),
+    # ours: the linear-head network of our earlier table (fl-maml's), for comparison
+    ("(ours) FedFSL-naive, linear head", "fl-maml", []),
+    ("(ours) FedFSL-prox, linear head", "fedfsl-prox", LINEAR),
+    ("(ours) FedFSL-MI, linear head", "fedfsl-mi", LINEAR),
+]
+#: The paper's Table 3 (a) miniImageNet and (b) FC100, 5-way, 10 clients, in the order of SETTINGS.
+PAPER_TABLE3 = {
+    "FSL-local": (("50.83", "67.47", "48.08", "63.25"), ("36.45", "47.68", "35.90", "52.93")),
+    "FedFSL-naive": (("53.00", "67.63", "49.95", "66.11"), ("38.42", "49.97", "36.11", "51.58")),
+    "FedFSL-prox": (("53.03", "69.05", "50.08", "68.53"), ("37.62", "48.99", "36.95", "53.02")),
+    "FedFSL-MI": (("54.98", "69.07", "51.07", "68.57"), ("39.78", "50.65", "38.08", "52.98")),
+    "FedFSL-MI-Adv": (("56.42", "70.92", "53.69", "69.61"), ("40.22", "51.18", "38.51", "54.43")),
+}
+#: The untrained controls: (row label, algorithm whose network and test-time adaptation is scored at round 0).
+CONTROLS = [
+    ("(control) untrained: the paper's network (two-layer classifier), round 0", "fedfsl-mi", MLP),
+    ("(control) untrained: the linear-head network, round 0", "fl-maml", []),
 ]
 SETTINGS = [  # (column label, overrides)
     ("IID 1-shot", ["partition.name=iid", "episodes.k_shot=1"]),
@@ -213,6 +239,18 @@ def toy() -> None:
     print("\n".join(lines))
 
 
+def toy_control() -> None:
+    """Fig. 6's untrained control: the MNIST network (the same for FedFSL-MI and -MI-Adv: feature
+    generator and two-layer classifier) at round 0, on the same 300 test episodes."""
+    result = untrained("mnist_toy.yaml", [])
+    lines = ["| method | ours: accuracy (%) ± 95% CI | paper (%) |", "|---|---|---|",
+             f"| (control) untrained: the Fig. 6 network at round 0, same test episodes | {pct(result['test'])} | — |"]
+    DOCS.mkdir(parents=True, exist_ok=True)
+    (DOCS / "mnist_toy_control.md").write_text("\n".join(lines) + "\n")
+    (DOCS / "mnist_toy_control.json").write_text(json.dumps(result, indent=1) + "\n")
+    print("\n".join(lines))
+
+
 # --- the MNIST example's ceiling: the same network trained centrally ---------------------------
 
 #: (row, training digits, feature dimension). Test: 5-way 1-shot on digits 5-9 of held-out images.
@@ -286,22 +324,115 @@ def ceiling(steps: int = 1500, seed: int = 0) -> None:
 # --- Table 3 ---------------------------------------------------------------------------------
 
 
+def seed_cache(record_file: Path, config_file: str) -> None:
+    """Put the committed runs of ``record_file`` ({row: {column: summary}}, whose summaries carry their
+    overrides as ``label``) into the cache, so that a fresh clone rebuilds the tables without re-running
+    them (the key is that of :func:`cached_run` with the current config text)."""
+    if not record_file.is_file() or not USE_COMMITTED[0]:
+        return
+    known = set()
+    if CACHE.is_file():
+        known = {json.loads(line)["key"] for line in CACHE.read_text().splitlines()}
+    CACHE.parent.mkdir(parents=True, exist_ok=True)
+    with CACHE.open("a") as f:
+        for row in json.loads(record_file.read_text()).values():
+            for summary in row.values():
+                if "label" not in summary:
+                    continue
+                overrides = summary["label"].split(" ")
+                # runs made while fedfsl-prox/-mi defaulted to the linear head: make that explicit
+                if any(o in ("algorithm.name=fedfsl-prox", "algorithm.name=fedfsl-mi") for o in overrides) and not any(
+                        o.startswith("algorithm.options.classifier=") for o in overrides):
+                    overrides = [*overrides, *LINEAR]
+                key = json.dumps([config_file, (CONFIGS / config_file).read_text(), overrides])
+                if key not in known:
+                    f.write(json.dumps({"key": key, "summary": summary}) + "\n")
+                    known.add(key)
+
+
+def untrained(config_file: str, overrides: list[str]) -> dict[str, Any]:
+    """The untrained control: the configured network at round 0, scored by the algorithm's own
+    evaluation on the same fixed test episodes."""
+    config = load_config(CONFIGS / config_file, [*overrides, *EXTRA])
+    start = time.perf_counter()
+    experiment = fedfew.experiment.build_experiment(config)
+    test = experiment.simulator().evaluate(experiment.test)
+    return {"test": {"accuracy": test["accuracy"], "ci95": test["ci95"]}, "seconds": time.perf_counter() - start,
+            "label": " ".join(overrides)}
+
+
 def table3() -> None:
+    seed_cache(DOCS / "table3.json", "omniglot.yaml")
     results: dict[str, dict[str, dict[str, Any]]] = {}
     for column, settings in SETTINGS:
         for row, name, extra in METHODS:
             results.setdefault(row, {})[column] = cached_run("omniglot.yaml", [f"algorithm.name={name}", *settings, *extra])
-    header = "| method | " + " | ".join(c for c, _ in SETTINGS) + " |"
-    lines = [header, "|---|" + "---|" * len(SETTINGS)]
+    controls: dict[str, dict[str, dict[str, Any]]] = {}
+    for row, name, extra in CONTROLS:
+        for column, settings in SETTINGS:
+            controls.setdefault(row, {})[column] = untrained("omniglot.yaml", [f"algorithm.name={name}", *settings, *extra])
+    names = [c for c, _ in SETTINGS]
+    header = ("| method | " + " | ".join(f"{c} ours | {c} paper miniImageNet | {c} paper FC100" for c in names) + " |")
+    lines = [header, "|---|" + "---|" * (3 * len(SETTINGS))]
     for row, _, _ in METHODS:
-        lines.append(f"| {row} | " + " | ".join(pct(results[row][c]["test"]) for c, _ in SETTINGS) + " |")
+        mini, fc100 = PAPER_TABLE3.get(row, (("—",) * 4, ("—",) * 4))
+        cells = " | ".join(f"{pct(results[row][c]['test'])} | {mini[i]} | {fc100[i]}" for i, c in enumerate(names))
+        lines.append(f"| {row} | {cells} |")
+    for row, _, _ in CONTROLS:
+        cells = " | ".join(f"{pct(controls[row][c]['test'])} | — | —" for c in names)
+        lines.append(f"| {row} | {cells} |")
+    short = "| method | " + " | ".join(names) + " |"
     lines += ["", "Run time (s, wall clock on the shared 2-core machine, including evaluation):", "",
-              header, "|---|" + "---|" * len(SETTINGS)]
+              short, "|---|" + "---|" * len(SETTINGS)]
     for row, _, _ in METHODS:
-        lines.append(f"| {row} | " + " | ".join(f"{results[row][c]['seconds']:.0f}" for c, _ in SETTINGS) + " |")
+        lines.append(f"| {row} | " + " | ".join(f"{results[row][c]['seconds']:.0f}" for c in names) + " |")
     DOCS.mkdir(parents=True, exist_ok=True)
     (DOCS / "table3.md").write_text("\n".join(lines) + "\n")
     (DOCS / "table3.json").write_text(json.dumps(results, indent=1) + "\n")
+    (DOCS / "table3_controls.json").write_text(json.dumps(controls, indent=1) + "\n")
+    print("\n".join(lines))
+
+
+def headline(rounds: int, local_steps: int) -> None:
+    """Table 3's headline cell (non-IID 1-shot, where the paper's MI-Adv leads naive by 3.7 points on
+    miniImageNet and 2.4 on FC100) at a larger budget, with the untrained controls. Each budget run is
+    kept in docs/fedfsl/headline.json; the table shows every budget run so far beside Table 3's."""
+    column, settings = SETTINGS[2]
+    budget = [f"federation.rounds={rounds}", f"algorithm.options.local_steps={local_steps}", f"eval.every={rounds}"]
+    rows = [m for m in METHODS if m[1] != "local" and not m[0].startswith("(ours)")]  # FSL-local: 10 models to score
+    path = DOCS / "headline.json"
+    saved: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
+    if "rounds" in saved:  # a single record (the first format)
+        saved = {f"{saved['rounds']}x{saved['local_steps']}": saved}
+    record: dict[str, Any] = {"rounds": rounds, "local_steps": local_steps, "setting": column, "methods": {},
+                              "controls": {}}
+    for row, name, extra in rows:
+        record["methods"][row] = cached_run("omniglot.yaml", [f"algorithm.name={name}", *settings, *extra, *budget])
+    for row, name, extra in CONTROLS:
+        record["controls"][row] = untrained("omniglot.yaml", [f"algorithm.name={name}", *settings, *extra])
+    saved[f"{rounds}x{local_steps}"] = record
+    budgets = sorted(saved, key=lambda k: saved[k]["rounds"] * saved[k]["local_steps"])
+    small = json.loads((DOCS / "table3.json").read_text()) if (DOCS / "table3.json").is_file() else {}
+    titles = ["20 x 2 (Table 3, 400 client episodes)"] + [
+        f"{saved[b]['rounds']} x {saved[b]['local_steps']} ({10 * saved[b]['rounds'] * saved[b]['local_steps']} client "
+        "episodes)" for b in budgets]
+    lines = [f"| method ({column}), rounds x local steps | " + " | ".join(titles)
+             + " | paper miniImageNet | paper FC100 |", "|---|" + "---|" * (len(titles) + 2)]
+    for row, _, _ in rows:
+        mini, fc100 = PAPER_TABLE3.get(row, (("—",) * 4, ("—",) * 4))
+        cells = [pct(small[row][column]["test"]) if row in small else "—"]
+        cells += [pct(saved[b]["methods"][row]["test"]) if row in saved[b]["methods"] else "—" for b in budgets]
+        lines.append(f"| {row} | " + " | ".join(cells) + f" | {mini[2]} | {fc100[2]} |")
+    for row, _, _ in CONTROLS:
+        control = saved[budgets[-1]]["controls"].get(row)
+        cells = [pct(control["test"]) if control else "—"] * (len(titles))
+        lines.append(f"| {row} | " + " | ".join(cells) + " | — | — |")
+    times = "; ".join(f"{b}: " + ", ".join(f"{r} {saved[b]['methods'][r]['seconds']:.0f} s" for r in saved[b]["methods"])
+                      for b in budgets)
+    lines += ["", f"Run time (wall clock, shared machine): {times}."]
+    DOCS.mkdir(parents=True, exist_ok=True)
+    (DOCS / "headline.md").write_text("\n".join(lines) + "\n")
+    path.write_text(json.dumps(saved, indent=1) + "\n")
     print("\n".join(lines))
 
 
@@ -309,19 +440,24 @@ def table3() -> None:
 
 
 def reference() -> None:
-    lines = ["| setting | FedFSL-MI with w^t (global) | FedFSL-MI with w_{-k} (k-exclusive) | MB sent, w^t / w_{-k} |",
-             "|---|---|---|---|"]
+    seed_cache(DOCS / "table3.json", "omniglot.yaml")
+    seed_cache(DOCS / "reference.json", "omniglot.yaml")
+    # the paper (section 5.4.4) gives no number for these cells: "using w^t either outperforms or ties
+    # with using w_-k in both 1-/5-shot tasks in all datasets", except miniImageNet 5-shot (69.61 vs 70.70)
+    lines = ["| setting | FedFSL-MI with w^t (global) | FedFSL-MI with w_{-k} (k-exclusive) | MB sent, w^t / w_{-k} | "
+             "paper (section 5.4.4, no number for 1-shot) |", "|---|---|---|---|---|"]
     record = {}
     for column, settings in SETTINGS:
         if "1-shot" not in column:
             continue
+        # the linear-head network of the committed comparison (run before the two-layer default)
         runs = {ref: cached_run("omniglot.yaml", ["algorithm.name=fedfsl-mi", *settings]
-                                + ([] if ref == "global" else ["algorithm.options.reference=exclusive"]))
+                                + ([] if ref == "global" else ["algorithm.options.reference=exclusive"]) + LINEAR)
                 for ref in ("global", "exclusive")}
         record[column] = runs
         mb = [(runs[r]["bytes_down"] + runs[r]["bytes_up"]) / 1e6 for r in ("global", "exclusive")]
         lines.append(f"| {column} | {pct(runs['global']['test'])} | {pct(runs['exclusive']['test'])} | "
-                     f"{mb[0]:.1f} / {mb[1]:.1f} |")
+                     f"{mb[0]:.1f} / {mb[1]:.1f} | w^t outperforms or ties w_-k |")
     DOCS.mkdir(parents=True, exist_ok=True)
     (DOCS / "reference.md").write_text("\n".join(lines) + "\n")
     (DOCS / "reference.json").write_text(json.dumps(record, indent=1) + "\n")
@@ -331,35 +467,53 @@ def reference() -> None:
 # --- Fig. 8: the number of devices -----------------------------------------------------------
 
 
-def devices(sweep: Path) -> None:
+#: Fig. 8's methods. The paper's text names FedFSL-MI-Adv and FedFSL-MI among "all 3 approaches"; the
+#: third is not named in the text we have (the figure is not in it): FedFSL-naive, its baseline.
+DEVICE_METHODS = [("FedFSL-naive", "fedfsl-prox", ["algorithm.options.mu=0.0", *MLP]),
+                  ("FedFSL-MI", "fedfsl-mi", MLP), ("FedFSL-MI-Adv", "fedfsl-mi-adv", [])]
+DEVICE_COUNTS = [1, 2, 5, 10, 20, 30]
+#: The only numbers of Fig. 8 in the paper's text (miniImageNet, non-IID 5-way 1-shot).
+PAPER_FIG8 = {("FedFSL-MI-Adv", 1): "54.41", ("FedFSL-MI-Adv", 2): "54.96"}
+
+
+def devices() -> None:
+    """Fig. 8: non-IID 5-way 1-shot on Omniglot for K = 1..30 devices, all training every round."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    summaries = [json.loads(line) for line in (sweep / "summaries.jsonl").read_text().splitlines()]
-    points = sorted((int(s["label"].split("=")[-1]), s) for s in summaries)
-    ks = [k for k, _ in points]
-    acc = [100 * s["test"]["accuracy"] for _, s in points]
-    ci = [100 * s["test"]["ci95"] for _, s in points]
-    fig, ax = plt.subplots(figsize=(5, 3.6))
-    ax.errorbar(ks, acc, yerr=ci, marker="o", capsize=3)
+    runs = {(title, k): cached_run("omniglot.yaml", [f"algorithm.name={name}", "partition.name=dirichlet",
+                                                      "episodes.k_shot=1", f"partition.num_clients={k}",
+                                                      "federation.clients_per_round=1.0", *extra])
+            for title, name, extra in DEVICE_METHODS for k in DEVICE_COUNTS}
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for title, _, _ in DEVICE_METHODS:
+        acc = [100 * runs[title, k]["test"]["accuracy"] for k in DEVICE_COUNTS]
+        ci = [100 * runs[title, k]["test"]["ci95"] for k in DEVICE_COUNTS]
+        ax.errorbar(DEVICE_COUNTS, acc, yerr=ci, marker="o", capsize=3, label=title)
     ax.set_xscale("log")
-    ax.set_xticks(ks, [str(k) for k in ks])
+    ax.set_xticks(DEVICE_COUNTS, [str(k) for k in DEVICE_COUNTS])
     ax.set_xlabel("number of devices K")
     ax.set_ylabel("5-way 1-shot accuracy (%)")
-    ax.set_title("FedFSL-MI on Omniglot, non-IID (Dirichlet 1.0)", fontsize=10)
+    ax.set_title("Omniglot, non-IID (Dirichlet 1.0), 20 rounds x 2 local steps", fontsize=10)
     ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     DOCS.mkdir(parents=True, exist_ok=True)
     fig.savefig(DOCS / "devices.png", dpi=100)
     plt.close(fig)
     local_steps = load_config(CONFIGS / "omniglot.yaml").algorithm.options["local_steps"]
-    lines = ["| K | accuracy (%) ± 95% CI | local steps in all (K x rounds x local_steps) | run time (s) |",
-             "|---|---|---|---|"]
-    for k, s in points:
-        lines.append(f"| {k} | {pct(s['test'])} | {k * s['rounds'] * local_steps} | {s['seconds']:.0f} |")
+    rounds = load_config(CONFIGS / "omniglot.yaml").federation.rounds
+    lines = ["| K | local steps in all (K x rounds x local_steps) | "
+             + " | ".join(f"{t} ours | {t} paper (miniImageNet)" for t, _, _ in DEVICE_METHODS) + " | run time (s), "
+             + " / ".join(t for t, _, _ in DEVICE_METHODS) + " |", "|---|---|" + "---|" * (2 * len(DEVICE_METHODS) + 1)]
+    for k in DEVICE_COUNTS:
+        cells = " | ".join(f"{pct(runs[t, k]['test'])} | {PAPER_FIG8.get((t, k), '—')}" for t, _, _ in DEVICE_METHODS)
+        times = " / ".join(f"{runs[t, k]['seconds']:.0f}" for t, _, _ in DEVICE_METHODS)
+        lines.append(f"| {k} | {k * rounds * local_steps} | {cells} | {times} |")
     (DOCS / "devices.md").write_text("\n".join(lines) + "\n")
+    (DOCS / "devices.json").write_text(json.dumps({f"{t} K={k}": runs[t, k] for t, k in runs}, indent=1) + "\n")
     print("\n".join(lines))
 
 
@@ -370,7 +524,7 @@ def fill_page() -> None:
     if not page.is_file():
         return
     text = page.read_text()
-    for name in ("mnist_toy", "mnist_ceiling", "table3", "reference", "devices"):
+    for name in ("mnist_toy", "mnist_toy_control", "mnist_ceiling", "table3", "reference", "devices", "headline"):
         table, begin, end = DOCS / f"{name}.md", f"<!-- begin:{name} -->", f"<!-- end:{name} -->"
         if table.is_file() and begin in text and end in text:
             head, rest = text.split(begin, 1)
@@ -380,16 +534,23 @@ def fill_page() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["toy", "ceiling", "table3", "reference", "devices", "page"])
-    parser.add_argument("--sweep", type=Path, default=RUNS / "devices", help="the device sweep's --out folder")
+    parser.add_argument("what", choices=["toy", "toy-control", "ceiling", "table3", "reference", "devices", "headline",
+                                         "page"])
+    parser.add_argument("--fresh", action="store_true",
+                        help="do not seed the cache from the committed docs/fedfsl/*.json (re-run what is not cached)")
+    parser.add_argument("--rounds", type=int, default=50, help="headline: rounds")
+    parser.add_argument("--local-steps", type=int, default=4, help="headline: local steps per round")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="an extra override for every run (repeatable), e.g. for a quick check")
     args = parser.parse_args(argv)
     EXTRA.extend(args.set)
+    USE_COMMITTED[0] = not args.fresh
     start = time.perf_counter()
     torch.set_num_threads(1)
     if args.what == "toy":
         toy()
+    elif args.what == "toy-control":
+        toy_control()
     elif args.what == "ceiling":
         ceiling()
     elif args.what == "table3":
@@ -397,7 +558,9 @@ def main(argv: list[str] | None = None) -> int:
     elif args.what == "reference":
         reference()
     elif args.what == "devices":
-        devices(args.sweep)
+        devices()
+    elif args.what == "headline":
+        headline(args.rounds, args.local_steps)
     fill_page()
     print(f"done in {time.perf_counter() - start:.0f} s", file=sys.stderr)
     return 0

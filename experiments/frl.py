@@ -3,19 +3,27 @@
 Each method's config (configs/frl/<dataset>_<method>.yaml) is prepared once; the prepared model is
 then deployed under every protocol (section 2.3) on the same seeded groups:
 
-* Table 2: non-IID groups of K = 10 clients, two single-class shards each, tau = 5 unseen classes
-  (the configs' own deployment options);
-* Table 1: the same with IID groups (every client holds all tau classes);
-* Table 3: non-IID groups of 2 unseen + 3 seen classes (seen-class samples no participant holds);
+* Table 2's protocol: non-IID groups of K = 10 clients, two single-class shards each, tau = 5
+  unseen classes (the configs' own deployment options);
+* Table 1's protocol: the same with IID groups (every client holds all tau classes);
+* Table 3's protocol: non-IID groups of 2 unseen + 3 seen classes (seen-class samples no
+  participant holds); the paper runs it on CIFAR-100 and mini-ImageNet only;
 * mismatched R: FRL prepared for R = 3, deployed with R = 1, 2, 3, 5 (non-IID);
 * Fig. 2: deployment accuracy (``--fig-groups`` groups) at checkpoints of the preparation stage,
-  against preparation rounds (an FRL episode counts R + 1 rounds).
+  against preparation rounds (an FRL episode counts R + 1 rounds);
+* the untrained control: FRL's deployment (R rounds of prototype FL, distance to the global
+  prototypes) from the initial model, before any preparation, on the same groups. The linear-head
+  baselines' control is "FedAvg from random init." itself (the same deployment from round 0).
 
-Results are cached per method in docs/frl/<dataset>/<method>.json (``--force`` recomputes);
-``--tables-only`` rebuilds the markdown and the figure from the cache.
+Results are cached per method in docs/frl/<folder>/<method>.json (``--force`` recomputes);
+``--tables-only`` rebuilds the markdown and the figure from the cache. ``--scale K`` multiplies the
+preparation rounds of every method (``--groups G``: G deployment groups) and writes to
+docs/frl/<dataset>_x<K>/, for the headline cell at a larger budget.
 
     .venv/bin/python experiments/frl.py --dataset femnist
     .venv/bin/python experiments/frl.py --dataset femnist --only frl finetune
+    .venv/bin/python experiments/frl.py --dataset femnist --scale 5 --groups 100 --only frl finetune scratch \
+        --protocols table2_noniid
     .venv/bin/python experiments/frl.py --dataset omniglot
 """
 
@@ -41,24 +49,44 @@ ROOT = Path(__file__).resolve().parents[1]
 METHODS = [
     ("scratch", "FedAvg from random init."),
     ("finetune", "Fine-tuning via FedAvg"),
-    ("oneshot", "Fine-tuning via one-shot FL"),
-    ("per_fedavg_fo", "Per-FedAvg (FO)"),
-    ("per_fedavg_hf", "Per-FedAvg (HF)"),
+    ("oneshot", "Fine-tuning via one-shot FL (at deployment, as the paper)"),
+    ("oneshot_preparation", "(ours) one-shot FL in the preparation stage"),
+    ("per_fedavg_fo", "Personalized FL: linear (Per-FedAvg FO)"),
+    ("per_fedavg_hf", "Personalized FL: linear (Per-FedAvg HF)"),
+    ("per_fedavg_distance", "Personalized FL: distance-based (Per-FedAvg FO)"),
     ("frl_linear", "FRL, linear classifier"),
     ("frl_distance", "FRL, distance-based"),
     ("frl", "FRL, distance-based + GPAL"),
+    ("frl_additive", "(ours) FRL, distance-based + GPAL, eq. 3 additive as the authors' code"),
     ("frl_authors", "FRL, authors'-code preset"),
 ]
+#: The paper's FEMNIST numbers (%, mean ± 95% CI over 1000 groups): Table 2 (non-IID) and Table 1
+#: (IID); its Table 3 has no FEMNIST column. Per-FedAvg's rows are "Personalized FL: linear
+#: classifier [4]" (the paper does not say FO or HF).
+PAPER_FEMNIST = {
+    "scratch": ("59.22 ± 0.18", "74.76 ± 0.35"),
+    "finetune": ("58.23 ± 0.65", "91.95 ± 0.28"),
+    "oneshot": ("57.88 ± 0.67", "93.62 ± 0.26"),
+    "per_fedavg_fo": ("80.59 ± 0.51", "93.19 ± 0.12"),
+    "per_fedavg_hf": ("80.59 ± 0.51", "93.19 ± 0.12"),
+    "per_fedavg_distance": ("88.07 ± 0.37", "94.11 ± 0.12"),
+    "frl_linear": ("85.14 ± 0.44", "94.86 ± 0.13"),
+    "frl_distance": ("88.60 ± 0.42", "95.07 ± 0.10"),
+    "frl": ("92.42 ± 0.32", "96.61 ± 0.09"),
+}
+#: methods whose untrained (round-0) model is also deployed, with every protocol they are scored on
+UNTRAINED = ("frl",)
 #: protocol key -> (column title, changes to the deployment options)
 PROTOCOLS = {
     "table2_noniid": ("non-IID, 5 unseen (Table 2)", {}),
     "table1_iid": ("IID, 5 unseen (Table 1)", {"iid": True}),
-    "table3_seen": ("non-IID, 2 unseen + 3 seen (Table 3)", {"seen_classes": 3}),
+    "table3_seen": ("non-IID, 2 unseen + 3 seen (Table 3's protocol)", {"seen_classes": 3}),
 }
 #: protocols scored for each (dataset, method) when not all of them (compute budget; see docs/frl.md)
 PROTOCOLS_OF: dict[str, dict[str, list[str]]] = {
     "femnist": {key: ["table2_noniid"] for key in ("frl_linear", "frl_distance", "frl_authors", "per_fedavg_fo",
-                                                    "per_fedavg_hf")},
+                                                    "per_fedavg_hf", "per_fedavg_distance",
+                                                    "frl_additive")},
     # Omniglot participants hold whole characters (2 shards x 10 of 20 drawings): no seen-class
     # sample is left for Table 3.
     "omniglot": {key: ["table2_noniid", "table1_iid"] for key, _ in METHODS},
@@ -93,10 +121,21 @@ def rounds_per_step(config: Any) -> int:
     return 1
 
 
-def run_method(dataset: str, key: str, fig_groups: int, threads: int, overrides: list[str]) -> dict[str, Any]:
+def run_method(dataset: str, key: str, fig_groups: int, threads: int, overrides: list[str], scale: int = 1,
+               groups: int | None = None, only_protocols: list[str] | None = None,
+               mismatched: bool = True) -> dict[str, Any]:
     path = ROOT / "configs" / "frl" / f"{dataset}_{key}.yaml"
     config = load_config(path, overrides)
+    extra = []
+    if scale != 1 and rounds_per_step(config) > 0 and config.federation.rounds > 1:
+        extra.append(f"federation.rounds={config.federation.rounds * scale}")
+    if groups is not None:
+        extra.append(f"algorithm.options.deployment.groups={groups}")
+    if extra:
+        config = load_config(path, [*overrides, *extra])
     protocols = PROTOCOLS_OF.get(dataset, {}).get(key)
+    if only_protocols:
+        protocols = [p for p in (protocols or list(PROTOCOLS)) if p in only_protocols]
     torch.set_num_threads(threads)
     experiment = build_experiment(config)
     torch.set_num_threads(threads)
@@ -112,6 +151,13 @@ def run_method(dataset: str, key: str, fig_groups: int, threads: int, overrides:
     if in_figure:
         start = evaluate_with(algorithm, simulator, experiment.test, groups=fig_groups)
         curve.append({"rounds": 0, "accuracy": start["accuracy"], "ci95": start["ci95"]})
+    untrained: dict[str, Any] = {}
+    if key in UNTRAINED:  # the same deployment from the initial model, on the same groups
+        for protocol, (_, changes) in PROTOCOLS.items():
+            if protocols is not None and protocol not in protocols:
+                continue
+            untrained[protocol] = evaluate_with(algorithm, simulator, experiment.test, **changes)
+            print(f"  {key}: untrained, {protocol}: {fmt(untrained[protocol])}", flush=True)
 
     def on_round(r: int, record: dict[str, float]) -> None:
         if r in checkpoints:
@@ -137,6 +183,9 @@ def run_method(dataset: str, key: str, fig_groups: int, threads: int, overrides:
         "last_train_metrics": {k: v for k, v in outcome["history"][-1].items() if k.startswith("train_")},
         "protocols": {},
         "curve": curve,
+        "untrained": untrained,
+        "groups": int(config.algorithm.options.get("deployment", {}).get("groups", 1000)),
+        "overrides": [*overrides, *extra],
     }
     for protocol, (_, changes) in PROTOCOLS.items():
         if protocols is not None and protocol not in protocols:
@@ -145,7 +194,7 @@ def run_method(dataset: str, key: str, fig_groups: int, threads: int, overrides:
         result["protocols"][protocol] = score
         print(f"  {key}: {protocol}: {100 * score['accuracy']:.2f} ± {100 * score['ci95']:.2f} "
               f"({score['seconds']:.0f} s)", flush=True)
-    if key == "frl":
+    if key == "frl" and mismatched:
         result["mismatched_r"] = {}
         for rounds in MISMATCHED_R:
             score = evaluate_with(algorithm, simulator, experiment.test, rounds=rounds)
@@ -162,26 +211,38 @@ def fmt(score: dict[str, float] | None) -> str:
 
 
 def write_tables(dataset: str, folder: Path) -> str:
+    """The markdown table of every cached method in ``folder`` (docs/frl/<tag>/), with the paper's
+    FEMNIST numbers beside ours, the untrained control, the mismatched-R study and Fig. 2."""
+    tag = folder.name
     results = {key: json.loads((folder / f"{key}.json").read_text())
                for key, _ in METHODS if (folder / f"{key}.json").exists()}
     if not results:
         return ""
-    any_result = next(iter(results.values()))
-    groups = int(next(iter(any_result["protocols"].values()))["groups"])
-    lines = [f"# FRL on {dataset}: deployment accuracy (%) ± 95% CI over {groups} groups", "",
-             "Generated by `.venv/bin/python experiments/frl.py --dataset " + dataset + "`; configs in "
+    counts = sorted({int(v["groups"]) for r in results.values() for v in r["protocols"].values()})
+    used = [p for p in PROTOCOLS if any(p in r["protocols"] for r in results.values())]
+    paper = dataset == "femnist"
+    paper_titles = ["paper, Table 2 FEMNIST", "paper, Table 1 FEMNIST"] if paper else []
+    lines = [f"# FRL on {dataset}: deployment accuracy (%) ± 95% CI over {'/'.join(map(str, counts))} groups", "",
+             "Generated by `.venv/bin/python experiments/frl.py --dataset " + dataset
+             + (f" {results[next(iter(results))].get('cli', '')}" if tag != dataset else "") + "`; configs in "
              "`configs/frl/" + dataset + "_*.yaml`.", "",
-             "| method | preparation rounds | preparation MB | " + " | ".join(t for t, _ in PROTOCOLS.values())
-             + " | preparation s |",
-             "|---|---|---|" + "---|" * len(PROTOCOLS) + "---|"]
+             "| method | preparation rounds | preparation MB | " + " | ".join(PROTOCOLS[p][0] for p in used)
+             + "".join(f" | {t}" for t in paper_titles) + " | preparation s |",
+             "|---|---|---|" + "---|" * (len(used) + len(paper_titles)) + "---|"]
     for key, label in METHODS:
         if key not in results:
             continue
         r = results[key]
-        cells = " | ".join(fmt(r["protocols"].get(p)) for p in PROTOCOLS)
-        lines.append(f"| {label} | {r['preparation_rounds']} | {r['preparation_mb']:.1f} | {cells} | "
+        cells = " | ".join(fmt(r["protocols"].get(p)) for p in used)
+        paper_cells = "".join(f" | {v}" for v in PAPER_FEMNIST.get(key, ("—", "—"))) if paper else ""
+        lines.append(f"| {label} | {r['preparation_rounds']} | {r['preparation_mb']:.1f} | {cells}{paper_cells} | "
                      f"{r['preparation_seconds']:.0f} |")
-    if "frl" in results and "mismatched_r" in results["frl"]:
+        if r.get("untrained"):
+            cells = " | ".join(fmt(r["untrained"].get(p)) for p in used)
+            paper_cells = " | — | —" if paper else ""
+            lines.append(f"| (control) {label}: the untrained initial model, same deployment | 0 | 0.0 | {cells}"
+                         f"{paper_cells} | 0 |")
+    if "frl" in results and results["frl"].get("mismatched_r"):
         by_r = {int(k): v for k, v in results["frl"]["mismatched_r"].items()}
         by_r[3] = results["frl"]["protocols"]["table2_noniid"]  # the R it was prepared for
         order = sorted(by_r)
@@ -192,15 +253,15 @@ def write_tables(dataset: str, folder: Path) -> str:
     curves = {key: results[key]["curve"] for key in FIGURE_METHODS if key in results and results[key]["curve"]}
     if curves:
         lines += ["", "### Fig. 2: deployment accuracy versus preparation rounds (non-IID, 5 unseen)", "",
-                  f"![Fig. 2]({dataset}/fig2.png)", "", "| method | " + " | ".join(["rounds: accuracy"]) + " |",
+                  f"![Fig. 2]({tag}/fig2.png)", "", "| method | " + " | ".join(["rounds: accuracy"]) + " |",
                   "|---|---|"]
         for key, points in curves.items():
             text = "; ".join(f"{p['rounds']}: {100 * p['accuracy']:.1f} ± {100 * p['ci95']:.1f}" for p in points)
             lines.append(f"| {dict(METHODS)[key]} | {text} |")
         plot_curves(curves, folder / "fig2.png", dataset)
     text = "\n".join(lines) + "\n"
-    (folder.parent / f"tables_{dataset}.md").write_text(text)
-    splice(folder.parent.parent / "frl.md", dataset, text.split("\n", 1)[1].lstrip("\n"))
+    (folder.parent / f"tables_{tag}.md").write_text(text)
+    splice(folder.parent.parent / "frl.md", tag, text.split("\n", 1)[1].lstrip("\n"))
     return text
 
 
@@ -250,10 +311,15 @@ def main() -> None:
     parser.add_argument("--tables-only", action="store_true")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="overrides for every config (a quick check; the docs use none)")
+    parser.add_argument("--scale", type=int, default=1, help="multiply every method's preparation rounds")
+    parser.add_argument("--groups", type=int, help="deployment groups (default: the configs')")
+    parser.add_argument("--protocols", nargs="*", choices=list(PROTOCOLS), help="score only these protocols")
     parser.add_argument("--out", default=str(ROOT / "docs" / "frl"))
     args = parser.parse_args()
-    folder = Path(args.out) / args.dataset
+    folder = Path(args.out) / (args.dataset if args.scale == 1 else f"{args.dataset}_x{args.scale}")
     folder.mkdir(parents=True, exist_ok=True)
+    cli = " ".join([f"--scale {args.scale}"] * (args.scale != 1) + [f"--groups {args.groups}"] * (args.groups is not None)
+                   + ([f"--protocols {' '.join(args.protocols)}"] if args.protocols else []))
     if not args.tables_only:
         for key, label in METHODS:
             if args.only and key not in args.only:
@@ -265,8 +331,10 @@ def main() -> None:
                 continue
             print(f"{label} ({key})", flush=True)
             start = time.perf_counter()
-            result = run_method(args.dataset, key, args.fig_groups, args.threads, args.set)
+            result = run_method(args.dataset, key, args.fig_groups, args.threads, args.set, args.scale, args.groups,
+                                args.protocols, mismatched=args.scale == 1)
             result["total_seconds"] = time.perf_counter() - start
+            result["cli"] = cli
             target.write_text(json.dumps(result, indent=1))
             print(f"  {key}: done in {result['total_seconds']:.0f} s", flush=True)
     print(write_tables(args.dataset, folder))

@@ -28,6 +28,14 @@ def run(config: dict[str, Any], overrides: list[str], states_dir: Path | None = 
             "engine": type(simulator.engine).__name__}
 
 
+def test_every_registered_algorithm_has_a_small_config() -> None:
+    """The engine, fault, resume and Flower tests run every algorithm through tests/tiny.py."""
+    import fedfew.algorithms  # noqa: F401
+    from fedfew.engine import ALGORITHMS
+
+    assert set(ALGORITHMS.names()) == set(ALGORITHM_SETUPS)
+
+
 @pytest.mark.parametrize("name", sorted(ALGORITHM_SETUPS))
 def test_two_workers_equal_one_process(name: str) -> None:
     config = tiny_config(name, federation={"rounds": 2, "dropout": 0.25})

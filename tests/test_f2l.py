@@ -84,6 +84,39 @@ def test_mutual_information_loss_one_shot_is_infonce_at_temperature_one() -> Non
     assert mutual_information_loss(h_phi, h_psi, probs, torch.arange(5)).item() == pytest.approx(expected.item(), abs=1e-6)
 
 
+def test_mutual_information_loss_over_c_i_as_eq_10_writes_it() -> None:
+    # The hand-computed case above with the softmax of eq. 10 over k in C(i) only. Classes [0, 0, 1];
+    # dot products [i == j]. Rows 0 and 1 normalise over {0, 1}: log p = 1 - log(e + 1) on the
+    # diagonal, -log(e + 1) off it; row 2 over {2}: log p = 0. Weights 0.75, 0.25, 1.
+    # L = -1/3 [ (0.75 + 0.25)(1 - log(e+1)) + (0.25 + 0.75)(-log(e+1)) + 1 * 0 ] = (2 log(e + 1) - 1) / 3.
+    labels = torch.tensor([0, 0, 1])
+    probs = torch.tensor([[0.6, 0.4], [0.2, 0.8], [0.1, 0.9]])
+    loss = mutual_information_loss(3 * torch.eye(3), 0.5 * torch.eye(3), probs, labels, normaliser="class")
+    assert loss.item() == pytest.approx((2 * math.log(math.e + 1) - 1) / 3, abs=1e-6)
+    # One shot: C(i) = {i}, every log p is log 1 = 0 and nothing reaches the server features.
+    g = torch.Generator().manual_seed(3)
+    h_phi = torch.randn(5, 8, generator=g).requires_grad_()
+    one_shot = mutual_information_loss(h_phi, torch.randn(5, 8, generator=g), torch.full((5, 5), 0.2),
+                                       torch.arange(5), normaliser="class")
+    assert one_shot.item() == 0.0
+    (grad,) = torch.autograd.grad(one_shot, h_phi, allow_unused=True)
+    assert grad is None or float(grad.abs().max()) == 0.0
+
+
+def test_mi_normaliser_option_reaches_the_local_step() -> None:
+    # 3-way 2-shot tasks: the two normalisers give different L_MI values in the same local step.
+    losses = {}
+    for normaliser in ("support", "class"):
+        _, _, clients, algorithm = setup(mi_normaliser=normaliser)
+        server = algorithm.init_server(torch.Generator().manual_seed(0))
+        state = algorithm.init_client_state(clients[0], torch.Generator().manual_seed(1))
+        result = algorithm.client_update(algorithm.broadcast(server, 0), state, clients[0], torch.Generator().manual_seed(2))
+        losses[normaliser] = result.metrics["l_mi"]
+    assert losses["class"] < losses["support"]  # fewer candidates in the softmax: a smaller -log p
+    with pytest.raises(ConfigError, match="mi_normaliser"):
+        load_config({"task": "fewshot", "algorithm": {"name": "f2l", "options": {"mi_normaliser": "query"}}})
+
+
 def test_infonce_loss_pairs_each_shot_with_the_next() -> None:
     # 2-way 2-shot; the shot-0 anchors match the shot-1 candidates of their own class exactly.
     labels = torch.tensor([0, 0, 1, 1])

@@ -261,10 +261,21 @@ def test_prox_with_mu_zero_is_fl_maml() -> None:
         return simulator.server["model"]
 
     naive = final_state(FLMAML(MAMLOptions(**MAML), ctx))
-    prox0 = final_state(FedFSLProx(FedFSLProxOptions(**MAML, mu=0.0), ctx))
-    prox1 = final_state(FedFSLProx(FedFSLProxOptions(**MAML, mu=1.0), ctx))
+    prox0 = final_state(FedFSLProx(FedFSLProxOptions(**MAML, mu=0.0, classifier="linear"), ctx))
+    prox1 = final_state(FedFSLProx(FedFSLProxOptions(**MAML, mu=1.0, classifier="linear"), ctx))
     assert all(torch.equal(naive[k], prox0[k]) for k in naive)
     assert any(not torch.equal(naive[k], prox1[k]) for k in naive)  # the term does act
+
+
+def test_the_papers_network_is_the_default() -> None:
+    """Section 5.1: every method's classifier is two fully connected layers with a ReLU."""
+    _, ctx, _, _, _ = setup()
+    for algorithm in (FedFSLMI(FedFSLMIOptions(**MAML), ctx), FedFSLProx(FedFSLProxOptions(**MAML, mu=0.0), ctx)):
+        head = algorithm.model.head
+        assert isinstance(head, torch.nn.Sequential) and [type(m) for m in head] == [
+            torch.nn.Linear, torch.nn.ReLU, torch.nn.Linear]
+    linear = FedFSLMI(FedFSLMIOptions(**MAML, classifier="linear"), ctx).model.head
+    assert isinstance(linear, torch.nn.Linear)
 
 
 # --- options ---------------------------------------------------------------------------------

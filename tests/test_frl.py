@@ -18,12 +18,19 @@ from fedfew.algorithms.frl import (
     PrototypeFL,
     aggregate_prototypes,
     class_means,
+    distance_loss,
+    gpal_objective,
     local_prototypes,
     prototype_loss,
     split_support_query,
 )
-from fedfew.algorithms.frl_baselines import FRLOneShot, OneShotFineTuneOptions
-from fedfew.algorithms.per_fedavg import PerFedAvgOptions, per_fedavg_step
+from fedfew.algorithms.frl_baselines import FRLOneShot, OneShotFineTuneOptions, OneShotFL, OneShotTrainOptions
+from fedfew.algorithms.per_fedavg import (
+    FRLPerFedAvgDistance,
+    PerFedAvgOptions,
+    per_fedavg_step,
+    prototype_batch_loss,
+)
 from fedfew.config import ConfigError, load_config
 from fedfew.data import LabelledDataset
 from fedfew.deployment import (
@@ -117,25 +124,77 @@ def test_round_zero_has_no_gpal_term_and_later_rounds_do() -> None:
     client = ClientData(0, data.subset(torch.arange(12)))
     state = get_fresh_state(data)
     uploads = {}
-    for gamma in (0.0, 7.0):
+    for gamma in (1.0, 0.3):  # round 0: f = L_local whatever gamma (eq. 3's "for r = 0")
         inner = PrototypeFL(frl_options(gamma=gamma), tiny_context(data))
         result = inner.client_update({"model": state}, None, client, torch.Generator().manual_seed(1))
         assert "gpal_loss" not in result.metrics
         uploads[gamma] = result.upload["model"]
-    assert all(torch.equal(uploads[0.0][k], uploads[7.0][k]) for k in uploads[0.0])
+    assert all(torch.equal(uploads[1.0][k], uploads[0.3][k]) for k in uploads[1.0])
 
-    # From round 1 on the global prototypes enter with weight gamma.
+    # From round 1 on eq. 3: f = gamma L_local + (1 - gamma) L_aux (gamma = 1: no GPAL).
     global_prototypes = {"classes": torch.tensor([0, 1]), "prototypes": torch.randn(2, 6, generator=torch.Generator().manual_seed(3))}
     with_gpal = {}
-    for gamma in (0.0, 7.0):
+    for gamma in (1.0, 0.3):
         inner = PrototypeFL(frl_options(gamma=gamma), tiny_context(data))
         result = inner.client_update({"model": state, "prototypes": global_prototypes}, None, client,
                                      torch.Generator().manual_seed(1))
         with_gpal[gamma] = result
-    assert "gpal_loss" in with_gpal[7.0].metrics
-    assert with_gpal[7.0].metrics["loss"] == pytest.approx(
-        with_gpal[7.0].metrics["local_loss"] + 7.0 * with_gpal[7.0].metrics["gpal_loss"], rel=1e-5)
-    assert not all(torch.equal(with_gpal[0.0].upload["model"][k], with_gpal[7.0].upload["model"][k]) for k in state)
+    assert "gpal_loss" in with_gpal[0.3].metrics and "gpal_loss" not in with_gpal[1.0].metrics
+    assert with_gpal[0.3].metrics["loss"] == pytest.approx(
+        0.3 * with_gpal[0.3].metrics["local_loss"] + 0.7 * with_gpal[0.3].metrics["gpal_loss"], rel=1e-5)
+    assert not all(torch.equal(with_gpal[1.0].upload["model"][k], with_gpal[0.3].upload["model"][k]) for k in state)
+
+
+def identity_context(dim: int = 2, classes: int = 2) -> Context:
+    """A head-less model whose features are its inputs (an identity linear encoder)."""
+    def make(num_classes: int | None) -> FewShotModel:
+        encoder = nn.Linear(dim, dim)
+        with torch.no_grad():
+            encoder.weight.copy_(torch.eye(dim))
+            encoder.bias.zero_()
+        return FewShotModel(encoder, dim, None if num_classes is None else nn.Linear(dim, num_classes))
+
+    return Context(seed=0, make_model=make, make_model_named=lambda n, c: make(c), input_shape=(dim,),
+                   num_classes=classes, train_classes=list(range(classes)), episode=EpisodeShape(2, 1, 1))
+
+
+@pytest.mark.parametrize("form", ["convex", "additive"])
+def test_eq3_combines_local_and_global_prototype_losses_as_written(form: str) -> None:
+    # Features = inputs (identity encoder). Samples (0,0), (2,0), (0,1) with labels 0, 1, 0.
+    # Local prototypes c_0 = (0,0), c_1 = (2,0): squared distances [0,4], [4,0], [1,5], so every row's
+    # cross-entropy is log(1 + e^-4) and L_local = log(1 + e^-4).
+    # Global prototypes G_0 = (0,1), G_1 = (2,0): distances [1,4], [5,0], [0,5]; rows
+    # log(1 + e^-3), log(1 + e^-5), log(1 + e^-5): L_aux = (log(1 + e^-3) + 2 log(1 + e^-5)) / 3.
+    # Eq. 3 with gamma = 0.3: convex 0.3 L_local + 0.7 L_aux; the authors' code's additive L_local + 0.7 L_aux.
+    ctx = identity_context()
+    data = LabelledDataset(torch.tensor([[0.0, 0.0], [2.0, 0.0], [0.0, 1.0]]), torch.tensor([0, 1, 0]), ["a", "b"])
+    local = math.log(1 + math.exp(-4))
+    aux = (math.log(1 + math.exp(-3)) + 2 * math.log(1 + math.exp(-5))) / 3
+    expected = {"convex": 0.3 * local + 0.7 * aux, "additive": local + 0.7 * aux}[form]
+    inner = PrototypeFL(frl_options(gamma=0.3, gpal_form=form), ctx)
+    downloaded = {"classes": torch.tensor([0, 1]), "prototypes": torch.tensor([[0.0, 0.0], [2.0, 0.0]])}
+    global_prototypes = {"classes": torch.tensor([0, 1]), "prototypes": torch.tensor([[0.0, 1.0], [2.0, 0.0]])}
+    loss, metrics = inner.local_loss(inner.model, data, torch.arange(3), downloaded, global_prototypes)
+    assert float(loss.detach()) == pytest.approx(expected, rel=1e-5)
+    assert metrics["local_loss"] == pytest.approx(local, rel=1e-5)
+    assert metrics["gpal_loss"] == pytest.approx(aux, rel=1e-5)
+    # Round 0 (no global prototypes) and gamma = 1 are L_local alone in both forms.
+    loss0, _ = inner.local_loss(inner.model, data, torch.arange(3), downloaded, None)
+    assert float(loss0.detach()) == pytest.approx(local, rel=1e-5)
+    assert float(gpal_objective(torch.tensor(local), torch.tensor(aux), 1.0, form)) == pytest.approx(local)
+
+
+def test_eq2_as_printed_leaves_the_own_class_out_of_the_log_sum() -> None:
+    # logits = -squared distances: rows [0, -4] (label 0), [-4, 0] (label 1), [-1, -5] (label 0).
+    # Printed eq. 2, d_y + log sum_{c' != y} exp(-d_c'): 0 - 4 = -4, 0 - 4 = -4, 1 - 5 = -4: mean -4.
+    logits = torch.tensor([[0.0, -4.0], [-4.0, 0.0], [-1.0, -5.0]])
+    targets = torch.tensor([0, 1, 0])
+    assert float(distance_loss(logits, targets, "others")) == pytest.approx(-4.0)
+    assert float(distance_loss(logits, targets, "all")) == pytest.approx(math.log(1 + math.exp(-4)), rel=1e-5)
+    # Unbounded below: doubling the embedding (distances x 4) makes it -16; ProtoNet's form tends to 0.
+    assert float(distance_loss(4 * logits, targets, "others")) == pytest.approx(-16.0)
+    # One prototype: the log-sum over the other classes is empty and dropped, d_y alone.
+    assert float(distance_loss(torch.tensor([[-2.0], [-3.0]]), torch.tensor([0, 0]), "others")) == pytest.approx(2.5)
 
 
 def get_fresh_state(data: LabelledDataset) -> dict[str, torch.Tensor]:
@@ -147,7 +206,7 @@ def get_fresh_state(data: LabelledDataset) -> dict[str, torch.Tensor]:
 def test_meta_update_moves_theta0_by_minus_beta_times_the_query_gradient_at_thetaR() -> None:
     data = blob_dataset(classes=4, per_class=6)
     ctx = tiny_context(data)
-    options = frl_options(meta_lr=0.3, gamma=0.5)
+    options = frl_options(meta_lr=0.3, gamma=0.4)
     frl = FRL(options, ctx)
     torch.manual_seed(1)
     phi = {k: v.clone() for k, v in ctx.make_model(None).state_dict().items()}
@@ -159,7 +218,7 @@ def test_meta_update_moves_theta0_by_minus_beta_times_the_query_gradient_at_thet
     result = frl.client_update({"model": theta_r, "prototypes": g}, {"initial": phi},
                                ClientData(0, query, val=support), torch.Generator())
 
-    # The query loss at theta^R, written out independently: query prototypes + gamma GPAL.
+    # The query loss at theta^R, written out independently: eq. 3 of query prototypes and GPAL.
     model = ctx.make_model(None)
     params = {k: v.clone().requires_grad_() for k, v in theta_r.items()}
     features = functional_call(model.encoder, {k.removeprefix("encoder."): v for k, v in params.items()}, (query.inputs,))
@@ -167,12 +226,12 @@ def test_meta_update_moves_theta0_by_minus_beta_times_the_query_gradient_at_thet
     protos = torch.stack([features[:3].mean(0), features[3:].mean(0)])
     local = F.cross_entropy(-((features[:, None] - protos[None]) ** 2).sum(-1), targets)
     gpal = F.cross_entropy(-((features[:, None] - g["prototypes"][None]) ** 2).sum(-1), targets)
-    grads = torch.autograd.grad(local + 0.5 * gpal, list(params.values()))
+    grads = torch.autograd.grad(0.4 * local + 0.6 * gpal, list(params.values()))
     for (name, grad) in zip(params, grads):
         expected = phi[name] - 0.3 * grad
         assert torch.allclose(result.upload["model"][name], expected, atol=1e-6, rtol=0), name
     assert result.num_samples == len(query) + len(support)
-    assert result.metrics["query_loss"] == pytest.approx(float((local + 0.5 * gpal).detach()), rel=1e-5)
+    assert result.metrics["query_loss"] == pytest.approx(float((0.4 * local + 0.6 * gpal).detach()), rel=1e-5)
 
     # One participant: the server's phi^{t+1} is its phi_k.
     server = frl.aggregate({}, {0: result}, torch.Generator())
@@ -212,7 +271,9 @@ def test_support_query_split_halves_each_class() -> None:
 
 def test_impossible_options_are_named() -> None:
     with pytest.raises(ConfigError, match="gamma"):
-        load_config({"algorithm": {"name": "frl", "options": {"classifier": "linear", "gamma": 0.2}}})
+        load_config({"algorithm": {"name": "frl", "options": {"classifier": "linear", "gamma": 0.8}}})
+    with pytest.raises(ConfigError, match="gamma"):
+        load_config({"algorithm": {"name": "frl", "options": {"gamma": 1.5}}})
     with pytest.raises(ConfigError, match="seen_classes"):
         load_config({"algorithm": {"name": "frl", "options": {"deployment": {"classes": 3, "seen_classes": 4}}}})
 
@@ -342,7 +403,7 @@ def test_per_fedavg_steps_match_their_formulas() -> None:
 def test_one_shot_keeps_the_best_cross_validated_models() -> None:
     data = blob_dataset(classes=4, per_class=5)
     ctx = tiny_context(data)
-    algorithm = FRLOneShot(OneShotFineTuneOptions(keep=2), ctx)
+    algorithm = FRLOneShot(OneShotFineTuneOptions(keep=2, stage="preparation"), ctx)
     results = {i: ClientResult({"model": {"w": torch.full((2,), float(i))}, "cv_score": torch.tensor(score)},
                                num_samples=n)
                for i, (score, n) in enumerate([(0.9, 10), (0.2, 10), (0.8, 30), (0.5, 10)])}
@@ -350,7 +411,86 @@ def test_one_shot_keeps_the_best_cross_validated_models() -> None:
     assert server["kept"] == [0, 2]
     assert torch.allclose(server["model"]["w"], torch.full((2,), (0 * 10 + 2 * 30) / 40))
     with pytest.raises(ValueError, match="keep"):
-        FRLOneShot(OneShotFineTuneOptions(keep=5), ctx).aggregate({}, results, torch.Generator())
+        FRLOneShot(OneShotFineTuneOptions(keep=5, stage="preparation"), ctx).aggregate({}, results, torch.Generator())
+
+
+def test_one_shot_runs_at_deployment_after_fedavg_preparation() -> None:
+    """The paper: pretrained via FedAvg in preparation, one-shot FL (CV selection) at deployment."""
+    data = blob_dataset(classes=4, per_class=5)
+    ctx = tiny_context(data)
+    algorithm = FRLOneShot(OneShotFineTuneOptions(keep=2), ctx)  # stage: deployment (default)
+    # Preparation is FedAvg: the sample-weighted average of every upload, CV scores or not.
+    results = {i: ClientResult({"model": {"w": torch.full((2,), float(i))}}, num_samples=n)
+               for i, n in enumerate([10, 10, 30, 10])}
+    server = algorithm.aggregate({}, results, torch.Generator())
+    assert torch.allclose(server["model"]["w"], torch.full((2,), (0 * 10 + 1 * 10 + 2 * 30 + 3 * 10) / 60))
+    # A deployment round keeps the `keep` best by CV score: clients 0 (0.9) and 2 (0.8), weighted
+    # 10 : 30, so w = (0 * 10 + 2 * 30) / 40 = 1.5.
+    fl = algorithm.deployment(3)
+    assert isinstance(fl, OneShotFL) and fl.options.keep == 2
+    scored = {i: ClientResult({"model": {"w": torch.full((2,), float(i))}, "cv_score": torch.tensor(score)},
+                              num_samples=n)
+              for i, (score, n) in enumerate([(0.9, 10), (0.2, 10), (0.8, 30), (0.5, 10)])}
+    round_server = fl.aggregate({"model": None}, scored, torch.Generator())
+    assert round_server["kept"] == [0, 2]
+    assert torch.allclose(round_server["model"]["w"], torch.full((2,), 1.5))
+    # A client's deployment update trains the model and reports a cross-validation accuracy in [0, 1].
+    start = fl.start(get_state_of(ctx.make_model(3)), 3, torch.Generator().manual_seed(0))
+    client = ClientData(0, relabel(data.subset(torch.arange(15))))
+    result = fl.client_update(fl.broadcast(start, 0), None, client, torch.Generator().manual_seed(0))
+    assert 0.0 <= float(result.upload["cv_score"]) <= 1.0
+    assert not torch.equal(result.upload["model"]["head.weight"], start["model"]["head.weight"])
+    single = ClientData(1, relabel(data.subset(torch.tensor([0]))))  # one sample: cannot be cross-validated
+    assert float(fl.client_update(fl.broadcast(start, 1), None, single, torch.Generator()).upload["cv_score"]) == 0.0
+    with pytest.raises(ValueError, match="deployment.clients"):
+        OneShotFL(OneShotTrainOptions(keep=5), ctx, 3).aggregate({}, scored, torch.Generator())
+
+
+def get_state_of(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def relabel(data: LabelledDataset) -> LabelledDataset:
+    """Labels as indices 0..c-1 of the classes present (as a deployment group's clients hold them)."""
+    classes, labels = torch.unique(data.labels, return_inverse=True)
+    return LabelledDataset(data.inputs, labels, [str(int(c)) for c in classes])
+
+
+def test_distance_based_per_fedavg_step_matches_its_formula() -> None:
+    # FO Per-FedAvg with f(w; D) = the prototype loss of D against D's own class means, written out.
+    torch.manual_seed(0)
+    model = nn.Linear(3, 2).double()
+    data = LabelledDataset(torch.randn(8, 3, dtype=torch.float64), torch.tensor([0, 1, 1, 0, 0, 1, 1, 0]), ["a", "b"])
+    params = {k: v.detach().clone() for k, v in model.named_parameters()}
+    batches = (torch.tensor([0, 1, 2, 3]), torch.tensor([4, 5, 6, 7]))
+
+    def loss(p, batch):
+        features = functional_call(model, p, (data.inputs[batch],))
+        labels = data.labels[batch]
+        protos = torch.stack([features[labels == c].mean(0) for c in (0, 1)])
+        return F.cross_entropy(-((features[:, None] - protos[None]) ** 2).sum(-1), labels)
+
+    def grad(p, batch):
+        live = {k: v.detach().requires_grad_() for k, v in p.items()}
+        return dict(zip(live, torch.autograd.grad(loss(live, batch), list(live.values()))))
+
+    alpha, beta = 0.1, 0.2
+    g = grad(params, batches[0])
+    outer = grad({k: params[k] - alpha * g[k] for k in params}, batches[1])
+    step = per_fedavg_step(model, params, data, data.labels, batches,
+                           PerFedAvgOptions(variant="fo", alpha=alpha, beta=beta), prototype_batch_loss)
+    for k in params:
+        assert torch.allclose(step[k], params[k] - beta * outer[k], atol=1e-12)
+
+
+def test_distance_based_per_fedavg_deploys_with_global_prototypes() -> None:
+    data, ctx, test = deployment_setup()
+    options = PerFedAvgOptions(alpha=1e-9, beta=1e-9, deployment=DeploymentOptions(groups=3, samples_per_class=20))
+    algorithm = FRLPerFedAvgDistance(options, ctx)
+    server = algorithm.init_server(torch.Generator().manual_seed(0))
+    assert "head.weight" not in server["model"]  # a head-less encoder: prototypes classify
+    result = algorithm.evaluate(server, {}, [], test, torch.Generator())
+    assert result["accuracy"] == 1.0 and result["groups"] == 3  # separated clusters, identity encoder
 
 
 def test_frl_runs_in_the_simulator_and_is_reproducible() -> None:

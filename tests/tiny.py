@@ -43,6 +43,7 @@ ALGORITHM_SETUPS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "frl-finetune": (FEWSHOT, {"local_epochs": 1, "deployment": DEPLOY}),
     "frl-oneshot": (FEWSHOT, {"local_epochs": 1, "cv_folds": 2, "keep": 2, "deployment": DEPLOY}),
     "frl-per-fedavg": (FEWSHOT, {"local_steps": 2, "deployment": DEPLOY}),
+    "frl-per-fedavg-distance": (FEWSHOT, {"local_steps": 2, "deployment": DEPLOY}),
     "frl-scratch": (FEWSHOT, {"deployment": DEPLOY}),
     "fml": (CLASSIFICATION, {"local_epochs": 1}),
     "oneshot": (CLASSIFICATION, {"local_epochs": 1, "ensemble_size": 2}),

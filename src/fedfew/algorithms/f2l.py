@@ -45,6 +45,12 @@ Choices where the paper is silent or needs interpretation (each is an option whe
   within the class) times log p(h_psi^j | h_phi^i) of eq. 10-11 (a softmax over j of the dot
   products; -||a - b||^2 / 2 = a.b - 1 for unit vectors), with p(h_psi^j) = 1/D (eq. 8) giving the
   1/D and the constant log D dropped (eq. 12). With K = 1 it is an InfoNCE at temperature 1.
+  The softmax runs over all D support samples (``mi_normaliser: support``, ours). Eq. 10 and 13
+  write it over k in C(i), the samples of i's class (``mi_normaliser: class``): with one shot
+  C(i) = {i}, the softmax is 1 and L_MI is identically 0 (no transfer: L_phi is (1 - lambda_MI) CE(S)), and
+  with K shots it only asks h_phi^i to pick its class-mates' client features among themselves. We
+  read the C(i) as a typo for the support set, which gives the mutual information of eq. 6-8 a
+  non-degenerate estimate; the literal form is the option.
 * L_CE(S) (eq. 15) and L_CE(Q) (eq. 21) are means over the samples.
 * L_KD (eq. 16-18), the partial distillation restricted to the task's N classes C_m, from the
   server-model's logits z_phi (teacher) to the client-model's z_psi, as a cross-entropy with soft
@@ -117,24 +123,31 @@ Params = dict[str, torch.Tensor]
 # The losses (pure functions of tensors, tested against hand-computed values)
 # ---------------------------------------------------------------------------------------------
 def mutual_information_loss(
-    server_features: torch.Tensor, client_features: torch.Tensor, client_probs: torch.Tensor, labels: torch.Tensor
+    server_features: torch.Tensor, client_features: torch.Tensor, client_probs: torch.Tensor, labels: torch.Tensor,
+    normaliser: Literal["support", "class"] = "support",
 ) -> torch.Tensor:
     """L_MI of eq. 13 over a support set of D samples (see the module docstring for the formula).
 
     server_features h_phi [D, k] (gradients flow), client_features h_psi [D, k] and client_probs
     p_psi [D, N] (the client-model's class probabilities; treated as constants by the caller),
-    labels y [D] in 0..N-1."""
+    labels y [D] in 0..N-1. ``normaliser``: the softmax of p(h_psi^j | h_phi^i) (eq. 10) runs over
+    all D support samples ("support", ours) or over k in C(i) as eq. 10 and 13 write it ("class";
+    identically 0 with one shot)."""
     d = len(labels)
     h_phi = F.normalize(server_features, dim=1)
     h_psi = F.normalize(client_features, dim=1)
+    same_class = labels.unsqueeze(1) == labels.unsqueeze(0)  # [i, j]: i in C(j), symmetric
     # log p(h_psi^j | h_phi^i): row i is a softmax over j of the dot products (eq. 10-11).
-    log_p = torch.log_softmax(h_phi @ h_psi.T, dim=1)
+    similarity = h_phi @ h_psi.T
+    if normaliser == "class":
+        similarity = similarity.masked_fill(~same_class, float("-inf"))
+    log_p = torch.log_softmax(similarity, dim=1)
     # w_i = p_psi^i(y_i) / sum_{k in C(i)} p_psi^k(y_i): eq. 9, zero outside C(j).
     confidence = client_probs[torch.arange(d), labels]
     class_total = torch.zeros(client_probs.shape[1], dtype=confidence.dtype).index_add_(0, labels, confidence)
     weight = confidence / class_total[labels]
-    same_class = (labels.unsqueeze(1) == labels.unsqueeze(0)).to(log_p.dtype)  # [i, j]: i in C(j)
-    return -(same_class * weight.unsqueeze(1) * log_p).sum() / d
+    terms = torch.where(same_class, weight.unsqueeze(1) * log_p, torch.zeros((), dtype=log_p.dtype))
+    return -terms.sum() / d
 
 
 def infonce_loss(
@@ -264,6 +277,9 @@ class F2LOptions(Options):
     #: "support_query" (the authors' code; six times the samples of a 1-shot task with 5 queries)
     server_ce: Literal["support", "support_query"] = "support"
     mi_loss: Literal["paper", "infonce"] = "paper"  # "infonce": the authors' code
+    #: the softmax of eq. 10 over all D support samples ("support", ours) or over C(i) as eq. 10/13
+    #: write it ("class": identically 0 at one shot)
+    mi_normaliser: Literal["support", "class"] = "support"
     infonce_temperature: float = Field(0.5, gt=0)
     client_heads: int = Field(4, ge=1)  # Transformer of q_psi (paper: unspecified)
     client_layers: int = Field(1, ge=1)
@@ -392,7 +408,8 @@ class F2L(Algorithm):
         if o.transfer:
             if o.mi_loss == "paper":
                 l_mi = mutual_information_loss(features[:d], support_repr.detach(),
-                                               torch.softmax(support_logits, dim=1).detach(), episode.support_labels)
+                                               torch.softmax(support_logits, dim=1).detach(), episode.support_labels,
+                                               o.mi_normaliser)
             else:
                 l_mi = infonce_loss(features[:d], support_repr.detach(), episode.support_labels, o.infonce_temperature)
             loss_phi = (1 - o.lambda_mi) * ce_support + o.lambda_mi * l_mi  # eq. 14

@@ -19,9 +19,13 @@ differ only in the local objective:
 Where the paper is silent (options, each documented below): the reference model is adapted with the
 same ``inner_steps`` as the client model; w_{-k} weights the other clients as the aggregation does
 (by episodes unless ``aggregation`` says otherwise) and falls back to w^t while no other client has
-uploaded yet (round 1, or a single-client federation); ``classifier: mlp`` swaps the zoo model's
-linear head for the two-layer classifier of section 4.2, so that FedFSL-MI can be compared with
-FedFSL-MI-Adv on the same network.
+uploaded yet (round 1, or a single-client federation).
+
+The network (section 5.1): the paper's base model for every method is a feature extractor plus "two
+fully-connected layers with a ReLU nonlinearity as the classifier", so ``classifier: mlp`` (that
+two-layer classifier on the encoder's features, FedFSL-MI-Adv's theta) is the default here;
+``classifier: linear`` keeps the zoo model's linear head, as ``fl-maml`` has. FedFSL-naive on the
+paper's network is ``fedfsl-prox`` with ``mu: 0`` (bit for bit ``fl-maml`` on the same network).
 """
 
 from __future__ import annotations
@@ -47,9 +51,10 @@ class FedFSLOptions(MAMLOptions):
     """Options shared by the FedFSL methods (on top of fl-maml's)."""
 
     mu: float = Field(0.0, ge=0.0)
-    #: "linear": the zoo model's linear N-way head (as fl-maml); "mlp": the two-layer classifier of
-    #: section 4.2 (Linear -> ReLU -> Linear) on the encoder's features.
-    classifier: Literal["linear", "mlp"] = "linear"
+    #: "mlp": the two-layer classifier (Linear -> ReLU -> Linear) on the encoder's features, the
+    #: paper's base model for every method (section 5.1); "linear": the zoo model's linear N-way head
+    #: (as fl-maml).
+    classifier: Literal["linear", "mlp"] = "mlp"
     #: hidden width of the two-layer classifier (the paper does not give it).
     classifier_hidden: int = Field(64, ge=1)
 

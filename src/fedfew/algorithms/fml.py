@@ -25,13 +25,14 @@ Choices where the paper is silent or our framework needs one (each an option or 
   latter (one public implementation's ``nn.KLDivLoss()`` default) makes the KL weight 1/C of the
   paper's. See :func:`kl_batchmean`.
 * Both models see the same minibatches in the same order, drawn from the client's generator exactly
-  as FedAvg draws them, and each model has its own SGD optimizer (momentum 0.9, lr 0.01), fresh every
-  round: with ``beta = 1`` the meme's update is then FedAvg's, bit for bit (tests/test_fml.py).
+  as FedAvg draws them, and each model has its own SGD optimizer, fresh every round: with ``beta = 1``
+  the meme's update is then FedAvg's, bit for bit (tests/test_fml.py).
+* The paper states no hyperparameter: alpha = beta = 0.5, SGD with momentum 0.9 and lr 0.01 are ours.
 * A weight of exactly 1 drops the KL term from the graph (it would contribute 0 * KL) so that the
   reduction to FedAvg does not depend on the KL being finite.
 * ``dynamic`` (section 6): alpha and beta each move linearly from a first to a second value over
-  ``rounds`` rounds, then stay at the second; our defaults (alpha 0.9 -> 0.5, beta 0.5 -> 0.9) start and end at the
-  paper's 0.5 so that alpha is larger early and beta larger late, as section 6 asks.
+  ``rounds`` rounds, then stay at the second; our defaults (alpha 0.9 -> 0.5, beta 0.5 -> 0.9) start and end at
+  our fixed 0.5 so that alpha is larger early and beta larger late, as section 6 asks.
 * ``newcomers`` (Fig. 4): clients that sit out every round (nothing sent either way). After training,
   :meth:`FML.adapt_newcomer` lets one join: its local model starts fresh or from the global model and
   adapts by DML with a fork of the global model for a few epochs, recording its accuracy per epoch.
@@ -184,8 +185,9 @@ class DynamicWeights(Options):
 
 
 class FMLOptions(TrainOptions):
-    """FML's options: the minibatch training options (momentum 0.9 and lr 0.01 as in the paper) and
-    the DML weights, the private architectures and the newcomers."""
+    """FML's options: the minibatch training options (momentum 0.9 and lr 0.01 are ours: the paper
+    states no optimiser setting) and the DML weights (0.5 each, ours), the private architectures and
+    the newcomers."""
 
     momentum: float = Field(0.9, ge=0)
     alpha: float = Field(0.5, ge=0.0, le=1.0)

@@ -17,9 +17,13 @@ by FL over N participants; one simulator round is one meta-training episode t:
 
          L_P = -1/|B| sum_{(x,y)} log softmax_n(-||f_theta(x) - c_{k,n}||^2)[y]   (n: k's classes)
 
-     plus, from round 1 on, gamma times the global prototype-assisted loss (GPAL, eq. 3)
+     and, from round 1 on, the global prototype-assisted loss (GPAL) L_aux: the same loss against
+     the previous round's global prototypes of all classes
 
-         L_G = -1/|B| sum_{(x,y)} log softmax_n(-||f_theta(x) - G^{r-1}_n||^2)[y]  (n: all classes);
+         L_aux = -1/|B| sum_{(x,y)} log softmax_n(-||f_theta(x) - G^{r-1}_n||^2)[y]  (n: all classes),
+
+     combined as eq. 3 writes it, a convex combination f = gamma L_P + (1 - gamma) L_aux
+     (``gpal_form: convex``; round 0 has f = L_P);
 
    * uploads theta_k^{r+1} and its prototypes of S_k (computed with theta_k^{r+1}, so that
      G^r describes the model the next round starts from) with their class counts;
@@ -27,7 +31,7 @@ by FL over N participants; one simulator round is one meta-training episode t:
    the server sets theta^{r+1} = sum_k |S_k|/|S| theta_k^{r+1} and G^r_n = the class-count weighted
    mean of the c_{k,n} (the mean of f over all of class n's support samples when the models agree);
 4. meta-update (lines 15-20): client k computes the query loss at theta^R, the prototype loss on
-   Q_k with Q_k's own class prototypes plus gamma L_G to G^{R-1}, and takes one SGD step from the
+   Q_k with Q_k's own class prototypes combined with L_aux to G^{R-1} as in eq. 3, and takes one SGD step from the
    episode's initial model, phi_k = phi^t - beta grad_theta L_Q(theta^R) (the first-order update of
    line 19); the server sets phi^{t+1} = sum_k |D_k|/|D| phi_k.
 
@@ -38,8 +42,8 @@ Deployment (section 2.3, :mod:`fedfew.deployment`): from phi^T a new group of K 
 classes runs R rounds of :class:`PrototypeFL` and classifies its pooled query set by distance to the
 global prototypes G^{R-1}.
 
-Classifier variants (``classifier``, ``gamma``): "distance" with gamma > 0 is FRL (distance-based
-with GPAL); "distance" with gamma = 0 drops GPAL; "linear" replaces prototypes by a linear head over
+Classifier variants (``classifier``, ``gamma``): "distance" with gamma < 1 is FRL (distance-based
+with GPAL); "distance" with gamma = 1 drops GPAL; "linear" replaces prototypes by a linear head over
 the episode's (the group's) classes, Xavier-initialised at the start of every episode and group,
 trained with cross-entropy; its query loss is cross-entropy, and the meta-update changes the encoder
 (phi has no head).
@@ -54,7 +58,16 @@ Where the paper leaves room (each an option, paper-first defaults):
 * ``aggregation``: "samples" (support / data sizes, the paper) or "uniform" (the authors' code);
 * ``extra_query_steps``: the authors' code takes the meta-gradient on the first query minibatch
   only and then keeps stepping phi_k with SGD (lr beta) on the remaining query minibatches;
-* ``gamma`` = 0.2 is the authors' code's value (the paper's is not restated here);
+* ``gamma`` is eq. 3's weight of the local loss; the paper states no value. The default 0.8 is ours:
+  it gives L_aux the weight 0.2 of the authors' code;
+* ``eq2_classes``: eq. 2 is printed as d(g(x), c) + log sum_{c' != c} exp(-d(g(x), c')); we use
+  ProtoNet's cross-entropy, whose log-sum includes c' = c ("all", ours): the printed form is
+  unbounded below (scaling the embedding up drives it to -inf for every sample nearer its own
+  prototype than to any other). "others" is the printed form;
+* ``gpal_form``: "convex" (eq. 3 as the paper writes it, f = gamma L_P + (1 - gamma) L_aux) or
+  "additive" (the authors' code, ``Lloss + 0.2 * Gloss``: f = L_P + (1 - gamma) L_aux). The two
+  differ only in the weight of L_P from round 1 on (gamma or 1); with gamma = 0.8 "additive" is the
+  authors' code exactly, and gamma = 1 turns GPAL off in both;
 * all forward passes run in training mode (batch statistics), as the authors' code does.
 
 The authors' code also feeds unnormalised pixels; inputs here are as the dataset loader gives them.
@@ -98,8 +111,16 @@ class FRLOptions(Options):
     lr: float = Field(1e-4, gt=0)
     #: beta, the meta learning rate of line 19.
     meta_lr: float = Field(1e-3, gt=0)
-    #: gamma, the weight of GPAL (eq. 3); 0 turns GPAL off.
-    gamma: float = Field(0.2, ge=0)
+    #: gamma of eq. 3, the weight of the local prototype loss; 1 - gamma weighs GPAL's L_aux, so
+    #: gamma = 1 turns GPAL off. The paper states no value: 0.8 is ours (L_aux weighted 0.2 as in
+    #: the authors' code).
+    gamma: float = Field(0.8, ge=0, le=1)
+    #: how eq. 3 combines the two losses from round 1 on: "convex" (the paper: gamma L_local +
+    #: (1 - gamma) L_aux) or "additive" (the authors' code: L_local + (1 - gamma) L_aux).
+    gpal_form: Literal["convex", "additive"] = "convex"
+    #: the log-sum of eq. 2 (and L_aux): over all classes c' ("all", ours: ProtoNet's cross-entropy)
+    #: or over c' != c as eq. 2 is printed ("others", unbounded below).
+    eq2_classes: Literal["all", "others"] = "all"
     momentum: float = Field(0.0, ge=0)
     #: SGD weight decay of the local steps and of the meta step (the authors' code: 5e-4).
     weight_decay: float = Field(0.0, ge=0)
@@ -113,9 +134,9 @@ class FRLOptions(Options):
 
     @model_validator(mode="after")
     def _check(self) -> FRLOptions:
-        if self.classifier == "linear" and self.gamma > 0:
-            raise ValueError("algorithm.options.gamma > 0 (GPAL) needs classifier: distance; "
-                             "set gamma: 0 with classifier: linear")
+        if self.classifier == "linear" and self.gamma < 1:
+            raise ValueError("algorithm.options.gamma < 1 (GPAL) needs classifier: distance; "
+                             "set gamma: 1 (no GPAL) with classifier: linear")
         if self.classifier == "linear" and self.extra_query_steps:
             raise ValueError("algorithm.options.extra_query_steps applies to classifier: distance only")
         if self.deployment.rounds == 0 and self.classifier == "distance":
@@ -145,10 +166,26 @@ def class_means(features: torch.Tensor, targets: torch.Tensor, num_classes: int)
     return sums / counts.unsqueeze(1).to(features.dtype)
 
 
-def prototype_loss(features: torch.Tensor, targets: torch.Tensor, prototypes: torch.Tensor) -> torch.Tensor:
-    """Eq. 2 (and, with the global prototypes, eq. 3): cross-entropy of the softmax over negative
-    squared distances to the prototypes; ``targets`` index rows of ``prototypes``."""
-    return F.cross_entropy(-squared_distances(features, prototypes), targets)
+def distance_loss(logits: torch.Tensor, targets: torch.Tensor, classes: Literal["all", "others"] = "all") -> torch.Tensor:
+    """Eq. 2's loss from logits = -d(g(x), prototypes), averaged over the rows:
+    ``all`` (ours, ProtoNet's): d_y + log sum_{c'} exp(-d_c'), the cross-entropy of the softmax;
+    ``others`` (eq. 2 as printed): d_y + log sum_{c' != y} exp(-d_c'), unbounded below (scaling the
+    features up drives it to -inf once a sample is nearer its own prototype than any other); with
+    a single prototype the log-sum term is empty and dropped."""
+    if classes == "all":
+        return F.cross_entropy(logits, targets)
+    own = logits.gather(1, targets.unsqueeze(1)).squeeze(1)
+    if logits.shape[1] < 2:
+        return (-own).mean()
+    others = logits.masked_fill(F.one_hot(targets, logits.shape[1]).bool(), float("-inf"))
+    return (torch.logsumexp(others, dim=1) - own).mean()
+
+
+def prototype_loss(features: torch.Tensor, targets: torch.Tensor, prototypes: torch.Tensor,
+                   classes: Literal["all", "others"] = "all") -> torch.Tensor:
+    """Eq. 2 (and, with the global prototypes, L_aux of eq. 3) over negative squared distances to the
+    prototypes (see :func:`distance_loss`); ``targets`` index rows of ``prototypes``."""
+    return distance_loss(-squared_distances(features, prototypes), targets, classes)
 
 
 def rows_of(classes: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -159,10 +196,20 @@ def rows_of(classes: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return rows
 
 
-def gpal_loss(features: torch.Tensor, labels: torch.Tensor, global_prototypes: Prototypes) -> torch.Tensor:
-    """Eq. 3: the prototype loss against the previous round's global prototypes of all classes."""
+def gpal_loss(features: torch.Tensor, labels: torch.Tensor, global_prototypes: Prototypes,
+              classes: Literal["all", "others"] = "all") -> torch.Tensor:
+    """L_aux of eq. 3: the prototype loss against the previous round's global prototypes of all classes."""
     rows = rows_of(global_prototypes["classes"], labels)
-    return prototype_loss(features, rows, global_prototypes["prototypes"])
+    return prototype_loss(features, rows, global_prototypes["prototypes"], classes)
+
+
+def gpal_objective(local: torch.Tensor, aux: torch.Tensor | None, gamma: float,
+                   form: Literal["convex", "additive"] = "convex") -> torch.Tensor:
+    """Eq. 3: f = gamma L_local + (1 - gamma) L_aux (``convex``, the paper) or L_local + (1 - gamma)
+    L_aux (``additive``, the authors' code); f = L_local where there is no L_aux (round 0) or gamma = 1."""
+    if aux is None or gamma >= 1:
+        return local
+    return (gamma if form == "convex" else 1.0) * local + (1.0 - gamma) * aux
 
 
 def features_of(model: FewShotModel, data: LabelledDataset, index: torch.Tensor | None = None) -> torch.Tensor:
@@ -213,7 +260,7 @@ def split_support_query(labels: torch.Tensor, fraction: float, generator: torch.
 
 # -- the R rounds of FL inside an episode (and at deployment) ----------------------------------
 class PrototypeFL(DeploymentAlgorithm):
-    """One round of FRL's inner FL: prototype loss (eq. 2) + gamma GPAL (eq. 3) locally; models and
+    """One round of FRL's inner FL: prototype loss (eq. 2) and GPAL combined by eq. 3 locally; models and
     prototypes averaged on the server. Labels are class indices of the episode (or the group)."""
 
     Options = FRLOptions
@@ -233,7 +280,7 @@ class PrototypeFL(DeploymentAlgorithm):
 
     def local_loss(self, model: FewShotModel, data: LabelledDataset, batch: torch.Tensor,
                    downloaded: Prototypes | None, global_prototypes: Prototypes | None) -> tuple[torch.Tensor, dict[str, float]]:
-        """Eq. 2 on a minibatch, plus gamma times eq. 3 when global prototypes were sent (round >= 1)."""
+        """Eq. 2 on a minibatch, combined with L_aux by eq. 3 when global prototypes were sent (round >= 1)."""
         features = features_of(model, data, batch)
         labels = data.labels[batch]
         if downloaded is not None:  # prototypes of S_k with the downloaded model, held fixed
@@ -242,13 +289,13 @@ class PrototypeFL(DeploymentAlgorithm):
         else:  # the authors' code: prototypes of this minibatch with the current model
             classes, targets = torch.unique(labels, return_inverse=True)
             logits = -squared_distances(features, class_means(features, targets, len(classes)))
-        local = F.cross_entropy(logits, targets)
+        local = distance_loss(logits, targets, self.options.eq2_classes)
         metrics = {"local_loss": float(local.detach()), "accuracy": float((logits.argmax(-1) == targets).float().mean())}
-        loss = local
-        if global_prototypes is not None and self.options.gamma > 0:
-            gpal = gpal_loss(features, labels, global_prototypes)
-            loss = loss + self.options.gamma * gpal
+        gpal = None
+        if global_prototypes is not None and self.options.gamma < 1:
+            gpal = gpal_loss(features, labels, global_prototypes, self.options.eq2_classes)
             metrics["gpal_loss"] = float(gpal.detach())
+        loss = gpal_objective(local, gpal, self.options.gamma, self.options.gpal_form)
         metrics["loss"] = float(loss.detach())
         return loss, metrics
 
@@ -463,9 +510,11 @@ class FRL(Algorithm):
             prototypes = class_means(features_of(model, support), support_targets, len(classes))
             targets = rows_of(classes, labels)
         logits = -squared_distances(features, prototypes)
-        loss = F.cross_entropy(logits, targets)
-        if global_prototypes is not None and self.options.gamma > 0:
-            loss = loss + self.options.gamma * gpal_loss(features, labels, global_prototypes)
+        loss = distance_loss(logits, targets, self.options.eq2_classes)
+        gpal = None
+        if global_prototypes is not None and self.options.gamma < 1:
+            gpal = gpal_loss(features, labels, global_prototypes, self.options.eq2_classes)
+        loss = gpal_objective(loss, gpal, self.options.gamma, self.options.gpal_form)
         return loss, float((logits.argmax(-1) == targets).float().mean())
 
     def client_update(self, payload: dict[str, Any], state: Any, data: ClientData,

@@ -9,19 +9,24 @@ costs R + 1 rounds, so T episodes of FRL compare with T (R + 1) rounds of FedAvg
 * ``frl-scratch``: "FedAvg" - no preparation; R rounds of FedAvg from a random initialisation.
 * ``frl-finetune``: "fine-tuning via FedAvg" - pretrain a |C_b|-way classifier over the preparation
   classes with FedAvg (the participants' own labels), then fine-tune as above.
-* ``frl-oneshot``: "fine-tuning via one-shot FL" (Guha et al. 2019) - one round: each of the
-  round's participants (20 in the paper) trains the |C_b|-way classifier on its own data and reports
-  a K-fold cross-validation accuracy; the server keeps the ``keep`` (10) best and averages them
-  (sample-weighted), then fine-tunes as above. The paper's "20 clients, 10 selected" is read as the
-  preparation round (one-shot FL is a pretraining method); deployment is R rounds of FedAvg as for
-  every baseline.
+* ``frl-oneshot``: "fine-tuning via one-shot FL" (Guha et al. 2019). The paper (section 4): "The
+  model is first pretrained via FedAvg during preparation, and then fine-tuned based on the scheme
+  of [6] for R rounds at deployment", with 20 clients per deployment group of which the server
+  samples K = 10 to aggregate. ``stage: deployment`` (default, the paper): preparation is
+  ``frl-finetune``'s FedAvg; in each of the R deployment rounds every client of the group (set
+  ``deployment.clients: 20``) trains the model with a fresh tau-way head on its support set and
+  reports a ``cv_folds``-fold cross-validation accuracy, and the server averages the ``keep`` (10)
+  best (sample-weighted). ``stage: preparation`` (the earlier reading, kept as an option): one
+  preparation round in which the participants (``federation.clients_per_round``, 20) train the
+  |C_b|-way classifier for ``local_epochs`` and the server averages the ``keep`` best by
+  cross-validation; deployment is R rounds of FedAvg as for the other baselines.
 
 Per-FedAvg (Fallah et al. 2020) is in :mod:`fedfew.algorithms.per_fedavg`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from pydantic import Field
@@ -30,7 +35,7 @@ from fedfew.algorithms.common import TrainOptions, train_epochs
 from fedfew.algorithms.fedavg import FedAvg, FedAvgOptions
 from fedfew.algorithms.oneshot import cross_validation_score, top_n
 from fedfew.data.dataset import LabelledDataset
-from fedfew.deployment import DeploymentOptions, LinearDeployment, evaluate_deployment
+from fedfew.deployment import DeploymentOptions, LinearDeployment, LinearFL, evaluate_deployment
 from fedfew.engine.aggregation import weighted_average
 from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, Context, EvalData, Options, register
 from fedfew.engine.simulator import RoundOutcome
@@ -60,11 +65,65 @@ class FineTuneOptions(FedAvgOptions, DeployFedAvgOptions):
 
 
 class OneShotFineTuneOptions(FineTuneOptions):
-    local_epochs: int = Field(10, ge=1)
+    #: Where the one-shot scheme runs: at deployment (the paper), after FedAvg pretraining, or as the
+    #: one preparation round (the earlier reading).
+    stage: Literal["deployment", "preparation"] = "deployment"
+    local_epochs: int = Field(1, ge=1)
     #: K of each client's K-fold cross-validation (Guha et al.: 5).
     cv_folds: int = Field(5, ge=2)
     #: Models kept by the server, the best by cross-validation score (the paper: 10 of 20).
     keep: int = Field(10, ge=1)
+
+    def one_shot_train_options(self) -> OneShotTrainOptions:
+        return OneShotTrainOptions(**self.deploy_train_options().model_dump(), cv_folds=self.cv_folds, keep=self.keep)
+
+
+class OneShotTrainOptions(TrainOptions):
+    """A deployment round of one-shot FL: local training, cross-validation, the best ``keep`` averaged."""
+
+    cv_folds: int = Field(5, ge=2)
+    keep: int = Field(10, ge=1)
+
+
+def keep_best(results: dict[int, ClientResult], keep: int, generator: torch.Generator) -> tuple[list[int], dict[str, Any]]:
+    """Guha et al.'s CV selection: the ``keep`` clients with the best cross-validation score (ties at
+    random) and the sample-weighted average of their models."""
+    ids = sorted(results)
+    if keep > len(ids):
+        raise ValueError(f"algorithm.options.keep={keep} exceeds the {len(ids)} clients of the round; raise "
+                         "federation.clients_per_round (preparation) or deployment.clients (deployment)")
+    scores = torch.tensor([float(results[i].upload["cv_score"]) for i in ids], dtype=torch.float64)
+    chosen = [ids[j] for j in top_n(scores, keep, generator)]
+    return chosen, weighted_average([results[i].upload["model"] for i in chosen], [results[i].num_samples for i in chosen])
+
+
+class OneShotFL(LinearFL):
+    """One deployment round of fine-tuning via one-shot FL: each client trains the group's model (a
+    fresh tau-way head at the start) on its support set and reports a cross-validation accuracy;
+    the server averages the ``keep`` best."""
+
+    options: OneShotTrainOptions
+
+    def client_update(self, payload: dict[str, Any], state: Any, data: ClientData,
+                      generator: torch.Generator) -> ClientResult:
+        model = load_state_(self.model, payload["model"])
+        metrics = train_epochs(model, data.train, data.train.labels, self.options, generator)
+        upload: dict[str, Any] = {"model": get_state(model)}
+        folds = min(self.options.cv_folds, len(data.train))  # fewer samples than folds: leave-one-out
+        folds_generator = torch.Generator().manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator,
+                                                                           device=generator.device)))
+        score = 0.0  # a client with a single sample cannot be cross-validated: ranked last
+        if folds >= 2:
+            score = cross_validation_score(self.model, payload["model"], data.train, self.options, folds,
+                                           folds_generator)
+        upload["cv_score"] = torch.tensor(score, dtype=torch.float32)
+        metrics["cv_score"] = score
+        return ClientResult(upload=upload, state=state, metrics=metrics, num_samples=data.num_samples)
+
+    def aggregate(self, server: dict[str, Any], results: dict[int, ClientResult],
+                  generator: torch.Generator) -> dict[str, Any]:
+        chosen, model = keep_best(results, self.options.keep, generator)
+        return {**server, "model": model, "kept": chosen}
 
 
 def evaluate_fine_tuning(options: DeployFedAvgOptions, deployment: LinearDeployment, server: dict[str, Any],
@@ -116,11 +175,18 @@ class FRLFineTune(FedAvg):
         return evaluate_fine_tuning(self.options, self.deployment, server, data, self.context, clients)
 
 
-@register("frl-oneshot", help="FRL baseline: one-shot FL (Guha et al., CV selection, averaging), fine-tuned")
+@register("frl-oneshot", help="FRL baseline: FedAvg pretraining, one-shot FL (Guha et al., CV selection) at deployment")
 class FRLOneShot(FRLFineTune):
-    """One round: local training to completion, cross-validation scores, the best ``keep`` averaged."""
+    """``stage: deployment``: FedAvg preparation, R rounds of :class:`OneShotFL` at deployment.
+    ``stage: preparation``: one round of local training, cross-validation scores and the best
+    ``keep`` averaged, then FedAvg fine-tuning at deployment."""
 
     Options = OneShotFineTuneOptions
+
+    def __init__(self, options: OneShotFineTuneOptions, context: Context) -> None:
+        super().__init__(options, context)
+        if options.stage == "deployment":
+            self.deployment = LinearDeployment(options.one_shot_train_options(), context, OneShotFL)
 
     def base_labelled(self, data: LabelledDataset) -> LabelledDataset:
         """The client's data with labels as indices of the preparation classes (the head's outputs)."""
@@ -130,6 +196,8 @@ class FRLOneShot(FRLFineTune):
 
     def client_update(self, payload: dict[str, Any], state: Any, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
+        if self.options.stage == "deployment":  # preparation is FedAvg
+            return super().client_update(payload, state, data, generator)
         local = self.base_labelled(data.train)
         model = load_state_(self.model, payload["model"])
         metrics = train_epochs(model, local, local.labels, self.options, generator)
@@ -145,11 +213,7 @@ class FRLOneShot(FRLFineTune):
 
     def aggregate(self, server: dict[str, Any], results: dict[int, ClientResult],
                   generator: torch.Generator) -> dict[str, Any]:
-        ids = sorted(results)
-        if self.options.keep > len(ids):
-            raise ValueError(f"algorithm.options.keep={self.options.keep} exceeds the {len(ids)} clients of the "
-                             "round; raise federation.clients_per_round")
-        scores = torch.tensor([float(results[i].upload["cv_score"]) for i in ids], dtype=torch.float64)
-        chosen = [ids[j] for j in top_n(scores, self.options.keep, generator)]
-        model = weighted_average([results[i].upload["model"] for i in chosen], [results[i].num_samples for i in chosen])
+        if self.options.stage == "deployment":
+            return super().aggregate(server, results, generator)
+        chosen, model = keep_best(results, self.options.keep, generator)
         return {**server, "model": model, "kept": chosen}

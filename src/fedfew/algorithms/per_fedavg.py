@@ -9,16 +9,30 @@ draws independent batches D, D', D'' of its data and sets
         H(w; D'') v ~= [grad f(w + delta v; D'') - grad f(w - delta v; D'')] / (2 delta)
 
 and the server averages the local models by sample count. Defaults alpha = 0.01, beta = 1e-3,
-delta = 1e-3 (the FRL paper's settings for this baseline).
+delta = 1e-3 are ours (the FRL paper states no setting for this baseline; Fallah et al. tune them
+per dataset).
 
 As an FRL baseline it prepares a |C_b|-way classifier over the preparation classes; at deployment
 the head is replaced by a Xavier-initialised tau-way layer and the group trains the "forced" global
 model with R rounds of the same Per-FedAvg updates from that initialisation; the global model (no
 personalisation step) classifies the pooled query set, as for every method.
+
+``frl-per-fedavg-distance`` is the "Personalized FL: Distance-based classifier" row of the FRL
+paper's Tables 1-3, which the paper names but does not describe beyond "a global model can still be
+trained by repeating local updates and aggregations for R FL rounds starting from the initialized
+model geared to client personalization" and, for FRL's own variants, "the distance-based classifier
+utilizes prototypes instead of using the linear layer". Ours: the same Per-FedAvg steps with the
+linear head replaced by prototypes, f(w; D) being the prototype loss (FRL's eq. 2, cross-entropy over
+negative squared distances) of batch D against the class means of D's own features (a batch with one
+class contributes no gradient); the server averages the encoders. At deployment the group runs R
+rounds of the same Per-FedAvg steps on its support sets, uploads each client's support prototypes
+with the model, and classifies the pooled query set by distance to the count-weighted global
+prototypes, exactly as FRL's deployment does (without GPAL).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
@@ -28,12 +42,15 @@ from torch import nn
 from torch.func import functional_call
 
 from fedfew.algorithms.fedavg import FedAvg
+from fedfew.algorithms.frl import FRLOptions, PrototypeFL, class_means, local_prototypes, prototype_loss
 from fedfew.algorithms.frl_baselines import DEFAULT_ROUNDS
 from fedfew.data.dataset import LabelledDataset
 from fedfew.deployment import DeploymentOptions, LinearDeployment, LinearFL, evaluate_deployment
-from fedfew.engine.algorithm import ClientData, ClientResult, Context, EvalData, Options, register
+from fedfew.engine.aggregation import weighted_average, weights_for
+from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, Context, EvalData, Options, register
 from fedfew.engine.state import get_state, load_state_
 from fedfew.meta.learners import strided_like
+from fedfew.seeding import seed_torch_init
 
 Params = dict[str, torch.Tensor]
 
@@ -56,25 +73,39 @@ def batch_loss(model: nn.Module, params: Params, data: LabelledDataset, targets:
     return F.cross_entropy(functional_call(model, params, args), targets[batch])
 
 
+def prototype_batch_loss(model: nn.Module, params: Params, data: LabelledDataset, targets: torch.Tensor,
+                         batch: torch.Tensor) -> torch.Tensor:
+    """The distance-based f(w; D): FRL's prototype loss (eq. 2) of batch D against the class means of
+    D's own features (``model`` is a head-less encoder)."""
+    args = (data.inputs[batch],) if data.lengths is None else (data.inputs[batch], data.lengths[batch])
+    features = functional_call(model, params, args)
+    classes, rows = torch.unique(targets[batch], return_inverse=True)
+    return prototype_loss(features, rows, class_means(features, rows, len(classes)))
+
+
+LossFn = Callable[[nn.Module, Params, LabelledDataset, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
 def gradient(model: nn.Module, params: Params, data: LabelledDataset, targets: torch.Tensor,
-             batch: torch.Tensor) -> Params:
+             batch: torch.Tensor, loss_fn: LossFn = batch_loss) -> Params:
     live = {name: p.detach().requires_grad_() for name, p in params.items()}
-    grads = torch.autograd.grad(batch_loss(model, live, data, targets, batch), list(live.values()))
+    grads = torch.autograd.grad(loss_fn(model, live, data, targets, batch), list(live.values()))
     return dict(zip(live, grads))
 
 
 def per_fedavg_step(model: nn.Module, params: Params, data: LabelledDataset, targets: torch.Tensor,
-                    batches: tuple[torch.Tensor, ...], options: PerFedAvgOptions) -> Params:
+                    batches: tuple[torch.Tensor, ...], options: PerFedAvgOptions,
+                    loss_fn: LossFn = batch_loss) -> Params:
     """One Per-FedAvg local step from ``params`` on batches (D, D'[, D''])."""
     a, b = options.alpha, options.beta
-    g = gradient(model, params, data, targets, batches[0])
+    g = gradient(model, params, data, targets, batches[0], loss_fn)
     temporary = moved(params, g, -a)
-    outer = gradient(model, temporary, data, targets, batches[1])
+    outer = gradient(model, temporary, data, targets, batches[1], loss_fn)
     if options.variant == "fo":
         return moved(params, outer, -b)
     d = options.delta
-    plus = gradient(model, moved(params, outer, d), data, targets, batches[2])
-    minus = gradient(model, moved(params, outer, -d), data, targets, batches[2])
+    plus = gradient(model, moved(params, outer, d), data, targets, batches[2], loss_fn)
+    minus = gradient(model, moved(params, outer, -d), data, targets, batches[2], loss_fn)
     hessian_vector = {n: (plus[n] - minus[n]) / (2 * d) for n in params}
     return moved(params, {n: outer[n] - a * hessian_vector[n] for n in params}, -b)
 
@@ -85,7 +116,7 @@ def moved(params: Params, direction: Params, scale: float) -> Params:
 
 
 def per_fedavg_local(model: nn.Module, data: LabelledDataset, targets: torch.Tensor, options: PerFedAvgOptions,
-                     generator: torch.Generator) -> dict[str, float]:
+                     generator: torch.Generator, loss_fn: LossFn = batch_loss) -> dict[str, float]:
     """``local_steps`` Per-FedAvg steps on ``model`` in place; each batch is drawn independently."""
     model.train()
     params: Params = {name: p.detach().clone() for name, p in model.named_parameters()}
@@ -94,11 +125,11 @@ def per_fedavg_local(model: nn.Module, data: LabelledDataset, targets: torch.Ten
     for _ in range(options.local_steps):
         batches = tuple(torch.randperm(len(data), generator=generator, device=generator.device)[:size]
                         for _ in range(draws))
-        params = per_fedavg_step(model, params, data, targets, batches, options)
+        params = per_fedavg_step(model, params, data, targets, batches, options, loss_fn)
     with torch.no_grad():
         for name, p in model.named_parameters():
             p.copy_(params[name])
-        loss = batch_loss(model, dict(model.named_parameters()), data, targets, torch.arange(len(data)))
+        loss = loss_fn(model, dict(model.named_parameters()), data, targets, torch.arange(len(data)))
     return {"loss": float(loss)}
 
 
@@ -136,4 +167,60 @@ class FRLPerFedAvg(FedAvg):
                  data: EvalData, generator: torch.Generator) -> dict[str, float]:
         tau = self.options.deployment.classes
         return evaluate_deployment(self.deployment(tau), server["model"], self.options.deployment, DEFAULT_ROUNDS,
+                                   data, self.context, clients)
+
+
+class PerFedAvgPrototypeFL(PrototypeFL):
+    """Deployment of the distance-based Per-FedAvg: R rounds of Per-FedAvg steps with the prototype
+    loss on the clients' support sets; models and support prototypes averaged (FRL's deployment,
+    without GPAL); the pooled query set is classified by distance to the global prototypes."""
+
+    def __init__(self, options: PerFedAvgOptions, context: Context) -> None:
+        super().__init__(FRLOptions(gamma=1.0, aggregation=options.aggregation, deployment=options.deployment),
+                         context)
+        self.per_options = options
+
+    def client_update(self, payload: dict[str, Any], state: Any, data: ClientData,
+                      generator: torch.Generator) -> ClientResult:
+        model = load_state_(self.model, payload["model"])
+        metrics = per_fedavg_local(model, data.train, data.train.labels, self.per_options, generator,
+                                   prototype_batch_loss)
+        upload = {"model": get_state(model), "prototypes": local_prototypes(model, data.train)}
+        return ClientResult(upload=upload, state=state, metrics=metrics, num_samples=len(data.train))
+
+
+@register("frl-per-fedavg-distance",
+          help="FRL baseline: Per-FedAvg with a distance-based (prototype) classifier, forced global model")
+class FRLPerFedAvgDistance(Algorithm):
+    """Per-FedAvg preparation of a head-less encoder with the prototype loss (module docstring)."""
+
+    Options = PerFedAvgOptions
+
+    def __init__(self, options: PerFedAvgOptions, context: Context) -> None:
+        if context.task != "fewshot":
+            raise ValueError("frl-per-fedavg-distance deploys on unseen classes: set task: fewshot")
+        super().__init__(options, context)
+        self.model = context.make_model(None)
+        self.deployment = PerFedAvgPrototypeFL(options, context)
+
+    def init_server(self, generator: torch.Generator) -> dict[str, Any]:
+        seed_torch_init(generator)
+        return {"model": get_state(self.context.make_model(None))}
+
+    def client_update(self, payload: dict[str, Any], state: Any, data: ClientData,
+                      generator: torch.Generator) -> ClientResult:
+        model = load_state_(self.model, payload["model"])
+        metrics = per_fedavg_local(model, data.train, data.train.labels, self.options, generator, prototype_batch_loss)
+        return ClientResult(upload={"model": get_state(model)}, state=state, metrics=metrics,
+                            num_samples=data.num_samples)
+
+    def aggregate(self, server: dict[str, Any], results: dict[int, ClientResult],
+                  generator: torch.Generator) -> dict[str, Any]:
+        sent = [results[c] for c in sorted(results)]
+        weights = weights_for(self.options.aggregation, [r.num_samples for r in sent], [0] * len(sent))
+        return {**server, "model": weighted_average([r.upload["model"] for r in sent], weights)}
+
+    def evaluate(self, server: dict[str, Any], client_states: dict[int, Any], clients: list[ClientData],
+                 data: EvalData, generator: torch.Generator) -> dict[str, float]:
+        return evaluate_deployment(self.deployment, server["model"], self.options.deployment, DEFAULT_ROUNDS,
                                    data, self.context, clients)
