@@ -66,7 +66,9 @@ class Experiment:
 
                 states = remote_states([c.client_id for c in self.clients])
         elif config.runtime.workers > 0:
-            engine = WorkersEngine(self.algorithm, self.clients, seed, states, faults, config.runtime.workers, compute)
+            evals = {d.split: d for d in (self.val, self.test) if d is not None}
+            engine = WorkersEngine(self.algorithm, self.clients, seed, states, faults, config.runtime.workers, compute,
+                                   evals)
         else:
             engine = InProcessEngine(self.algorithm, by_id, seed, states, faults, compute)
         return Simulator(self.algorithm, self.clients, seed, self.val, self.test, states=states, engine=engine,

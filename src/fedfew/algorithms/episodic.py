@@ -9,6 +9,7 @@ episodes each client trained on (eq. 10), or by samples or uniformly.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
@@ -19,6 +20,7 @@ from fedfew.engine.aggregation import weighted_average, weights_for
 from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, Context, EvalData, Options
 from fedfew.engine.state import get_state, load_state_
 from fedfew.episodes import Episode
+from fedfew.evaluation import accuracy
 from fedfew.meta.learners import MAML, EpisodicLearner, ProtoNet, proximal_term
 from fedfew.models.base import FewShotModel
 from fedfew.seeding import seed_torch_init
@@ -116,3 +118,17 @@ class EpisodicFedAvg(Algorithm):
     def evaluate(self, server: dict[str, Any], client_states: dict[int, Any], clients: list[ClientData],
                  data: EvalData, generator: torch.Generator) -> dict[str, float]:
         return evaluate_episodes(load_state_(self.model, server["model"]), self.learner, data)
+
+    #: The score is the mean over independent episodes of the server's model: engines may split them.
+    splits_evaluation = True
+
+    def episode_scores(self, server: dict[str, Any], data: EvalData, indices: Sequence[int]) -> list[float]:
+        """Query accuracy on each of the evaluation episodes ``indices`` (what :meth:`evaluate` averages)."""
+        if data.episodes is None:
+            raise ValueError(f"no {data.split} episodes to evaluate on")
+        model = load_state_(self.model, server["model"])
+        model.eval()
+        scores = [accuracy(self.learner.predict(model, data.episodes[i]), data.episodes[i].query_labels)
+                  for i in indices]
+        model.train()
+        return scores

@@ -28,6 +28,7 @@ class LocalOptions(MAMLOptions):
 class Local(EpisodicFedAvg):
     Options = LocalOptions
     personalised = True
+    splits_evaluation = False  # each client scores its own model (evaluate_client)
 
     def __init__(self, options: LocalOptions, context: Any) -> None:
         super().__init__(options, context)

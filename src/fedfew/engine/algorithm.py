@@ -145,6 +145,14 @@ class Algorithm:
     ) -> dict[str, float]:
         raise NotImplementedError
 
+    #: True when evaluation is the mean over independent episodes of :meth:`episode_scores`, so an
+    #: engine may score the episodes in parallel.
+    splits_evaluation: ClassVar[bool] = False
+
+    def episode_scores(self, server: Any, data: EvalData, indices: Sequence[int]) -> list[float]:
+        """The score of each evaluation episode in ``indices`` (algorithms with ``splits_evaluation``)."""
+        raise NotImplementedError(f"{self.name} does not score episodes one by one")
+
     # -- evaluation of clients' own models (personalised methods) ------------------------------
     def evaluates_clients(self) -> bool:
         """True when evaluation scores each client's private model: then the score of one client is

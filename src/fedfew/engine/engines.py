@@ -103,6 +103,12 @@ class Engine:
                 scores[client.client_id] = self.algorithm.evaluate_client(payload, state, client, data, generator)
         return scores
 
+    def episode_scores(self, server: Any, data: EvalData) -> list[float]:
+        """Every evaluation episode's score of the server's model (``splits_evaluation`` algorithms)."""
+        assert data.episodes is not None
+        with self.compute.scope():
+            return self.algorithm.episode_scores(server, data, range(len(data.episodes)))
+
     def end_round(self, round_index: int) -> None:
         """Make the round's persistent states visible (version ``round_index + 1``) and drop the
         round's other namespaces."""

@@ -23,6 +23,7 @@ from fedfew.engine.engines import Engine, Faults, InProcessEngine
 from fedfew.engine.state import payload_bytes
 from fedfew.engine.store import ClientStates, Entry
 from fedfew.engine.tasks import MAIN, ClientTask, resolve_part
+from fedfew.evaluation import mean_ci95
 from fedfew.seeding import derive_seed, initial_model_seed, numpy_generator, torch_generator
 
 
@@ -202,6 +203,9 @@ class Simulator:
             scores = self.engine.evaluate_clients(server, states, self.clients, data)
             with self.engine.compute.scope():
                 return self.algorithm.combine_evaluations(server, scores, data, generator)
+        if self.algorithm.splits_evaluation and data.episodes is not None:  # episodes in parallel where possible
+            summary = mean_ci95(self.engine.episode_scores(server, data))
+            return {"accuracy": summary.mean, "ci95": summary.ci95}
         with self.engine.compute.scope():
             return self.algorithm.evaluate(server, states, self.clients, data, generator)  # type: ignore[arg-type]
 

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from fedfew.engine import serialize
-from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult
+from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, EvalData
 from fedfew.engine.compute import CPU_FP32, Compute
 from fedfew.engine.engines import Engine, EngineError, Faults, Replies
 from fedfew.engine.store import ClientStates
@@ -36,7 +36,7 @@ class WorkerError(EngineError):
 
 
 def _worker_main(conn: Connection, algorithm: Algorithm, clients: Mapping[int, ClientData], seed: int,
-                 compute: Compute) -> None:
+                 compute: Compute, evals: Mapping[str, EvalData]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops the workers
     torch.set_num_threads(1)
     payload_cache: dict[bytes, Any] = {}
@@ -47,7 +47,17 @@ def _worker_main(conn: Connection, algorithm: Algorithm, clients: Mapping[int, C
             return
         if message is None:
             return
-        task_json, cid, payload_key, payload_bytes, state_bytes = message
+        if message[0] == "scores":  # a share of the evaluation episodes, scored with the server's model
+            _, split, indices, server_bytes = message
+            try:
+                server = serialize.from_bytes(server_bytes)[0]
+                with compute.scope():
+                    scores = algorithm.episode_scores(server, evals[split], indices)
+                conn.send(("ok", -1, scores))
+            except Exception as err:
+                conn.send(("error", -1, f"{type(err).__name__}: {err}\n{traceback.format_exc()}"))
+            continue
+        _, task_json, cid, payload_key, payload_bytes, state_bytes = message
         try:
             if payload_bytes is not None:
                 payload_cache = {payload_key: serialize.from_bytes(payload_bytes)[0]}
@@ -71,7 +81,7 @@ class WorkersEngine(Engine):
 
     def __init__(self, algorithm: Algorithm, clients: list[ClientData] | Mapping[int, ClientData], seed: int,
                  states: ClientStates | None = None, faults: Faults | None = None, workers: int = 2,
-                 compute: Compute = CPU_FP32) -> None:
+                 compute: Compute = CPU_FP32, evals: Mapping[str, EvalData] | None = None) -> None:
         super().__init__(algorithm, seed, states, faults, compute)
         if workers < 1:
             raise ValueError(f"runtime.workers must be at least 1, got {workers}")
@@ -83,7 +93,8 @@ class WorkersEngine(Engine):
         self._processes: list[Any] = []
         for _ in range(workers):
             parent, child = context.Pipe()
-            process = context.Process(target=_worker_main, args=(child, algorithm, by_id, seed, compute), daemon=True)
+            process = context.Process(target=_worker_main, args=(child, algorithm, by_id, seed, compute, dict(evals or {})),
+                                      daemon=True)
             process.start()
             child.close()
             self._connections.append(parent)
@@ -116,7 +127,7 @@ class WorkersEngine(Engine):
                     holds = last_sent.get(id(conn)) == key  # a worker keeps the last payload it was sent
                     last_sent[id(conn)] = key
                     state = self.state_of(task.namespace, cid)
-                    conn.send((task_json, cid, key, None if holds else data,
+                    conn.send(("task", task_json, cid, key, None if holds else data,
                                None if state is None else serialize.to_bytes(state)))
                     busy[conn] = cid
                 for conn in wait(list(busy)):
@@ -137,6 +148,26 @@ class WorkersEngine(Engine):
             self._drain(busy)
             raise
         return Replies({cid: results[cid] for cid in sorted(results)}, sorted(failed), sorted(late))
+
+    def episode_scores(self, server: Any, data: EvalData) -> list[float]:
+        """The evaluation episodes split into one contiguous share per worker, scored in parallel and
+        put back in order (each episode's score does not depend on which process computes it)."""
+        assert data.episodes is not None
+        shares = [list(share) for share in _split(len(data.episodes), len(self._connections))]
+        server_bytes = serialize.to_bytes(server)
+        used = [(conn, share) for conn, share in zip(self._connections, shares) if share]
+        for conn, share in used:
+            conn.send(("scores", data.split, share, server_bytes))
+        scores: list[float] = []
+        for conn, _ in used:
+            try:
+                status, _, body = conn.recv()
+            except EOFError:
+                raise WorkerError("a worker process died while scoring evaluation episodes") from None
+            if status != "ok":
+                raise WorkerError(f"scoring evaluation episodes failed in a worker process: {body.splitlines()[0]}")
+            scores.extend(body)
+        return scores
 
     def _drain(self, busy: dict[Connection, int]) -> None:
         """After an interrupt, collect the replies still on their way so the pipes stay in step."""
@@ -161,3 +192,10 @@ class WorkersEngine(Engine):
         for conn in self._connections:
             conn.close()
         self._connections, self._processes = [], []
+
+
+def _split(count: int, parts: int) -> list[range]:
+    """``range(count)`` cut into ``parts`` contiguous pieces of sizes differing by at most one."""
+    size, extra = divmod(count, parts)
+    bounds = [i * size + min(i, extra) for i in range(parts + 1)]
+    return [range(bounds[i], bounds[i + 1]) for i in range(parts)]
