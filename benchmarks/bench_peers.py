@@ -4,6 +4,7 @@
     python benchmarks/bench_peers.py run --pairs 3           # loop vs fedfew, alternated, 3 pairs
     python benchmarks/bench_peers.py run --pairs 2 --peer flower_sim.py
     python benchmarks/bench_peers.py run --pairs 3 --set runtime.workers=0 --set runtime.threads=2
+    python benchmarks/bench_peers.py peak                    # fp32 and bf16 matmul peak, 1 and 2 threads
 
 Each pair runs the peer and ``fedfew run benchmarks/peers.yaml`` as whole processes, one after the
 other (the order alternates between pairs), and times them from outside (interpreter start to exit).
@@ -50,12 +51,12 @@ def peers_tasks(seed: int) -> dict:
     return {"source": f"../shared/peers evaluation tasks, seed {seed}", "tasks": tasks}
 
 
-def matmul_peak(threads: int) -> float:
-    """Measured fp32 GFLOP/s of a 2048 x 2048 matmul at ``threads`` threads (best of 5)."""
+def matmul_peak(threads: int, dtype: str = "float32") -> float:
+    """Measured GFLOP/s of a 2048 x 2048 matmul at ``threads`` threads (best of 5)."""
     import torch
 
     torch.set_num_threads(threads)
-    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    a, b = torch.randn(2048, 2048).to(getattr(torch, dtype)), torch.randn(2048, 2048).to(getattr(torch, dtype))
     a @ b
     best = float("inf")
     for _ in range(5):
@@ -129,6 +130,7 @@ def main() -> int:
     tasks = sub.add_parser("tasks", help="write the peers' test tasks as a fedfew tasks file")
     tasks.add_argument("--seed", type=int, default=0)
     tasks.add_argument("--out", type=Path, default=None)
+    sub.add_parser("peak", help="this machine's measured matmul peak, fp32 and bf16, 1 and 2 threads")
     run = sub.add_parser("run", help="time fedfew against a peer, alternated")
     run.add_argument("--pairs", type=int, default=3)
     run.add_argument("--rounds", type=int, default=10)
@@ -143,6 +145,11 @@ def main() -> int:
         print(f"wrote {out}")
         return 0
 
+    if args.command == "peak":
+        for dtype in ("float32", "bfloat16"):
+            for threads in (1, 2):
+                print(f"{dtype} matmul 2048^3, {threads} thread(s): {matmul_peak(threads, dtype):.0f} GFLOP/s")
+        return 0
     venv = Path(os.environ.get("PEERS_VENV", Path(os.environ.get("TMPDIR", "/tmp")) / "peers-venv"))
     if not (venv / "bin" / "python").exists():
         raise SystemExit(f"no peers venv at {venv}: run `bash ../shared/peers/setup.sh` first")
