@@ -259,3 +259,38 @@ def test_the_walkthrough_commands(federation: LocalFederation, tmp_path: Path) -
     (folder,) = list((tmp_path / "runs").iterdir())
     assert json.loads((folder / "status.json").read_text())["status"] == "complete"
     assert json.loads((folder / "summary.json").read_text())["test"]["accuracy"] > 0
+
+
+@pytest.mark.flower
+def test_a_second_sigterm_while_stopping_leaves_no_process(tmp_path: Path) -> None:
+    """A user's second Ctrl-C (or a supervisor's repeated SIGTERM) must not abandon the federation."""
+    import signal
+
+    import yaml
+
+    config = tiny_config("fl-proto", federation={"rounds": 50})
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    before = federation_markers()
+    run = subprocess.Popen([sys.executable, "-m", "fedfew.cli", "run", str(path), "--set", "runtime.engine=flower",
+                            "--out", str(tmp_path / "out"), "--quiet"], cwd=REPO, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 900
+        while time.monotonic() < deadline and run.poll() is None:
+            rows = list((tmp_path / "out").glob("*/metrics.jsonl"))
+            if rows and rows[0].read_text().strip():
+                break
+            time.sleep(0.5)
+        assert run.poll() is None, run.stderr.read() if run.stderr else ""
+        run.send_signal(signal.SIGTERM)
+        time.sleep(1.0)
+        run.send_signal(signal.SIGTERM)
+        _, err = run.communicate(timeout=300)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 130, err[-2000:]
+    assert "fedfew resume" in err.strip().splitlines()[-1]
+    (folder,) = list((tmp_path / "out").iterdir())
+    assert json.loads((folder / "status.json").read_text())["status"] == "interrupted"
+    assert no_fedfew_processes_left(before)

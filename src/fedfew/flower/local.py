@@ -12,6 +12,7 @@ turn them off). Everything lives in one folder (``RUN/flower``): certificates, k
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -187,8 +189,10 @@ class LocalFederation:
         check_port(self.port, "the SuperLink")
         if self.settings.tls:
             self.tls = make_tls(self.folder / "tls", [HOST, "localhost"])
+        # The SuperLink's in-memory state: its SQLite file state answered "database is locked" (HTTP
+        # 500) when ten ClientApps started at once on two busy cores, which crashed its executor.
         command = [str(self.bin / "flower-superlink"), "--disable-runtime-dependency-installation",
-                   "--database", str(self.folder / "superlink.db"), "--host", HOST, "--port", str(self.port)]
+                   "--host", HOST, "--port", str(self.port)]
         command += self.tls_flags()
         if self.settings.node_auth:
             command.append("--enable-supernode-auth")
@@ -263,7 +267,13 @@ class LocalFederation:
 
     # -- stopping -----------------------------------------------------------------------------------
     def stop(self) -> None:
-        """SIGTERM every process started here and everything they started, then SIGKILL what is left."""
+        """SIGTERM every process started here and everything they started, then SIGKILL what is left.
+        A second Ctrl-C or SIGTERM while this runs is held, not obeyed: obeyed, it would abandon the
+        processes it is stopping (it takes at most about half a minute)."""
+        with signals_held():
+            self._stop()
+
+    def _stop(self) -> None:
         self.note_descendants()
         for process in reversed(self.processes):
             if process.popen.poll() is None:
@@ -297,6 +307,22 @@ class LocalFederation:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM ignored for the duration (in the main thread; elsewhere nothing to hold)."""
+    held = (signal.SIGINT, signal.SIGTERM)
+    try:
+        previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in held}
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _terminate(pid: int, started: str) -> None:
