@@ -3,7 +3,7 @@
     python benchmarks/bench_scale.py --algorithms f2l fml --clients 10 100 1000
 
 A synthetic 8x8 image set (20 classes, 60 samples per client, written once as an ``arrays`` .npz)
-is split IID over N clients; every round asks the same 10 clients, so a round's work is the same
+is split IID over N clients; every round asks 10 of them (seeded), so a round's work is the same
 whatever N is. Each (algorithm, N) runs in its own process (peak RSS is per process), with
 ``runtime.client_states: auto`` (private states spill to disk above 100 clients). It prints, per run,
 the median seconds of rounds 2..R, the peak resident memory, and the bytes of client state on disk.
