@@ -21,9 +21,8 @@ import numpy as np
 import torch
 
 from fedfew.data.dataset import DataError, DataNotFoundError, LabelledDataset
-from fedfew.data.generic import PATH_HOW, encode_groups, encode_labels
+from fedfew.data.generic import PATH_HOW, encode_groups, encode_labels, generic_dataset
 from fedfew.data.registry import DATASETS
-from fedfew.data.splits import default_split
 from fedfew.data.transforms import Resize
 
 NAME = "arrays"
@@ -152,19 +151,7 @@ def load_arrays(
         labels = label_values
     else:
         labels, class_names = encode_labels(label_values, f"{NAME}: {where['y']} {y_key!r}")
-    groups = None
     extras: dict[str, Any] = {"path": str(target)}
-    if "groups" in arrays:
-        group_ids, group_names = encode_groups(_values(arrays["groups"], where["groups"], groups_key, n),
-                                               f"{NAME}: {where['groups']}")
-        groups = torch.tensor(group_ids, dtype=torch.long)
-        extras["group_names"] = group_names
-    return LabelledDataset(
-        inputs=inputs,
-        labels=torch.tensor(labels, dtype=torch.long),
-        class_names=class_names,
-        name=NAME,
-        groups=groups,
-        splits=default_split(len(class_names)),
-        extras=extras,
-    )
+    group_values = _values(arrays["groups"], where["groups"], groups_key, n) if "groups" in arrays else None
+    groups = encode_groups(group_values, f"{NAME}: {where.get('groups')}", extras)
+    return generic_dataset(inputs, labels, class_names, NAME, groups, extras)

@@ -7,7 +7,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fedfew.data.dataset import DataError, DataNotFoundError
+import torch
+
+from fedfew.data.dataset import DataError, DataNotFoundError, LabelledDataset
+from fedfew.data.splits import default_split
 
 PATH_HOW = "Set dataset.options.path to it (relative to the data folder, or absolute)."
 
@@ -66,9 +69,20 @@ def _is_int(text: str) -> bool:
     return True
 
 
-def encode_groups(values: Sequence[Any], where: str) -> tuple[list[int], list[str]]:
-    """Group (writer, user, site) values -> (group ids 0..G-1, group names), like labels."""
-    return encode_labels(values, f"{where} groups", numeric_strings=True)
+def encode_groups(values: Sequence[Any] | None, where: str, extras: dict[str, Any]) -> torch.Tensor | None:
+    """Group (writer, user, site) values -> group ids 0..G-1, encoded like labels; their names go to
+    ``extras["group_names"]``. None (no groups given) stays None."""
+    if values is None:
+        return None
+    ids, extras["group_names"] = encode_labels(values, f"{where} groups", numeric_strings=True)
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def generic_dataset(inputs: torch.Tensor, labels: Sequence[int], class_names: list[str], name: str,
+                    groups: torch.Tensor | None, extras: dict[str, Any]) -> LabelledDataset:
+    """A generic loader's dataset, with the default seeded class split (~60/20/20)."""
+    return LabelledDataset(inputs=inputs, labels=torch.tensor(labels, dtype=torch.long), class_names=class_names,
+                           name=name, groups=groups, splits=default_split(len(class_names)), extras=extras)
 
 
 def check_label_value(value: Any, where: str, field: str) -> int | str:

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from fedfew.data.dataset import DataError, LabelledDataset
-from fedfew.data.generic import check_label_value, encode_groups, encode_labels, resolve_path
+from fedfew.data.generic import check_label_value, encode_groups, encode_labels, generic_dataset, resolve_path
 from fedfew.data.image_folder import image_array, image_size_pair, stack_images
 from fedfew.data.registry import DATASETS
 from fedfew.data.splits import default_split
@@ -147,11 +147,7 @@ def load_hf_disk(
     extras: dict[str, Any] = {"path": str(folder), "parts": [s for s, _ in parts]}
     if any(is_test) and not all(is_test):
         extras["is_test"] = torch.tensor(is_test, dtype=torch.bool)
-    groups = None
-    if group_field is not None:
-        group_ids, group_names = encode_groups(raw_groups, f"{NAME}: {folder}")
-        groups = torch.tensor(group_ids, dtype=torch.long)
-        extras["group_names"] = group_names
+    groups = encode_groups(raw_groups if group_field is not None else None, f"{NAME}: {folder}", extras)
     split = default_split(len(class_names))
     if text_field is not None:
         bad = next((i for i, t in enumerate(inputs) if not isinstance(t, str)), None)
@@ -162,12 +158,4 @@ def load_hf_disk(
             glove=glove, sentence_encoder=sentence_encoder, vocab_split="base",
         )
     images = _images(inputs, folder, str(image_field), image_size_pair(image_size, NAME), channels)
-    return LabelledDataset(
-        inputs=images,
-        labels=torch.tensor(labels, dtype=torch.long),
-        class_names=class_names,
-        name=NAME,
-        groups=groups,
-        splits=split,
-        extras=extras,
-    )
+    return generic_dataset(images, labels, class_names, NAME, groups, extras)

@@ -21,10 +21,9 @@ import numpy as np
 import torch
 
 from fedfew.data.dataset import DataError, LabelledDataset
-from fedfew.data.generic import encode_groups, encode_labels, resolve_path
+from fedfew.data.generic import encode_groups, encode_labels, generic_dataset, resolve_path
 from fedfew.data.omniglot import require_pillow
 from fedfew.data.registry import DATASETS
-from fedfew.data.splits import default_split
 
 EXTENSIONS = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
 LAYOUTS = ("class", "class/group", "group/class")
@@ -185,20 +184,8 @@ def load_image_folder(
         csv_path = resolve_path(root, groups_csv, NAME, "a CSV file with columns file,group")
         group_values = _read_groups_csv(csv_path, folder, files)
     extras: dict[str, object] = {"path": str(folder), "files": [f.relative_to(folder).as_posix() for f in files]}
-    groups = None
-    if group_values is not None:
-        group_ids, group_names = encode_groups(group_values, f"{NAME}: {folder}")
-        groups = torch.tensor(group_ids, dtype=torch.long)
-        extras["group_names"] = group_names
+    groups = encode_groups(group_values, f"{NAME}: {folder}", extras)
     images = torch.from_numpy(_read_images(files, size, channels)).to(torch.float32).div_(255.0)
     if invert:
         images = 1.0 - images
-    return LabelledDataset(
-        inputs=images,
-        labels=torch.tensor(labels, dtype=torch.long),
-        class_names=class_names,
-        name=NAME,
-        groups=groups,
-        splits=default_split(len(class_names)),
-        extras=extras,
-    )
+    return generic_dataset(images, labels, class_names, NAME, groups, extras)

@@ -19,8 +19,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from fedfew.data.dataset import DataError, LabelledDataset
 from fedfew.data.generic import check_label_value, encode_groups, encode_labels, resolve_path
 from fedfew.data.registry import DATASETS
@@ -99,12 +97,8 @@ def _build(
         raise DataError(f"{dataset}: {path} holds no texts")
     texts = [r[0] for r in rows]
     labels, class_names = encode_labels([r[1] for r in rows], f"{dataset}: {path}", numeric_strings)
-    groups = None
     extras: dict[str, Any] = {"path": str(path)}
-    if rows[0][2] is not None:
-        group_ids, group_names = encode_groups([r[2] for r in rows], f"{dataset}: {path}")
-        groups = torch.tensor(group_ids, dtype=torch.long)
-        extras["group_names"] = group_names
+    groups = encode_groups([r[2] for r in rows] if rows[0][2] is not None else None, f"{dataset}: {path}", extras)
     return text_dataset(
         texts, labels, class_names, dataset, default_split(len(class_names)), groups=groups, extras=extras,
         vocab_split="base", **text_options,
