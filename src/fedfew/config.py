@@ -15,8 +15,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from fedfew.errors import UsageError
 
-class ConfigError(ValueError):
+
+class ConfigError(UsageError):
     """A configuration is invalid; the message names the key and what is allowed."""
 
 
