@@ -1,4 +1,4 @@
-"""The ``fedfew`` command: ``run``, ``sweep``, ``list`` and ``demo``."""
+"""The ``fedfew`` command: ``run``, ``sweep``, ``list``, ``demo`` and ``study`` (fedfew.study.cli)."""
 
 from __future__ import annotations
 
@@ -207,6 +207,10 @@ def build_parser() -> argparse.ArgumentParser:
     dm.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
     common(dm)
     dm.set_defaults(func=_cmd_demo)
+
+    from fedfew.study.cli import add_parser as add_study_parser
+
+    add_study_parser(sub, plugin_option)
     return parser
 
 

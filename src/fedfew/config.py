@@ -9,6 +9,7 @@ a key is a dotted path (``federation.rounds=50``) or, where unambiguous, a bare 
 from __future__ import annotations
 
 import difflib
+import logging
 from pathlib import Path
 from typing import Any, Literal
 
@@ -301,16 +302,70 @@ def load_config(source: str | Path | dict[str, Any] | None = None, overrides: li
         tasks = (data.get("episodes") or {}).get("test_tasks") if isinstance(data.get("episodes"), dict) else None
         if isinstance(tasks, str) and not Path(tasks).is_absolute():  # relative to the config file
             data["episodes"]["test_tasks"] = str((path.parent / tasks).resolve())
+    before = {section: _name_and_options(data, section) for section in _CHOICES}
     for assignment in overrides or []:
         apply_override(data, assignment)
     from fedfew.plugins import config_plugins
 
     # Before validation: a plugin registers the names the config may use.
     data["plugins"] = config_plugins(data.get("plugins"), Path(source).parent if isinstance(source, (str, Path)) else None)
+    for section, (name, options) in before.items():
+        _drop_stale_options(data, section, name, options)
     try:
         return ExperimentConfig.model_validate(data)
     except ValidationError as err:
         raise ConfigError(_format(err, model=ExperimentConfig)) from None
+
+
+#: Sections whose ``options`` belong to the registered ``name`` they sit beside.
+_CHOICES = ("partition", "model", "algorithm")
+
+
+def _name_and_options(data: dict[str, Any], section: str) -> tuple[Any, Any]:
+    node = data.get(section)
+    if not isinstance(node, dict):
+        return None, None
+    options = node.get("options")
+    return node.get("name"), yaml.safe_load(yaml.safe_dump(options)) if isinstance(options, dict) else options
+
+
+def _accepted_options(section: str, name: str) -> set[str] | None:
+    """The option names ``name`` accepts in ``section`` (None: unknown name, left to validation)."""
+    import fedfew.algorithms  # noqa: F401  (registers algorithms)
+    from fedfew.engine import ALGORITHMS
+    from fedfew.models import MODELS
+    from fedfew.partition import PARTITIONS
+    from fedfew.registry import RegistryError
+    from fedfew.signature_options import options_schema
+
+    try:
+        if section == "algorithm":
+            return set(ALGORITHMS.get(name).Options.model_fields)
+        registry, skip = ((PARTITIONS, ("labels", "num_clients", "rng", "groups")) if section == "partition"
+                          else (MODELS, ("input_shape", "num_classes")))
+        return set(options_schema(registry.get(name), skip).model_fields)
+    except RegistryError:
+        return None
+
+
+def _drop_stale_options(data: dict[str, Any], section: str, old_name: Any, old_options: Any) -> None:
+    """The rule for changing a choice from the command line (``--set partition.name=iid``): when an
+    override changed ``SECTION.name``, the options the file gave the old choice that the new one does not
+    take are dropped, with a logged note. An option set by an override is kept and validated as usual,
+    so a mistyped one is still an error, and so is one in a file whose choice was not changed."""
+    name, options = _name_and_options(data, section)
+    if name == old_name or not isinstance(name, str) or not isinstance(options, dict):
+        return
+    accepted = _accepted_options(section, name)
+    if accepted is None:
+        return
+    from_file = old_options if isinstance(old_options, dict) else {}
+    dropped = sorted(k for k in options if k not in accepted and k in from_file and from_file[k] == options[k])
+    if dropped:
+        data[section]["options"] = {k: v for k, v in options.items() if k not in dropped}
+        logging.getLogger(__name__).warning(
+            "%s.name changed from %s to %s: dropped the options it does not take (%s)", section, old_name, name,
+            ", ".join(f"{section}.options.{k}" for k in dropped))
 
 
 def dump_config(config: ExperimentConfig) -> str:

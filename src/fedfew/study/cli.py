@@ -1,0 +1,83 @@
+"""The ``fedfew study`` subcommand: ``run``, ``report`` and ``docs`` (added to fedfew's parser by
+:func:`add_parser`)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from fedfew.study.grid import parse_seeds
+from fedfew.study.schema import load_study
+
+
+def _store(args: argparse.Namespace, root: Path) -> Path:
+    return Path(args.store) if args.store else root / "studies" / "store"
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from fedfew.study.run import run_study
+
+    study, root = load_study(args.study)
+    seeds = parse_seeds(args.seeds) if args.seeds else None
+    counts = run_study(study, root, args.budget, _store(args, root), Path(args.runs), seeds, args.set, args.new_code)
+    print(f"study {study.name}: {counts['run']} cells run, {counts['skipped']} already stored; "
+          f"`fedfew study report {args.study} --budget {args.budget}` shows the table")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from fedfew.study.report import collect, figure, markdown
+
+    study, root = load_study(args.study)
+    study.budget(args.budget or study.docs_budget)  # a budget that does not exist: one line, exit 2
+    results = collect(study, root, _store(args, root), args.budget)
+    print(markdown(results, args.study))
+    if args.figure:
+        if figure(results, Path(args.figure)):
+            print(f"figure: {args.figure}")
+        else:
+            print("no figure: nothing in the store for this budget")
+    return 0
+
+
+def _cmd_docs(args: argparse.Namespace) -> int:
+    from fedfew.study.docs import write_docs
+
+    root = Path(args.root)
+    changed = write_docs(root, Path(args.store) if args.store else None)
+    print(f"{len(changed)} page(s) rewritten" + (f": {', '.join(str(p) for p in changed)}" if changed else ""))
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction, plugin_option: object = None) -> None:
+    study = sub.add_parser("study", help="run a study (a grid of runs over seeds) and report it against the paper")
+    actions = study.add_subparsers(dest="study_command", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--store", default=None, help="result store folder (default: studies/store beside the study)")
+        if callable(plugin_option):
+            plugin_option(p)
+
+    run = actions.add_parser("run", help="run every cell not yet in the store (resumes interrupted cells)")
+    run.add_argument("study", help="a study file, e.g. studies/fedfsl_table3.yaml")
+    run.add_argument("--budget", default="cpu", help="budget preset: smoke, cpu, paper, ... (default cpu)")
+    run.add_argument("--seeds", default=None, help="comma-separated seeds in place of the budget's (e.g. 0,1,2)")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a config value in every cell (repeatable); part of each cell's key")
+    run.add_argument("--runs", default="runs/studies", help="base folder for the cells' run folders")
+    run.add_argument("--new-code", action="store_true",
+                     help="the store holds these cells from other code: add this version's results beside them")
+    common(run)
+    run.set_defaults(func=_cmd_run)
+
+    report = actions.add_parser("report", help="the table, the claims' verdicts and a figure, from the store")
+    report.add_argument("study")
+    report.add_argument("--budget", default=None, help="budget to report (default: the study's docs_budget)")
+    report.add_argument("--figure", default=None, metavar="PNG", help="also draw the bars with intervals here")
+    common(report)
+    report.set_defaults(func=_cmd_report)
+
+    docs = actions.add_parser("docs", help="rewrite the study blocks of docs/*.md from the store")
+    docs.add_argument("--root", default=".", help="repository root (with studies/ and docs/)")
+    common(docs)
+    docs.set_defaults(func=_cmd_docs)

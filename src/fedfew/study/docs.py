@@ -1,0 +1,63 @@
+"""Generated docs: each study's report goes between ``<!-- study:NAME begin -->`` and
+``<!-- study:NAME end -->`` in the docs pages, made from the committed store alone (no number in
+those blocks is typed by hand; tests/test_study.py fails when a page differs from what the store
+gives)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from fedfew.study.report import collect, figure, markdown
+from fedfew.study.schema import Study, StudyError, load_study
+
+
+def marker_pattern(name: str) -> re.Pattern[str]:
+    return re.compile(rf"(<!-- study:{re.escape(name)} begin -->\n)(.*?)(<!-- study:{re.escape(name)} end -->)",
+                      re.DOTALL)
+
+
+def study_files(root: Path) -> list[Path]:
+    return sorted((root / "studies").glob("*.yaml"))
+
+
+def render_pages(root: Path, store_base: Path | None = None, figures: bool = False) -> dict[Path, str]:
+    """Every docs page with a study marker, as the store makes it: {page: new text}."""
+    store_base = store_base or root / "studies" / "store"
+    studies: dict[str, tuple[Study, Path]] = {}
+    for path in study_files(root):
+        study, _ = load_study(path)
+        if study.name in studies:
+            raise StudyError(f"study name {study.name!r} is used by {studies[study.name][1]} and {path}")
+        studies[study.name] = (study, path)
+    pages: dict[Path, str] = {}
+    for page in sorted((root / "docs").glob("*.md")):
+        text = original = page.read_text()
+        for name in re.findall(r"<!-- study:([A-Za-z0-9_.-]+) begin -->", original):
+            if name not in studies:
+                raise StudyError(f"{page}: marker study:{name} names no study in {root / 'studies'}")
+            study, path = studies[name]
+            results = collect(study, root, store_base)
+            body = markdown(results, str(path.relative_to(root)))
+            if results.values:  # the figure's link depends on the store alone; the file is made by write_docs
+                body += f"\n![{study.title or name}](studies/{name}.png)\n"
+                if figures:
+                    figure(results, root / "docs" / "studies" / f"{name}.png")
+            text = marker_pattern(name).sub(lambda m, b=body: m.group(1) + b + m.group(3), text)
+        if text != original or name_markers(original):
+            pages[page] = text
+    return pages
+
+
+def name_markers(text: str) -> list[str]:
+    return re.findall(r"<!-- study:([A-Za-z0-9_.-]+) begin -->", text)
+
+
+def write_docs(root: Path, store_base: Path | None = None) -> list[Path]:
+    """Rewrite the study blocks of every docs page; returns the pages that changed."""
+    changed = []
+    for page, text in render_pages(root, store_base, figures=True).items():
+        if page.read_text() != text:
+            page.write_text(text)
+            changed.append(page)
+    return changed

@@ -1,0 +1,103 @@
+"""From a study and a budget to its cells: one resolved, validated experiment config per
+(method, setting, seed), plus the untrained control per (setting, seed)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fedfew.config import ConfigError, ExperimentConfig, load_config
+from fedfew.study.schema import CONTROL, Study, StudyError
+
+#: Config values that change how fast or where a run goes, never its numbers: left out of a cell's key
+#: so a study can be continued with more workers or on another machine's data folder.
+NOT_IN_KEY = {"dataset": ("root",), "runtime": ("threads", "output_dir", "progress", "checkpoint_every",
+                                                 "client_states", "workers", "engine"),
+              "flower": ("round_timeout", "startup_timeout", "port", "tls", "node_auth")}
+
+
+@dataclass(frozen=True)
+class Cell:
+    method: str  # a method name, or CONTROL
+    setting: str
+    seed: int
+    config: ExperimentConfig
+
+    @property
+    def config_hash(self) -> str:
+        return config_hash(self.config)
+
+    @property
+    def title(self) -> str:
+        return f"{self.method} / {self.setting} / seed {self.seed}"
+
+
+def config_hash(config: ExperimentConfig) -> str:
+    """A short hash of the parts of a resolved config that decide its numbers."""
+    data = config.model_dump(mode="json")
+    data.pop("name", None)  # the label of the run folder, made from the cell's names
+    for section, keys in NOT_IN_KEY.items():
+        for key in keys:
+            data.get(section, {}).pop(key, None)
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def assignments(overrides: dict[str, Any]) -> list[str]:
+    """``{key: value}`` -> ``["key=value"]`` with the value written as JSON (which is YAML)."""
+    return [f"{key}={json.dumps(value)}" for key, value in overrides.items()]
+
+
+def parse_seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise StudyError(f"--seeds {text!r}: give integers separated by commas, e.g. --seeds 0,1,2") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise StudyError(f"--seeds {text!r}: give one or more distinct integers, e.g. --seeds 0,1,2")
+    return seeds
+
+
+def cells(study: Study, root: Path, budget_name: str, seeds: list[int] | None = None,
+          extra: list[str] | None = None) -> list[Cell]:
+    """Every cell of ``study`` at ``budget_name``, each config validated (nothing runs). Method-major
+    order (as the table reads); the control cells come last."""
+    budget = study.budget(budget_name)
+    seeds = seeds or budget.seeds or study.seeds
+    methods = budget.methods or list(study.methods)
+    settings = budget.settings or list(study.settings)
+    out = []
+    for method in methods:
+        for setting in settings:
+            for seed in seeds:
+                out.append(Cell(method, setting, seed, _config(study, root, method, setting, seed, budget.set,
+                                                                extra)))
+    if study.control is not None and budget.control:
+        for setting in settings:
+            for seed in seeds:
+                out.append(Cell(CONTROL, setting, seed, _config(study, root, study.control.method, setting, seed,
+                                                                 budget.set, extra, control=True)))
+    return out
+
+
+def _config(study: Study, root: Path, method: str, setting: str, seed: int, budget_set: dict[str, Any],
+            extra: list[str] | None, control: bool = False) -> ExperimentConfig:
+    m, s = study.methods[method], study.settings[setting]
+    base = m.config or s.config or study.config
+    if base is None:
+        raise StudyError(f"study {study.name}: method {method!r} has no config (set `config` on the study, "
+                         "the setting or the method)")
+    path = Path(base) if Path(base).is_absolute() else root / base
+    overrides = [*assignments(study.set), *assignments(s.set), *assignments(m.set), *assignments(budget_set),
+                 *(extra or []), f"seed={seed}"]
+    if control:
+        overrides.append("federation.rounds=0")
+    try:
+        config = load_config(path, overrides)
+    except ConfigError as err:
+        cell = f"{'control' if control else method} / {setting}"
+        raise StudyError(f"study {study.name}, cell {cell}: {' '.join(str(err).split())}") from None
+    return config.model_copy(update={"name": f"{study.name}-{'control' if control else method}-{setting}-s{seed}"
+                                     .replace(" ", "_")})

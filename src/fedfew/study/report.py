@@ -1,0 +1,177 @@
+"""``fedfew study report``: the table (ours: mean and 95% interval over seeds; the paper's numbers
+with their table; the untrained control), a verdict per claim (:mod:`fedfew.study.verdict`) and a
+figure, all computed from the store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fedfew.study.grid import Cell, cells
+from fedfew.study.schema import CONTROL, Study
+from fedfew.study.store import CodeVersion, ResultStore, metric
+from fedfew.study.verdict import Interval, PairVerdict, judge_order, t_interval
+
+
+@dataclass
+class StudyResults:
+    study: Study
+    budget: str
+    code: CodeVersion | None
+    #: (method or CONTROL, setting) -> {seed: value in percent}
+    values: dict[tuple[str, str], dict[int, float]] = field(default_factory=dict)
+    cells_total: int = 0
+    cells_found: int = 0
+    wall_seconds: float = 0.0
+    methods: list[str] = field(default_factory=list)
+    settings: list[str] = field(default_factory=list)
+
+    def interval(self, method: str, setting: str) -> Interval | None:
+        per_seed = self.values.get((method, setting), {})
+        return t_interval(list(per_seed.values())) if per_seed else None
+
+
+def collect(study: Study, root: Path, store_base: Path, budget: str | None = None) -> StudyResults:
+    """The stored values of ``study``'s cells at ``budget`` (default: the docs budget), taken from the
+    newest code version in the store."""
+    budget = budget or study.docs_budget
+    store = ResultStore(store_base, study.name)
+    code = store.newest_code()
+    grid: list[Cell] = cells(study, root, budget)
+    b = study.budget(budget)
+    results = StudyResults(study, budget, code, cells_total=len(grid),
+                           methods=b.methods or list(study.methods), settings=b.settings or list(study.settings))
+    if code is None:
+        return results
+    records = store.by_hash(code)
+    for cell in grid:
+        record = records.get(cell.config_hash)
+        if record is None:
+            continue
+        value = metric(record, study.metric)
+        if value is None:
+            continue
+        results.cells_found += 1
+        results.wall_seconds += float(record.get("wall_seconds", 0.0))
+        results.values.setdefault((cell.method, cell.setting), {})[cell.seed] = 100.0 * value
+    return results
+
+
+def _fmt(interval: Interval | None) -> str:
+    if interval is None:
+        return "—"
+    if interval.half_width is None:
+        return f"{interval.mean:.2f} (1 seed)"
+    return f"{interval.mean:.2f} ± {interval.half_width:.2f}"
+
+
+def _paper(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}"
+
+
+def table(results: StudyResults) -> str:
+    """Rows: methods (and the control); per setting a column of ours and one per paper source."""
+    study = results.study
+    header = ["method"]
+    for setting in results.settings:
+        header.append(f"{setting}: ours")
+        header += [f"{setting}: paper ({p.source})" for p in study.paper]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows = list(results.methods) + ([CONTROL] if study.control is not None and study.budget(results.budget).control
+                                    else [])
+    for method in rows:
+        row = [study.label(method)]
+        for setting in results.settings:
+            row.append(_fmt(results.interval(method, setting)))
+            row += [_paper(p.values.get(method, {}).get(setting)) for p in study.paper]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def claims(results: StudyResults) -> list[tuple[Any, str, list[PairVerdict]]]:
+    out = []
+    for claim in results.study.claims:
+        values = {m: results.values.get((m, claim.setting), {}) for m in claim.order}
+        verdict, pairs = judge_order(values, claim.order)
+        out.append((claim, verdict, pairs))
+    return out
+
+
+def claims_table(results: StudyResults) -> str:
+    judged = claims(results)
+    if not judged:
+        return ""
+    lines = ["| claim | setting | source | verdict | paired difference (points, 95% interval over seeds) |",
+             "|---|---|---|---|---|"]
+    for claim, verdict, pairs in judged:
+        study = results.study
+        order = " > ".join(study.label(m) for m in claim.order)
+        diffs = "; ".join(f"{study.label(p.above)} − {study.label(p.below)}: {_fmt(p.difference)}" for p in pairs)
+        lines.append(f"| {order} | {claim.setting} | {claim.source or '—'} | **{verdict}** | {diffs} |")
+    return "\n".join(lines) + "\n"
+
+
+def markdown(results: StudyResults, study_path: str) -> str:
+    """The report: a status line, the table and the claims (what the docs markers hold)."""
+    study = results.study
+    command = f"fedfew study run {study_path} --budget {results.budget}"
+    if results.cells_found == 0:
+        return (f"*Not yet run at the {results.budget} budget* ({results.cells_total} cells): `{command}`, then "
+                f"`fedfew study docs`.\n")
+    seeds = sorted({s for v in results.values.values() for s in v})
+    status = (f"Study `{study.name}` at the {results.budget} budget: {results.cells_found}/{results.cells_total} "
+              f"cells in the store, seeds {', '.join(map(str, seeds))}, {results.wall_seconds / 60:.1f} min of "
+              f"runs, code {results.code.describe() if results.code else '?'}. Ours: mean ± 95% interval over "
+              f"seeds (Student's t). Made by `{command}` and `fedfew study report {study_path}`.")
+    if results.cells_found < results.cells_total:
+        status += f" **Incomplete**: {results.cells_total - results.cells_found} cells not yet run."
+    parts = [status, "", table(results)]
+    verdicts = claims_table(results)
+    if verdicts:
+        parts += ["", "Claims (paired comparison over seeds; docs/studies.md states the rule):", "", verdicts]
+    return "\n".join(parts)
+
+
+def figure(results: StudyResults, path: Path) -> bool:
+    """Bars of ours (mean, 95% interval) per setting and method, the paper's numbers as markers."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    study = results.study
+    rows = list(results.methods) + ([CONTROL] if study.control is not None else [])
+    if not results.values:
+        return False
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(results.settings) * max(1, len(rows)) / 2), 4))
+    width = 0.8 / len(rows)
+    for i, method in enumerate(rows):
+        xs, means, errs, paper_x, paper_y = [], [], [], [], []
+        for j, setting in enumerate(results.settings):
+            interval = results.interval(method, setting)
+            x = j + (i - (len(rows) - 1) / 2) * width
+            if interval is not None:
+                xs.append(x)
+                means.append(interval.mean)
+                errs.append(interval.half_width or 0.0)
+            for p in study.paper[:1]:
+                value = p.values.get(method, {}).get(setting)
+                if value is not None:
+                    paper_x.append(x)
+                    paper_y.append(value)
+        bars = ax.bar(xs, means, width, yerr=errs, capsize=3, label=study.label(method))
+        if paper_x:
+            ax.plot(paper_x, paper_y, "k_", markersize=12, color=bars.patches[0].get_facecolor() if bars.patches
+                    else None)
+    ax.set_xticks(range(len(results.settings)), results.settings)
+    ax.set_ylabel(f"{study.metric} (%)")
+    ax.set_title(study.title or study.name, fontsize=9)
+    ax.legend(fontsize=7)
+    if study.paper:
+        ax.text(0.0, -0.15, f"horizontal marks: paper ({study.paper[0].source})", transform=ax.transAxes, fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True

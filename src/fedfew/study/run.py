@@ -1,0 +1,96 @@
+"""``fedfew study run``: every cell an ordinary run (run folder, checkpoints, resume, engines), its
+result written to the store; cells already stored are skipped and an interrupted cell is resumed."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from fedfew.config import dump_config
+from fedfew.study.grid import Cell, cells
+from fedfew.study.schema import Study, StudyError
+from fedfew.study.store import CodeVersion, ResultStore, current_code, foreign_codes, make_record
+
+log = logging.getLogger(__name__)
+
+
+def cell_folder(runs_base: Path, study: Study, cell: Cell, code: CodeVersion) -> Path:
+    """The folder that holds the cell's one run folder (made by :func:`fedfew.runner.run_experiment`)."""
+    return runs_base / study.name / f"{cell.config_hash}-{code.source}"
+
+
+def _existing_run(folder: Path) -> Path | None:
+    runs = sorted(p for p in folder.glob("*") if (p / "config.yaml").is_file()) if folder.is_dir() else []
+    return runs[-1] if runs else None
+
+
+def _run_cell(cell: Cell, folder: Path) -> dict[str, Any]:
+    """Run the cell, resume its interrupted run, or read its finished one; returns the run's summary."""
+    from fedfew.runner import resume_run, run_experiment
+
+    previous = _existing_run(folder)
+    if previous is not None:
+        status = json.loads((previous / "status.json").read_text()).get("status") \
+            if (previous / "status.json").is_file() else None
+        if status == "complete" and (previous / "summary.json").is_file():
+            return json.loads((previous / "summary.json").read_text())
+        log.info("resuming %s in %s", cell.title, previous)
+        return resume_run(previous, progress=False)
+    return run_experiment(cell.config, folder, progress=False)
+
+
+def _eta(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base: Path,
+              seeds: list[int] | None = None, extra: list[str] | None = None, new_code: bool = False,
+              out: Any = None) -> dict[str, int]:
+    """Run every cell of ``study`` at ``budget`` not yet in the store. Returns counts (run, skipped)."""
+    from fedfew.experiment import dataset_cache
+
+    out = out or sys.stderr
+    todo = cells(study, root, budget, seeds, extra)  # every config validated before any work
+    store = ResultStore(store_base, study.name)
+    code = current_code()
+    others = foreign_codes(store, code, (c.config_hash for c in todo))
+    if others and not new_code:
+        raise StudyError(
+            f"store {store.folder} holds results of these cells from other code ({others[0].describe()}); this is "
+            f"{code.describe()}. Run again with --new-code to add this version's results beside them (reports "
+            "show the newest version), or point --store elsewhere")
+    done = store.by_hash(code)
+    pending = [c for c in todo if c.config_hash not in done]
+    skipped = len(todo) - len(pending)
+    print(f"study {study.name} at budget {budget}: {len(todo)} cells, {skipped} already in {store.folder}",
+          file=out, flush=True)
+    spent: list[float] = []
+    with dataset_cache():
+        for i, cell in enumerate(pending, 1):
+            start = time.perf_counter()
+            summary = _run_cell(cell, cell_folder(runs_base, study, cell, code))
+            wall = time.perf_counter() - start
+            record = make_record(study.name, budget, cell.method, cell.setting, cell.seed, cell.config_hash,
+                                 _config_data(cell), code, summary, summary.get("seconds", wall))
+            store.put(record)
+            spent.append(wall)
+            left = (len(pending) - i) * sum(spent) / len(spent)
+            accuracy = record["metrics"].get("test", {}).get("accuracy")
+            shown = f"{100 * accuracy:.2f}%" if isinstance(accuracy, (int, float)) else "n/a"
+            print(f"[{skipped + i}/{len(todo)}] {cell.title}: {shown} in {wall:.1f} s; about {_eta(left)} left",
+                  file=out, flush=True)
+    return {"cells": len(todo), "run": len(pending), "skipped": skipped}
+
+
+def _config_data(cell: Cell) -> dict[str, Any]:
+    import yaml
+
+    return yaml.safe_load(dump_config(cell.config))

@@ -1,0 +1,198 @@
+"""The study file: one YAML file per paper table or figure, under ``studies/``.
+
+A study is a grid of ordinary runs. Every cell's config is the base config with overrides applied in
+this order: the study's ``set``, the setting's ``set``, the method's ``set``, the budget's ``set``,
+the command line's ``--set``, then ``seed``. The untrained control of a setting is the control
+method's cell with ``federation.rounds: 0``. Unknown keys are errors naming the key and the file.
+
+::
+
+    name: fedfsl-table3                      # the store's folder and the docs marker's name
+    title: FedFSL Table 3 on Omniglot
+    config: configs/fedfsl/omniglot.yaml     # base config, relative to the repository root
+    set: {federation.rounds: 20}             # overrides for every cell (dotted keys, YAML values)
+    methods:                                  # rows, in order
+      FedFSL-naive: {set: {algorithm.name: fl-maml}}
+      FedFSL-MI: {set: {algorithm.name: fedfsl-mi}, config: other.yaml}   # a method's own base config
+    settings:                                 # columns, in order
+      IID 1-shot: {set: {partition.name: iid, episodes.k_shot: 1}}
+    seeds: [0, 1, 2]
+    budgets:                                  # smoke (seconds, for CI), cpu (hours on 2 cores), paper
+      smoke: {set: {federation.rounds: 1}, seeds: [0, 1], methods: [FedFSL-naive]}
+      cpu: {}
+    control: {method: FedFSL-naive}           # the round-0 row (omit for none)
+    paper:                                    # the paper's numbers, one entry per table column group
+      - source: Table 3, miniImageNet
+        values: {FedFSL-naive: {IID 1-shot: 53.00}}
+    claims:                                   # orderings within a column: first > second > ...
+      - {setting: IID 1-shot, order: [FedFSL-MI, FedFSL-naive], source: section 5.4}
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from fedfew.errors import UsageError
+
+#: The pseudo-method name a claim uses for the untrained control row.
+CONTROL = "control"
+
+
+class StudyError(UsageError):
+    """A study file, its grid, seeds, budget or store cannot be used as asked (exit 2)."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+Overrides = dict[str, Any]
+
+
+class Row(_Strict):
+    """A method (row) or a setting (column): overrides, and for a method optionally its own base config."""
+
+    set: Overrides = Field(default_factory=dict)
+    config: str | None = None
+    #: Shown in the table in place of the name (e.g. the paper's label).
+    label: str | None = None
+
+
+class Budget(_Strict):
+    set: Overrides = Field(default_factory=dict)
+    seeds: list[int] | None = None
+    #: Only these methods / settings at this budget (a smoke budget keeps CI short).
+    methods: list[str] | None = None
+    settings: list[str] | None = None
+    control: bool = True
+    note: str = ""
+
+
+class Control(_Strict):
+    method: str
+    label: str = "(control) untrained, round 0"
+
+
+class PaperColumns(_Strict):
+    source: str
+    values: dict[str, dict[str, float | None]] = Field(default_factory=dict)
+
+
+class Claim(_Strict):
+    setting: str
+    order: list[str] = Field(min_length=2)
+    source: str = ""
+
+
+class Study(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    title: str = ""
+    config: str | None = None
+    set: Overrides = Field(default_factory=dict)
+    methods: dict[str, Row] = Field(min_length=1)
+    settings: dict[str, Row] = Field(default_factory=lambda: {"all": Row()})
+    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=1)
+    budgets: dict[str, Budget]
+    #: The budget whose results the docs show.
+    docs_budget: str = "cpu"
+    #: A path into a run's summary.json (``test.accuracy``), reported in percent.
+    metric: str = "test.accuracy"
+    control: Control | None = None
+    paper: list[PaperColumns] = Field(default_factory=list)
+    claims: list[Claim] = Field(default_factory=list)
+    notes: str = ""
+
+    @field_validator("methods", "settings", mode="before")
+    @classmethod
+    def _rows(cls, value: Any) -> Any:
+        # A row may be written as its overrides alone: ``FedFSL-MI: {algorithm.name: fedfsl-mi}`` is
+        # short for ``{set: {...}}`` when none of its keys is a Row field.
+        if isinstance(value, dict):
+            return {k: (v if isinstance(v, dict) and set(v) <= set(Row.model_fields) else
+                        {"set": v} if isinstance(v, dict) else v if v is not None else {})
+                    for k, v in value.items()}
+        return value
+
+    @model_validator(mode="after")
+    def _names(self) -> Study:
+        if "smoke" not in self.budgets:
+            raise ValueError("budgets: a study needs a 'smoke' budget (seconds, for the test suite)")
+        if CONTROL in self.methods:
+            raise ValueError(f"methods: {CONTROL!r} is reserved for the untrained control row")
+        for budget_name, budget in self.budgets.items():
+            for kind, names, known in (("methods", budget.methods, self.methods),
+                                       ("settings", budget.settings, self.settings)):
+                for name in names or []:
+                    if name not in known:
+                        raise ValueError(f"budgets.{budget_name}.{kind}: {name!r} is not one of {list(known)}")
+        if self.control is not None and self.control.method not in self.methods:
+            raise ValueError(f"control.method: {self.control.method!r} is not one of {list(self.methods)}")
+        for i, columns in enumerate(self.paper):
+            for method, values in columns.values.items():
+                if method not in self.methods and method != CONTROL:
+                    raise ValueError(f"paper[{i}].values: {method!r} is not one of {list(self.methods)}")
+                for setting in values:
+                    if setting not in self.settings:
+                        raise ValueError(f"paper[{i}].values.{method}: {setting!r} is not one of "
+                                         f"{list(self.settings)}")
+        for i, claim in enumerate(self.claims):
+            if claim.setting not in self.settings:
+                raise ValueError(f"claims[{i}].setting: {claim.setting!r} is not one of {list(self.settings)}")
+            for method in claim.order:
+                if method not in self.methods and not (method == CONTROL and self.control is not None):
+                    raise ValueError(f"claims[{i}].order: {method!r} is not one of {list(self.methods)}"
+                                     + ("" if self.control is not None else " (no control declared)"))
+        if self.docs_budget not in self.budgets:
+            raise ValueError(f"docs_budget: {self.docs_budget!r} is not one of {list(self.budgets)}")
+        return self
+
+    def budget(self, name: str) -> Budget:
+        if name not in self.budgets:
+            raise StudyError(f"study {self.name}: budget {name!r} does not exist; this study has "
+                             f"{', '.join(self.budgets)}")
+        return self.budgets[name]
+
+    def label(self, method: str) -> str:
+        if method == CONTROL:
+            return self.control.label if self.control else CONTROL
+        return self.methods[method].label or method
+
+
+def _format(err: ValidationError) -> str:
+    parts = []
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        if e["type"] == "extra_forbidden":
+            parts.append(f"{key}: unknown key")
+        elif e["type"] == "missing":
+            parts.append(f"{key}: required key missing")
+        else:
+            parts.append(f"{key}: {e['msg'].removeprefix('Value error, ')}"
+                         + ("" if e["type"] == "value_error" else f" (got {json.dumps(e.get('input'), default=str)})"))
+    return "; ".join(parts)
+
+
+def load_study(path: str | Path) -> tuple[Study, Path]:
+    """The validated study in ``path`` and the folder its relative config paths start from (the
+    repository root: the parent of ``studies/``, else the file's own folder)."""
+    path = Path(path)
+    if not path.is_file():
+        raise StudyError(f"study file {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise StudyError(f"study file {path} is not valid YAML: {' '.join(str(err).split())}") from None
+    if not isinstance(data, dict):
+        raise StudyError(f"study file {path} must hold a mapping at the top level")
+    try:
+        study = Study.model_validate(data)
+    except ValidationError as err:
+        raise StudyError(f"study file {path}: {_format(err)}") from None
+    base = path.resolve().parent
+    root = base.parent if base.name == "studies" else base
+    return study, root

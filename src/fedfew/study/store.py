@@ -1,0 +1,148 @@
+"""The result store: one small JSON record per finished cell, ``STORE/<study>/<config hash>-<code>.json``.
+
+A record holds the cell's names, the resolved config, the code version (package version, a hash of the
+package's sources, the git commit when there is one), the run's metrics and its wall time. A cell is
+found by its config hash and code version, never by its labels, so renaming a row keeps its results.
+Records are written to a temporary name and renamed: an interrupted write never leaves half a record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from fedfew.study.schema import StudyError
+
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class CodeVersion:
+    package: str
+    source: str  # hash of the package's .py files
+    commit: str | None
+
+    @property
+    def key(self) -> str:
+        return f"{self.package}+{self.source}"
+
+    def describe(self) -> str:
+        return f"fedfew {self.package}, sources {self.source}" + (f", git {self.commit[:10]}" if self.commit else "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"package": self.package, "source": self.source, "commit": self.commit}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CodeVersion:
+        return cls(data["package"], data["source"], data.get("commit"))
+
+
+@cache
+def current_code() -> CodeVersion:
+    """This installation's code version. The source hash covers every .py file of the package, so a
+    commit that changes only docs, configs or the store keeps the version."""
+    import fedfew.config
+
+    package_dir = Path(fedfew.config.__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(package_dir.rglob("*.py")):
+        digest.update(str(path.relative_to(package_dir)).encode() + b"\0" + path.read_bytes() + b"\0")
+    from fedfew.runfolder import _version
+
+    return CodeVersion(_version(), digest.hexdigest()[:12], _git_commit(package_dir))
+
+
+def _git_commit(folder: Path) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (out.stdout.strip() or None) if out.returncode == 0 else None
+
+
+class ResultStore:
+    """The records of one study under ``base/<study>/``."""
+
+    def __init__(self, base: str | Path, study: str) -> None:
+        self.folder = Path(base) / study
+
+    def _path(self, config_hash: str, code: CodeVersion) -> Path:
+        return self.folder / f"{config_hash}-{code.source}.json"
+
+    def records(self) -> list[dict[str, Any]]:
+        if not self.folder.is_dir():
+            return []
+        out = []
+        for path in sorted(self.folder.glob("*.json")):
+            try:
+                record = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
+                raise StudyError(f"store record {path} cannot be read ({type(err).__name__}); move it away "
+                                 "and run the cell again") from None
+            if not isinstance(record, dict) or record.get("format") != FORMAT or "config_hash" not in record:
+                raise StudyError(f"store record {path} is not a fedfew study record (format {FORMAT})")
+            out.append(record)
+        return out
+
+    def codes(self) -> dict[str, CodeVersion]:
+        """The code versions the store holds records of, by key."""
+        return {CodeVersion.from_json(r["code"]).key: CodeVersion.from_json(r["code"]) for r in self.records()}
+
+    def newest_code(self) -> CodeVersion | None:
+        """The code version of the most recently finished record (the one a report shows)."""
+        records = self.records()
+        if not records:
+            return None
+        return CodeVersion.from_json(max(records, key=lambda r: (r["finished"], r["config_hash"]))["code"])
+
+    def get(self, config_hash: str, code: CodeVersion) -> dict[str, Any] | None:
+        path = self._path(config_hash, code)
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    def by_hash(self, code: CodeVersion) -> dict[str, dict[str, Any]]:
+        return {r["config_hash"]: r for r in self.records() if CodeVersion.from_json(r["code"]).key == code.key}
+
+    def put(self, record: dict[str, Any]) -> Path:
+        code = CodeVersion.from_json(record["code"])
+        path = self._path(record["config_hash"], code)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+        return path
+
+
+def make_record(study: str, budget: str, method: str, setting: str, seed: int, config_hash: str,
+                config: dict[str, Any], code: CodeVersion, summary: dict[str, Any], wall_seconds: float) -> dict[str, Any]:
+    keep = ("test", "selected_round", "rounds", "seconds", "bytes_down", "bytes_up", "chance", "at_chance",
+            "rounds_without_training")
+    return {"format": FORMAT, "study": study, "budget": budget, "method": method, "setting": setting, "seed": seed,
+            "config_hash": config_hash, "config": config, "code": code.to_json(),
+            "metrics": {k: summary[k] for k in keep if k in summary},
+            "wall_seconds": round(wall_seconds, 2), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def metric(record: dict[str, Any], path: str) -> float | None:
+    """The value at a dotted ``path`` of a record's metrics (``test.accuracy``), or None."""
+    value: Any = record["metrics"]
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def foreign_codes(store: ResultStore, code: CodeVersion, hashes: Iterable[str]) -> list[CodeVersion]:
+    """Code versions other than ``code`` that hold records of these cells."""
+    wanted = set(hashes)
+    return list({CodeVersion.from_json(r["code"]).key: CodeVersion.from_json(r["code"]) for r in store.records()
+                 if r["config_hash"] in wanted and CodeVersion.from_json(r["code"]).key != code.key}.values())

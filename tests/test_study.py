@@ -1,0 +1,275 @@
+"""Studies (issue 20): the verdict rule against hand-computed cases, the study file's validation, a
+whole study on the bundled digits through the command line (store, skip, resume, report), the
+generated docs blocks, and changing the partition from the command line."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fedfew.cli import main
+from fedfew.config import ConfigError, load_config
+from fedfew.study.docs import render_pages, study_files
+from fedfew.study.grid import cells, config_hash
+from fedfew.study.schema import CONTROL, load_study
+from fedfew.study.store import ResultStore
+from fedfew.study.verdict import HOLDS, NOT_RESOLVED, REVERSED, compare, judge_order, t_interval
+
+REPO = Path(__file__).resolve().parents[1]
+T2 = 4.302652729911275  # Student's t(0.975, 2), from a table
+T1 = 12.706204736174705  # t(0.975, 1)
+
+
+# -- the verdict rule, by hand ---------------------------------------------------------------------
+def test_interval_is_students_t_over_seeds() -> None:
+    one = t_interval([50.0])
+    assert one.mean == 50.0 and one.half_width is None
+    two = t_interval([50.0, 52.0])  # sd = sqrt(2), sd / sqrt(2) = 1
+    assert two.mean == 51.0 and two.half_width == pytest.approx(T1)
+    three = t_interval([1.0, 2.0, 3.0])  # sd 1
+    assert three.half_width == pytest.approx(T2 / math.sqrt(3))
+
+
+def test_paired_difference_holds_reverses_or_is_not_resolved() -> None:
+    a = {0: 60.0, 1: 62.0, 2: 61.0}
+    b = {0: 57.0, 1: 58.0, 2: 59.0}
+    # d = 3, 4, 2: mean 3, sd 1, half-width 4.3027 / sqrt 3 = 2.484: [0.52, 5.48] excludes 0
+    v = compare(a, b, "A", "B")
+    assert v.verdict == HOLDS
+    assert v.difference.mean == pytest.approx(3.0) and v.difference.half_width == pytest.approx(T2 / math.sqrt(3))
+    assert compare(b, a).verdict == REVERSED
+    # d = 1, -1, 3: mean 1, sd 2, half-width 4.968: the interval holds 0
+    assert compare({0: 51.0, 1: 49.0, 2: 53.0}, {0: 50.0, 1: 50.0, 2: 50.0}).verdict == NOT_RESOLVED
+    # The seeds are paired: a large shared seed effect cancels (d = 1, 1.1, 0.9 although the means overlap)
+    assert compare({0: 40.0, 1: 60.1, 2: 80.9}, {0: 39.0, 1: 59.0, 2: 80.0}).verdict == HOLDS
+    # one paired seed (the others unpaired) is never enough
+    assert compare({0: 90.0, 1: 91.0}, {0: 10.0, 2: 11.0}).verdict == NOT_RESOLVED
+    assert compare({}, {0: 1.0}).verdict == NOT_RESOLVED
+
+
+def test_an_order_holds_only_when_every_neighbouring_pair_holds() -> None:
+    a, b, c = {0: 3.0, 1: 4.0, 2: 5.0}, {0: 2.0, 1: 3.0, 2: 4.1}, {0: 1.0, 1: 2.0, 2: 3.0}
+    assert judge_order({"a": a, "b": b, "c": c}, ["a", "b", "c"])[0] == HOLDS
+    noisy = {0: 1.5, 1: 3.5, 2: 2.0}  # b - noisy = 0.5, -0.5, 2.1: not resolved
+    verdict, pairs = judge_order({"a": a, "b": b, "n": noisy}, ["a", "b", "n"])
+    assert verdict == NOT_RESOLVED and [p.verdict for p in pairs] == [HOLDS, NOT_RESOLVED]
+    assert judge_order({"a": a, "b": b, "c": c}, ["a", "c", "b"])[0] == REVERSED
+
+
+# -- the study file ----------------------------------------------------------------------------------
+DIGITS_STUDY = {
+    "name": "digits-check",
+    "title": "fl-proto vs fl-maml on the bundled digits",
+    "config": str(REPO / "src/fedfew/configs/demo.yaml"),
+    "set": {"partition.num_clients": 3, "federation.clients_per_round": 3, "model.options.hidden": 8,
+            "episodes.q_query": 3, "episodes.test_episodes": 20, "eval.every": 100, "runtime.threads": 1},
+    "methods": {"fl-proto": {"algorithm.name": "fl-proto", "algorithm.options": {"local_steps": 1, "lr": 0.001}},
+                "fl-maml": {"set": {"algorithm.options.local_steps": 1}, "label": "FL-MAML"}},
+    "settings": {"non-IID 1-shot": {}, "IID 1-shot": {"partition.name": "iid"}},
+    "seeds": [0, 1],
+    "budgets": {"smoke": {"set": {"federation.rounds": 1}, "settings": ["IID 1-shot"]},
+                "cpu": {"set": {"federation.rounds": 2}}},
+    "control": {"method": "fl-maml"},
+    "paper": [{"source": "Table 9 (made up for the test)", "values": {"fl-proto": {"IID 1-shot": 63.4}}}],
+    "claims": [{"setting": "IID 1-shot", "order": ["fl-proto", CONTROL]}],
+}
+
+
+def write_study(folder: Path, data: dict, name: str = "study.yaml") -> Path:
+    path = folder / name
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("change, expected", [
+    ({"mehtods": {}}, "mehtods: unknown key"),
+    ({"budgets": {"cpu": {}}}, "needs a 'smoke' budget"),
+    ({"budgets": {"smoke": {"sets": {}}}}, "budgets.smoke.sets: unknown key"),
+    ({"claims": [{"setting": "IID 1-shot", "order": ["fl-proto", "fedavg"]}]}, "'fedavg' is not one of"),
+    ({"claims": [{"setting": "IID 5-shot", "order": ["fl-proto", "fl-maml"]}]}, "'IID 5-shot' is not one of"),
+    ({"seeds": ["zero"]}, "seeds.0"),
+    ({"methods": "fl-proto"}, "methods"),
+    ({"paper": [{"source": "T", "values": {"fl-proto": {"IID": 1.0}}}]}, "'IID' is not one of"),
+])
+def test_a_bad_study_file_is_one_line_naming_the_key_and_file(change: dict, expected: str, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_study(tmp_path, {**DIGITS_STUDY, **change})
+    code, _, err = run_cli(["study", "report", str(path), "--store", str(tmp_path / "store")], capsys)
+    assert code == 2 and expected in err and str(path) in err and len(err.strip().splitlines()) == 1
+
+
+def test_bad_command_line_input_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_study(tmp_path, DIGITS_STUDY)
+    store = ["--store", str(tmp_path / "store"), "--runs", str(tmp_path / "runs")]
+    for argv, expected in (
+        (["study", "run", str(tmp_path / "nope.yaml")], "does not exist"),
+        (["study", "run", str(path), "--budget", "huge", *store], "budget 'huge' does not exist"),
+        (["study", "run", str(path), "--seeds", "0,one", *store], "--seeds '0,one'"),
+        (["study", "run", str(path), "--set", "federation.rouns=2", *store], "federation.rouns"),
+        (["study", "run", str(path), "--set", "model.name=nonet", "--budget", "smoke", *store], "cell fl-proto"),
+    ):
+        code, _, err = run_cli(argv, capsys)
+        assert code == 2 and expected in err and len(err.strip().splitlines()) == 1, (argv, err)
+    assert not (tmp_path / "store").exists() and not (tmp_path / "runs").exists()  # nothing ran
+
+
+def test_cells_are_the_grid_in_table_order_with_the_control_last(tmp_path: Path) -> None:
+    study, root = load_study(write_study(tmp_path, DIGITS_STUDY))
+    grid = cells(study, root, "cpu")
+    assert [(c.method, c.setting, c.seed) for c in grid[:3]] == [
+        ("fl-proto", "non-IID 1-shot", 0), ("fl-proto", "non-IID 1-shot", 1), ("fl-proto", "IID 1-shot", 0)]
+    assert len(grid) == 2 * 2 * 2 + 2 * 2 and {c.method for c in grid[-4:]} == {CONTROL}
+    control = grid[-1].config
+    assert control.federation.rounds == 0 and control.algorithm.name == "fl-maml"
+    iid = grid[2].config
+    assert iid.partition.name == "iid" and iid.partition.options == {}  # the demo's alpha dropped (item 5)
+    assert iid.algorithm.name == "fl-proto" and iid.federation.rounds == 2 and iid.seed == 0
+    # the seed is part of the key, the run folder's label and the thread count are not
+    assert grid[0].config_hash != grid[1].config_hash
+    assert config_hash(iid) == config_hash(iid.model_copy(update={
+        "name": "renamed", "runtime": iid.runtime.model_copy(update={"threads": 2, "workers": 2})}))
+
+
+# -- a whole study through the command line -----------------------------------------------------------
+def test_study_run_stores_skips_resumes_and_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_study(tmp_path, DIGITS_STUDY)
+    store_dir, runs = tmp_path / "store", tmp_path / "runs"
+    args = ["--store", str(store_dir), "--runs", str(runs), "--budget", "smoke"]
+    code, out, err = run_cli(["study", "run", str(path), *args], capsys)
+    assert code == 0, err
+    assert "[6/6]" in err and "left" in err  # progress: cells done / total and the time left
+    store = ResultStore(store_dir, "digits-check")
+    records = store.records()
+    assert len(records) == 6  # 2 methods x 1 setting x 2 seeds + the control on 2 seeds
+    assert {r["budget"] for r in records} == {"smoke"} and all(r["code"]["source"] for r in records)
+    first = {r["config_hash"]: r["metrics"]["test"]["accuracy"] for r in records}
+    folders = sorted(p for p in runs.rglob("status.json"))
+    assert len(folders) == 6
+
+    # again: everything is in the store, nothing runs
+    code, _, err = run_cli(["study", "run", str(path), *args], capsys)
+    assert code == 0 and "6 already in" in err and len(sorted(runs.rglob("status.json"))) == 6
+
+    # an interrupted study: a record never written, a run folder left 'interrupted' -> resumed, same numbers
+    victim = next(r for r in records if r["method"] == "fl-proto")
+    (store.folder / f"{victim['config_hash']}-{victim['code']['source']}.json").unlink()
+    run_folder = next(p.parent for p in folders if json.loads((p.parent / "summary.json").read_text())["seed"]
+                      == victim["seed"] and "fl-proto" in p.parent.name)
+    status = json.loads((run_folder / "status.json").read_text())
+    (run_folder / "status.json").write_text(json.dumps({**status, "status": "interrupted"}))
+    code, _, err = run_cli(["study", "run", str(path), *args], capsys)
+    assert code == 0 and "5 already in" in err and "[6/6]" in err
+    again = {r["config_hash"]: r["metrics"]["test"]["accuracy"] for r in store.records()}
+    assert again == first
+
+    # the report: our mean over the two seeds, the paper's number with its table, the control, the verdict
+    figure = tmp_path / "bars.png"
+    code, out, _ = run_cli(["study", "report", str(path), "--store", str(store_dir), "--budget", "smoke",
+                            "--figure", str(figure)], capsys)
+    assert code == 0 and figure.is_file()
+    proto = sorted(100 * r["metrics"]["test"]["accuracy"] for r in records if r["method"] == "fl-proto")
+    mean, half = sum(proto) / 2, T1 * abs(proto[1] - proto[0]) / 2  # sd/sqrt(2) = |a - b| / 2
+    assert f"| fl-proto | {mean:.2f} ± {half:.2f} | 63.40 |" in out
+    assert "paper (Table 9 (made up for the test))" in out and "| FL-MAML |" in out
+    assert "(control) untrained, round 0" in out
+    assert "| fl-proto > (control) untrained, round 0 | IID 1-shot |" in out
+
+
+def test_a_store_from_other_code_is_refused_and_left_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_study(tmp_path, {**DIGITS_STUDY, "control": None, "claims": [],
+                                  "methods": {"fl-proto": DIGITS_STUDY["methods"]["fl-proto"]}, "seeds": [0]})
+    args = ["--store", str(tmp_path / "store"), "--runs", str(tmp_path / "runs"), "--budget", "smoke"]
+    assert run_cli(["study", "run", str(path), *args], capsys)[0] == 0
+    [record_path] = (tmp_path / "store" / "digits-check").glob("*.json")
+    record = json.loads(record_path.read_text())
+    old = {**record, "code": {**record["code"], "source": "000000000000"}}
+    record_path.unlink()
+    written = ResultStore(tmp_path / "store", "digits-check").put(old)
+    before = written.read_bytes()
+    code, _, err = run_cli(["study", "run", str(path), *args], capsys)
+    assert code == 2 and "other code" in err and "--new-code" in err and len(err.strip().splitlines()) == 1
+    assert written.read_bytes() == before and len(list(written.parent.glob("*.json"))) == 1
+    assert run_cli(["study", "run", str(path), *args, "--new-code"], capsys)[0] == 0
+    assert len(list(written.parent.glob("*.json"))) == 2 and written.read_bytes() == before
+
+
+# -- generated docs ------------------------------------------------------------------------------------
+def test_docs_blocks_are_what_the_store_gives(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "studies").mkdir()
+    (tmp_path / "docs").mkdir()
+    write_study(tmp_path / "studies", {**DIGITS_STUDY, "config": str(REPO / "src/fedfew/configs/demo.yaml")},
+                "digits.yaml")
+    page = tmp_path / "docs" / "page.md"
+    page.write_text("# Page\n\n<!-- study:digits-check begin -->\n51.2 typed by hand\n<!-- study:digits-check end -->\n"
+                    "after\n")
+    assert run_cli(["study", "docs", "--root", str(tmp_path)], capsys)[0] == 0
+    text = page.read_text()
+    assert "typed by hand" not in text and "*Not yet run at the cpu budget* (12 cells)" in text
+    assert text.endswith("<!-- study:digits-check end -->\nafter\n")
+    assert render_pages(tmp_path)[page] == text  # what the docs test compares
+    page.write_text(text.replace("<!-- study:digits-check", "<!-- study:nonesuch"))
+    code, _, err = run_cli(["study", "docs", "--root", str(tmp_path)], capsys)
+    assert code == 2 and "study:nonesuch" in err
+
+
+def test_committed_docs_match_the_committed_store() -> None:
+    """Every docs page's study blocks are exactly what `fedfew study docs` makes from studies/store."""
+    pages = render_pages(REPO)
+    assert pages, "no docs page has a study block"
+    for page, text in pages.items():
+        assert page.read_text() == text, f"{page} differs from the store: run `fedfew study docs`"
+
+
+def test_every_committed_study_is_valid_at_every_budget() -> None:
+    files = study_files(REPO)
+    assert files
+    for path in files:
+        study, root = load_study(path)
+        for budget in study.budgets:
+            assert cells(study, root, budget), (path, budget)
+
+
+# -- item 5: changing the partition from the command line ------------------------------------------------
+SUITED = {"fewshot": ("iid", "dirichlet", "shards", "dirichlet_classes", "label_skew"),
+          "classification": ("iid", "dirichlet", "shards", "label_skew")}
+
+
+@pytest.mark.parametrize("config_path", sorted(str(p.relative_to(REPO)) for p in (REPO / "configs").rglob("*.yaml")))
+def test_every_config_takes_every_suited_partition_from_the_command_line(config_path: str) -> None:
+    base = load_config(REPO / config_path)
+    for name in SUITED[base.task]:
+        config = load_config(REPO / config_path, [f"partition.name={name}"])
+        assert config.partition.name == name
+        if name == base.partition.name:
+            assert config.partition.options == base.partition.options  # unchanged name: options kept
+
+
+def test_overridden_options_are_kept_and_still_checked() -> None:
+    config = load_config(REPO / "configs/fedfsl/omniglot.yaml", ["partition.name=shards",
+                                                                  "partition.options.shards_per_client=3"])
+    assert config.partition.options == {"shards_per_client": 3}
+    with pytest.raises(ConfigError, match="partition.options.alpha"):
+        load_config(REPO / "configs/fedfsl/omniglot.yaml", ["partition.name=iid", "partition.options.alpha=2"])
+    with pytest.raises(ConfigError, match="partition.options.alpah"):  # a typo in the file's own partition
+        load_config({"partition": {"name": "dirichlet", "options": {"alpah": 1}}})
+
+
+def test_an_iid_override_of_a_dirichlet_config_runs(tmp_path: Path) -> None:
+    from fedfew.runner import run_experiment
+
+    config = load_config(REPO / "src/fedfew/configs/demo.yaml", [
+        "partition.name=iid", "partition.num_clients=2", "federation.rounds=1", "federation.clients_per_round=2",
+        "model.options.hidden=8", "episodes.test_episodes=5", "algorithm.name=fl-proto",
+        "algorithm.options={local_steps: 1}"])
+    summary = run_experiment(config, tmp_path, progress=False)
+    assert summary["rounds"] == 1 and 0.0 <= summary["test"]["accuracy"] <= 1.0
