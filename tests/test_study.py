@@ -244,7 +244,16 @@ SUITED = {"fewshot": ("iid", "dirichlet", "shards", "dirichlet_classes", "label_
           "classification": ("iid", "dirichlet", "shards", "label_skew")}
 
 
-@pytest.mark.parametrize("config_path", sorted(str(p.relative_to(REPO)) for p in (REPO / "configs").rglob("*.yaml")))
+def experiment_configs() -> list[str]:
+    """The committed experiment configs (configs/f2l/methods.yaml and adaptation.yaml hold rows for a
+    study to put in place, not configs)."""
+    from fedfew.config import ExperimentConfig
+
+    return sorted(str(p.relative_to(REPO)) for p in (REPO / "configs").rglob("*.yaml")
+                  if set(yaml.safe_load(p.read_text())) <= set(ExperimentConfig.model_fields))
+
+
+@pytest.mark.parametrize("config_path", experiment_configs())
 def test_every_config_takes_every_suited_partition_from_the_command_line(config_path: str) -> None:
     base = load_config(REPO / config_path)
     for name in SUITED[base.task]:
@@ -273,3 +282,32 @@ def test_an_iid_override_of_a_dirichlet_config_runs(tmp_path: Path) -> None:
         "algorithm.options={local_steps: 1}"])
     summary = run_experiment(config, tmp_path, progress=False)
     assert summary["rounds"] == 1 and 0.0 <= summary["test"]["accuracy"] <= 1.0
+
+
+# -- every committed study at its smoke budget ---------------------------------------------------------
+@pytest.mark.parametrize("study_path", [str(p.relative_to(REPO)) for p in study_files(REPO)])
+def test_every_committed_study_runs_at_the_smoke_budget(study_path: str, tmp_path: Path, shared_data: Path,
+                                                        monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """Each study's smoke budget runs end to end on the real data (skipped without ../shared/data) and
+    its report holds every smoke cell; the committed store is not touched."""
+    study, root = load_study(REPO / study_path)
+    needed = {c.config.dataset.name for c in cells(study, root, "smoke")}
+    missing = [name for name in needed if name in DATA_FOLDERS and not (shared_data / DATA_FOLDERS[name]).exists()]
+    if missing:
+        pytest.skip(f"{study_path}: no {', '.join(missing)} data in {shared_data}")
+    monkeypatch.setenv("FEDFEW_DATA", str(shared_data))
+    store = tmp_path / "store"
+    code, _, err = run_cli(["study", "run", str(REPO / study_path), "--budget", "smoke", "--store", str(store),
+                            "--runs", str(tmp_path / "runs")], capsys)
+    assert code == 0, err
+    code, out, _ = run_cli(["study", "report", str(REPO / study_path), "--budget", "smoke", "--store", str(store)],
+                           capsys)
+    total = len(cells(study, root, "smoke"))
+    assert code == 0 and f"{total}/{total} cells in the store" in out
+
+
+#: Where each dataset the studies use lives under the data folder (for a clean skip without it).
+DATA_FOLDERS = {"omniglot": "omniglot", "femnist": "femnist", "mnist": "mnist", "huffpost": "text",
+                "cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python", "fc100": "cifar-100-python",
+                "miniimagenet": "miniimagenet", "20newsgroups": "20newsgroups", "reuters": "text"}

@@ -317,6 +317,8 @@ def load_config(source: str | Path | dict[str, Any] | None = None, overrides: li
         raise ConfigError(_format(err, model=ExperimentConfig)) from None
 
 
+_NOTED: set[str] = set()
+
 #: Sections whose ``options`` belong to the registered ``name`` they sit beside.
 _CHOICES = ("partition", "model", "algorithm")
 
@@ -363,9 +365,11 @@ def _drop_stale_options(data: dict[str, Any], section: str, old_name: Any, old_o
     dropped = sorted(k for k in options if k not in accepted and k in from_file and from_file[k] == options[k])
     if dropped:
         data[section]["options"] = {k: v for k, v in options.items() if k not in dropped}
-        logging.getLogger(__name__).warning(
-            "%s.name changed from %s to %s: dropped the options it does not take (%s)", section, old_name, name,
-            ", ".join(f"{section}.options.{k}" for k in dropped))
+        note = (f"{section}.name changed from {old_name} to {name}: dropped the options it does not take "
+                f"({', '.join(f'{section}.options.{k}' for k in dropped)})")
+        if note not in _NOTED:  # once per process: a study resolves the same change for many cells
+            _NOTED.add(note)
+            logging.getLogger(__name__).warning(note)
 
 
 def dump_config(config: ExperimentConfig) -> str:

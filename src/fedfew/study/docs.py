@@ -1,5 +1,6 @@
 """Generated docs: each study's report goes between ``<!-- study:NAME begin -->`` and
-``<!-- study:NAME end -->`` in the docs pages, made from the committed store alone (no number in
+``<!-- study:NAME end -->`` in the docs pages (``study:NAME:claims`` for the verdicts alone, as
+docs/results.md shows them), made from the committed store alone (no number in
 those blocks is typed by hand; tests/test_study.py fails when a page differs from what the store
 gives)."""
 
@@ -8,13 +9,17 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from fedfew.study.report import collect, figure, markdown
+from fedfew.study.report import claims_markdown, collect, figure, markdown
 from fedfew.study.schema import Study, StudyError, load_study
 
 
+#: A marker is a line of its own (a marker quoted inside a sentence, as in docs/studies.md, is not one).
+MARKER = re.compile(r"^<!-- study:([A-Za-z0-9_.-]+)(:claims)? begin -->$", re.MULTILINE)
+
+
 def marker_pattern(name: str) -> re.Pattern[str]:
-    return re.compile(rf"(<!-- study:{re.escape(name)} begin -->\n)(.*?)(<!-- study:{re.escape(name)} end -->)",
-                      re.DOTALL)
+    return re.compile(rf"(^<!-- study:{re.escape(name)} begin -->\n)(.*?)(^<!-- study:{re.escape(name)} end -->$)",
+                      re.DOTALL | re.MULTILINE)
 
 
 def study_files(root: Path) -> list[Path]:
@@ -33,11 +38,15 @@ def render_pages(root: Path, store_base: Path | None = None, figures: bool = Fal
     pages: dict[Path, str] = {}
     for page in sorted((root / "docs").glob("*.md")):
         text = original = page.read_text()
-        for name in re.findall(r"<!-- study:([A-Za-z0-9_.-]+) begin -->", original):
+        for name, view in MARKER.findall(original):
             if name not in studies:
                 raise StudyError(f"{page}: marker study:{name} names no study in {root / 'studies'}")
             study, path = studies[name]
             results = collect(study, root, store_base)
+            if view:
+                body = claims_markdown(results, str(path.relative_to(root)))
+                text = marker_pattern(name + view).sub(lambda m, b=body: m.group(1) + b + m.group(3), text)
+                continue
             body = markdown(results, str(path.relative_to(root)))
             if results.values:  # the figure's link depends on the store alone; the file is made by write_docs
                 body += f"\n![{study.title or name}](studies/{name}.png)\n"
@@ -49,8 +58,8 @@ def render_pages(root: Path, store_base: Path | None = None, figures: bool = Fal
     return pages
 
 
-def name_markers(text: str) -> list[str]:
-    return re.findall(r"<!-- study:([A-Za-z0-9_.-]+) begin -->", text)
+def name_markers(text: str) -> list[tuple[str, str]]:
+    return MARKER.findall(text)
 
 
 def write_docs(root: Path, store_base: Path | None = None) -> list[Path]:

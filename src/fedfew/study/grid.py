@@ -92,7 +92,7 @@ def _config(study: Study, root: Path, method: str, setting: str, seed: int, budg
     path = Path(base) if Path(base).is_absolute() else root / base
     overrides = [*assignments(study.set), *assignments(s.set), *assignments(m.set), *assignments(budget_set),
                  *(extra or []), f"seed={seed}"]
-    if control:
+    if control or m.untrained:
         overrides.append("federation.rounds=0")
     try:
         config = load_config(path, overrides)

@@ -133,6 +133,18 @@ def markdown(results: StudyResults, study_path: str) -> str:
     return "\n".join(parts)
 
 
+def claims_markdown(results: StudyResults, study_path: str) -> str:
+    """The verdicts alone (docs/results.md's summary), with where they come from."""
+    study = results.study
+    if results.cells_found == 0:
+        return (f"*{study.title or study.name}: not yet run at the {results.budget} budget*: "
+                f"`fedfew study run {study_path} --budget {results.budget}`.\n")
+    seeds = sorted({s for v in results.values.values() for s in v})
+    head = (f"{study.title or study.name} (`{study_path}`, {results.budget} budget, "
+            f"{results.cells_found}/{results.cells_total} cells, seeds {', '.join(map(str, seeds))}):")
+    return head + "\n\n" + (claims_table(results) or "no claims declared\n")
+
+
 def figure(results: StudyResults, path: Path) -> bool:
     """Bars of ours (mean, 95% interval) per setting and method, the paper's numbers as markers."""
     import matplotlib

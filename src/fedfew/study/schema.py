@@ -61,6 +61,9 @@ class Row(_Strict):
     config: str | None = None
     #: Shown in the table in place of the name (e.g. the paper's label).
     label: str | None = None
+    #: An untrained row (a method only): ``federation.rounds: 0`` after every other override, as the
+    #: study's ``control`` row is made; for a second control (another network).
+    untrained: bool = False
 
 
 class Budget(_Strict):
