@@ -22,7 +22,7 @@ Algorithm 1 of the paper:
 
    * ``ensemble``: the top-n models by CS (n = ``ensemble_size``, paper: 5 = 10% of 50 clients);
      the prediction is the argmax of their mean softmax output (``vote``: a majority vote of their
-     predictions, the paper's option);
+     predictions; ours: the paper does not say how the ensemble combines its models);
    * ``weighted``: one global model, the average of all models' parameters weighted by CS.
 
 Input and clip range (the paper's alpha = 1 is in an input scale that it does not state):
@@ -62,7 +62,7 @@ class AdFLOptions(OneShotOptions):
     attack_steps: int = Field(30, ge=0)
     #: alpha, in the units of the model's inputs (paper: 1; see the module docstring).
     step_size: float = Field(1.0, gt=0)
-    #: mu, the momentum decay (paper: 1.0).
+    #: mu, the momentum decay (ours: 1.0, MI-FGSM's usual value; the paper names mu but gives no value).
     decay: float = Field(1.0, ge=0)
     #: Range of the starting noise and of the clip after every step (images here are in [0, 1]).
     input_range: tuple[float, float] = (0.0, 1.0)

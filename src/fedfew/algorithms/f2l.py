@@ -285,8 +285,8 @@ class F2LOptions(Options):
     client_layers: int = Field(1, ge=1)
     client_dropout: float = Field(0.1, ge=0, lt=1)  # the paper's dropout rate
     client_feedforward: int | None = Field(None, ge=1)  # None: 2 x feature dim
-    persist_client_optimizer: bool = True  # keep psi's Adam moments in the client's state
-    test_client_model: Literal["each", "average", "fresh"] = "each"
+    persist_client_optimizer: bool = True  # keep psi's Adam moments in the client's state (ours: the paper is silent)
+    test_client_model: Literal["each", "average", "fresh"] = "each"  # ours: the paper is silent
     test_classifier: Literal["client", "logreg"] = "client"  # "logreg": the authors' code
     train_n_way: int | None = Field(None, ge=2)  # None: the configured episodes (authors' code: 20)
     train_k_shot: int | None = Field(None, ge=1)  # (authors' code: 2)

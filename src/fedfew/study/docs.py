@@ -12,7 +12,6 @@ from pathlib import Path
 from fedfew.study.report import claims_markdown, collect, figure, markdown
 from fedfew.study.schema import Study, StudyError, load_study
 
-
 #: A marker is a line of its own (a marker quoted inside a sentence, as in docs/studies.md, is not one).
 MARKER = re.compile(r"^<!-- study:([A-Za-z0-9_.-]+)(:claims)? begin -->$", re.MULTILINE)
 
