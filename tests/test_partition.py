@@ -127,3 +127,37 @@ def test_too_many_clients_and_summary() -> None:
         partition("iid", np.arange(3), 4, rng())
     text = summary(partition("iid", labels_balanced(), 4, rng()), labels_balanced())
     assert "4 clients" in text and "client   0" in text
+
+
+def test_label_skew_paper_reading_is_locally_balanced_with_rarer_classes() -> None:
+    """AdFL's reading (issue 20): every client holds exactly k classes in equal numbers, clients are
+    disjoint, and how many clients hold a class follows the per-class occurrence probabilities (the
+    first draw of the generator): rank correlation with the probabilities, and std=0 spreads the
+    classes evenly."""
+    from scipy.stats import spearmanr
+
+    from fedfew.partition import class_occurrence_probabilities
+
+    labels = labels_balanced(10, 3000)
+    parts = partition("label_skew", labels, 1000, rng(5), classes_per_client=4, samples_per_client=20,
+                      std=0.5, reading="paper")
+    counts = count_matrix(parts, labels)
+    held = counts > 0
+    assert (held.sum(1) == 4).all() and (counts[held] == 5).all()  # 4 classes x 5 samples, every client
+    everything = np.concatenate(parts)
+    assert len(np.unique(everything)) == len(everything) == 20_000
+    probs = class_occurrence_probabilities(10, 0.5, rng(5))
+    assert spearmanr(probs, held.sum(0)).statistic > 0.9
+    assert held.sum(0).min() < 0.6 * held.sum(0).max()  # some classes are rarer across clients
+    even = count_matrix(partition("label_skew", labels, 1000, rng(5), classes_per_client=4, samples_per_client=20,
+                                  std=0.0, reading="paper"), labels) > 0
+    assert even.sum(0).min() > 0.85 * even.sum(0).max()
+    odd = count_matrix(partition("label_skew", labels, 10, rng(1), classes_per_client=3, samples_per_client=10,
+                                 reading="paper"), labels)
+    assert all(sorted(row[row > 0].tolist()) == [3, 3, 4] for row in odd)  # 10 = 4 + 3 + 3
+
+
+def test_label_skew_paper_reading_raises_when_no_class_can_give_a_share() -> None:
+    with pytest.raises(PartitionError, match="equal share"):
+        partition("label_skew", np.array([0] * 15 + [1] * 5), 2, rng(), classes_per_client=1, samples_per_client=10,
+                  reading="paper")

@@ -9,7 +9,7 @@ ones retry a bounded number of times and then raise, never loop forever.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -167,15 +167,23 @@ def label_skew(
     classes_per_client: int = 4,
     samples_per_client: int = 400,
     std: float = 1.0,
+    reading: Literal["proportions", "paper"] = "proportions",
     **_: Any,
 ) -> list[np.ndarray]:
-    """AdFL's label skew (Fig. 1): each client draws ``classes_per_client`` distinct classes; the
-    occurrence probability of each is |N(1, std)|-distributed, normalised, and the client takes
-    ``samples_per_client`` samples in those proportions, without replacement and disjoint from all
-    other clients.
+    """AdFL's label skew (Fig. 1): each client holds ``classes_per_client`` distinct classes and
+    ``samples_per_client`` samples, without replacement and disjoint from all other clients. The paper
+    says only that each class has "a probability of its occurrence [...] drawn from a normal
+    distribution" and that "all classes inside the local dataset had the same number of instances";
+    we use |N(1, std)| so that probabilities stay positive (std=0: all equal). Two readings:
 
-    The paper says only "occurrence probabilities drawn from a normal distribution"; we use the
-    absolute value of N(1, std) so that probabilities stay positive (std=0 gives equal shares).
+    * ``reading: paper``: one occurrence probability per *class*, drawn once (the first draw from
+      ``rng``) and normalised; each client picks its classes with those probabilities (without
+      replacement), so some classes are rarer across clients, and takes the same number of samples
+      of each (locally balanced; a remainder of samples_per_client / classes_per_client goes one
+      sample each to its first classes). A class with too few samples left for a client's share is
+      not offered to that client (the probabilities are renormalised over the classes that are).
+    * ``reading: proportions`` (our earlier reading): classes picked uniformly, one probability per
+      class *inside each client*, so the proportions are uneven inside a client.
     """
     _check_clients(num_clients, len(labels))
     classes = np.unique(labels)
@@ -186,6 +194,8 @@ def label_skew(
             f"{num_clients} clients x {samples_per_client} samples = {num_clients * samples_per_client} "
             f"exceeds the {len(labels)} samples available; lower samples_per_client"
         )
+    if reading == "paper":
+        return _label_skew_balanced(labels, classes, num_clients, rng, classes_per_client, samples_per_client, std)
     pools = {int(c): list(rng.permutation(np.flatnonzero(labels == c))) for c in classes}
     parts: list[list[int]] = []
     for client in range(num_clients):
@@ -210,6 +220,37 @@ def label_skew(
             picked.extend(pools[int(c)][:take])
             del pools[int(c)][:take]
             shortfall -= take
+        parts.append(picked)
+    return _finish(parts)
+
+
+def class_occurrence_probabilities(num_classes: int, std: float, rng: np.random.Generator) -> np.ndarray:
+    """AdFL's per-class occurrence probabilities (``label_skew`` with ``reading: paper``): |N(1, std)|
+    per class, normalised to sum to one."""
+    probs = np.abs(rng.normal(1.0, std, num_classes)) + 1e-6
+    return probs / probs.sum()
+
+
+def _label_skew_balanced(labels: np.ndarray, classes: np.ndarray, num_clients: int, rng: np.random.Generator,
+                         classes_per_client: int, samples_per_client: int, std: float) -> list[np.ndarray]:
+    occurrence = class_occurrence_probabilities(len(classes), std, rng)
+    share = np.full(classes_per_client, samples_per_client // classes_per_client)
+    share[: samples_per_client % classes_per_client] += 1
+    pools = {i: list(rng.permutation(np.flatnonzero(labels == c))) for i, c in enumerate(classes)}
+    parts: list[list[int]] = []
+    for client in range(num_clients):
+        picked: list[int] = []
+        chosen: list[int] = []
+        for k in range(classes_per_client):  # one class at a time, as rng.choice without replacement does
+            open_ = [i for i in pools if i not in chosen and len(pools[i]) >= share[k]]
+            if not open_:
+                raise PartitionError(f"client {client}: no class has {share[k]} samples left for an equal share; "
+                                     "lower samples_per_client or num_clients")
+            p = occurrence[open_] / occurrence[open_].sum()
+            i = int(rng.choice(open_, p=p))
+            chosen.append(i)
+            picked.extend(pools[i][: share[k]])
+            del pools[i][: share[k]]
         parts.append(picked)
     return _finish(parts)
 
