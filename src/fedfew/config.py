@@ -8,6 +8,7 @@ a key is a dotted path (``federation.rounds=50``) or, where unambiguous, a bare 
 
 from __future__ import annotations
 
+import copy
 import difflib
 import logging
 from pathlib import Path
@@ -328,7 +329,7 @@ def _name_and_options(data: dict[str, Any], section: str) -> tuple[Any, Any]:
     if not isinstance(node, dict):
         return None, None
     options = node.get("options")
-    return node.get("name"), yaml.safe_load(yaml.safe_dump(options)) if isinstance(options, dict) else options
+    return node.get("name"), copy.deepcopy(options)
 
 
 def _accepted_options(section: str, name: str) -> set[str] | None:
