@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,13 @@ def cells(study: Study, root: Path, budget_name: str, seeds: list[int] | None = 
     return out
 
 
+@lru_cache(maxsize=4096)
+def _load(path: Path, mtime_ns: int, overrides: tuple[str, ...]) -> ExperimentConfig:
+    """``load_config``, remembered per (file, its modification time, overrides): a report and the docs
+    resolve the same hundreds of cells (configs are never modified in place; cells copy them)."""
+    return load_config(path, list(overrides))
+
+
 def _config(study: Study, root: Path, method: str, setting: str, seed: int, budget_set: dict[str, Any],
             extra: list[str] | None, control: bool = False) -> ExperimentConfig:
     m, s = study.methods[method], study.settings[setting]
@@ -95,7 +103,7 @@ def _config(study: Study, root: Path, method: str, setting: str, seed: int, budg
     if control or m.untrained:
         overrides.append("federation.rounds=0")
     try:
-        config = load_config(path, overrides)
+        config = _load(path, path.stat().st_mtime_ns if path.is_file() else 0, tuple(overrides))
     except ConfigError as err:
         cell = f"{'control' if control else method} / {setting}"
         raise StudyError(f"study {study.name}, cell {cell}: {' '.join(str(err).split())}") from None
