@@ -200,6 +200,26 @@ def test_adversarial_objective_is_the_sum_of_its_terms() -> None:
         assert metrics["discrepancy"] == pytest.approx(disc, abs=1e-6)
 
 
+def test_stage_mi_false_is_eqs_15_16_as_printed() -> None:
+    """Without the MI term in the stages (stage_mi: false) the objective is L + L' + weight * KL, exactly the
+    objective with gamma = 0, although gamma (0.2) still weighs nothing else here."""
+    printed, pool, _ = adv_algorithm(gamma=0.2, stage_mi=False)
+    ours, _, _ = adv_algorithm(gamma=0.2)
+    ep = episode(pool)
+    loss, logits = printed.learner.loss(printed.model, ep)
+    loss2, logits2 = printed.learner.loss(printed.second_view, ep)
+    # a reference away from the local model, so that the MI term is not zero
+    reference = (logits + torch.randn(logits.shape, generator=torch.Generator().manual_seed(0))).detach()
+    disc, mi = prediction_kl(logits, logits2).item(), prediction_kl(reference, logits).item()
+    assert mi > 0.05
+    for weight in (-0.1, 0.1):
+        total, metrics = printed.adversarial_objective([ep], [reference], weight, anchor=None)
+        assert total.item() == pytest.approx(loss.item() + loss2.item() + weight * disc, abs=1e-5)
+        assert "mi_kl" not in metrics
+        with_mi, _ = ours.adversarial_objective([ep], [reference], weight, anchor=None)
+        assert with_mi.item() == pytest.approx(total.item() + 0.2 * mi, abs=1e-5)
+
+
 def test_second_classifier_initialisation() -> None:
     algorithm, _, _ = adv_algorithm(second_classifier="perturb", perturb_std=0.1)
     for theta, theta2 in zip(algorithm.model.head.parameters(), algorithm.second_head.parameters()):

@@ -16,7 +16,8 @@ L(.) is the MAML objective (eq. 6) of the model (Theta, .): the query loss after
 adaptation on the support set (all parameters adapt in the inner loop, as in fl-maml; "fixed" means
 the stage's optimiser does not step them), and p(.) are those adapted query predictions. The
 mutual-information term of section 4.1, gamma * KL(p(w_g) || p(Theta, theta)), stays in both
-stages' objectives (it is part of the local objective the stages split between their parameters).
+stages' objectives (it is part of the local objective the stages split between their parameters);
+eqs. 15-16 as printed have no MI term: ``stage_mi: false`` gives that form.
 
 Where the paper is silent (options):
 
@@ -67,6 +68,9 @@ class FedFSLAdvOptions(FedFSLMIOptions):
     second_classifier: Literal["perturb", "fresh"] = "perturb"
     #: noise scale for "perturb", relative to each tensor's root mean square.
     perturb_std: float = Field(0.1, ge=0.0)
+    #: the MI term gamma KL(p(w_g) || p(theta)) in both adversarial stages (ours, the default: the stages
+    #: split the local objective, which holds it); False: eqs. 15-16 as printed, which have no MI term.
+    stage_mi: bool = True
 
     @model_validator(mode="after")
     def _symmetry_broken(self) -> FedFSLAdvOptions:
@@ -128,7 +132,7 @@ class FedFSLMIAdv(FedFSLMI):
             loss2, logits2 = self.learner.loss(self.second_view, episode)
             discrepancy = prediction_kl(logits, logits2)
             objective = loss + loss2 + discrepancy_weight * discrepancy
-            if reference is not None:
+            if reference is not None and self.options.stage_mi:
                 mi = prediction_kl(reference, logits)
                 objective = objective + self.options.gamma * mi
                 sums["mi_kl"] = sums.get("mi_kl", 0.0) + float(mi.detach())
