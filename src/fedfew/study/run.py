@@ -56,6 +56,7 @@ def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base
               out: Any = None) -> dict[str, int]:
     """Run every cell of ``study`` at ``budget`` not yet in the store. Returns counts (run, skipped)."""
     from fedfew.experiment import dataset_cache
+    from fedfew.runner import RunInterrupted
 
     out = out or sys.stderr
     todo = cells(study, root, budget, seeds, extra)  # every config validated before any work
@@ -76,7 +77,13 @@ def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base
     with dataset_cache():
         for i, cell in enumerate(pending, 1):
             start = time.perf_counter()
-            summary = _run_cell(cell, cell_folder(runs_base, study, cell, code))
+            try:
+                summary = _run_cell(cell, cell_folder(runs_base, study, cell, code))
+            except RunInterrupted:
+                print(f"study {study.name}: stopped in cell {cell.title} ({skipped + i - 1}/{len(todo)} done); run "
+                      "the same `fedfew study run` again to continue (the cell resumes from its checkpoint)",
+                      file=out, flush=True)
+                raise
             wall = time.perf_counter() - start
             record = make_record(study.name, budget, cell.method, cell.setting, cell.seed, cell.config_hash,
                                  _config_data(cell), code, summary, summary.get("seconds", wall))
