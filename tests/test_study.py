@@ -192,7 +192,7 @@ def test_a_store_from_other_code_is_refused_and_left_alone(tmp_path: Path, capsy
     assert run_cli(["study", "run", str(path), *args], capsys)[0] == 0
     [record_path] = (tmp_path / "store" / "digits-check").glob("*.json")
     record = json.loads(record_path.read_text())
-    old = {**record, "code": {**record["code"], "source": "000000000000"}}
+    old = {**record, "code": {**record["code"], "source": "000000000000"}, "finished": "2000-01-01T00:00:00Z"}
     record_path.unlink()
     written = ResultStore(tmp_path / "store", "digits-check").put(old)
     before = written.read_bytes()
@@ -201,6 +201,10 @@ def test_a_store_from_other_code_is_refused_and_left_alone(tmp_path: Path, capsy
     assert written.read_bytes() == before and len(list(written.parent.glob("*.json"))) == 1
     assert run_cli(["study", "run", str(path), *args, "--new-code"], capsys)[0] == 0
     assert len(list(written.parent.glob("*.json"))) == 2 and written.read_bytes() == before
+    # the report shows the newest code version's results and says which
+    code, out, _ = run_cli(["study", "report", str(path), "--store", str(tmp_path / "store"), "--budget", "smoke"],
+                           capsys)
+    assert code == 0 and f"sources {record['code']['source']}" in out and "000000000000" not in out
 
 
 # -- generated docs ------------------------------------------------------------------------------------

@@ -34,11 +34,11 @@ class StudyResults:
 
 def collect(study: Study, root: Path, store_base: Path, budget: str | None = None) -> StudyResults:
     """The stored values of ``study``'s cells at ``budget`` (default: the docs budget), taken from the
-    newest code version in the store."""
+    newest code version that holds any of them."""
     budget = budget or study.docs_budget
     store = ResultStore(store_base, study.name)
-    code = store.newest_code()
     grid: list[Cell] = cells(study, root, budget)
+    code = store.newest_code({c.config_hash for c in grid})  # of this budget's cells, not another budget's
     b = study.budget(budget)
     results = StudyResults(study, budget, code, cells_total=len(grid),
                            methods=b.methods or list(study.methods), settings=b.settings or list(study.settings))

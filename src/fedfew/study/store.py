@@ -97,9 +97,10 @@ class ResultStore:
         """The code versions the store holds records of, by key."""
         return {CodeVersion.from_json(r["code"]).key: CodeVersion.from_json(r["code"]) for r in self.records()}
 
-    def newest_code(self) -> CodeVersion | None:
-        """The code version of the most recently finished record (the one a report shows)."""
-        records = self.records()
+    def newest_code(self, hashes: set[str] | None = None) -> CodeVersion | None:
+        """The code version of the most recently finished record (of these cells, if given): the one a
+        report shows."""
+        records = [r for r in self.records() if hashes is None or r["config_hash"] in hashes]
         if not records:
             return None
         return CodeVersion.from_json(max(records, key=lambda r: (r["finished"], r["config_hash"]))["code"])
