@@ -51,10 +51,13 @@ METHODS = [
     ("finetune", "Fine-tuning via FedAvg"),
     ("oneshot", "Fine-tuning via one-shot FL (at deployment, as the paper)"),
     ("oneshot_preparation", "(ours) one-shot FL in the preparation stage"),
-    ("per_fedavg_fo", "Personalized FL: linear (Per-FedAvg FO)"),
-    ("per_fedavg_hf", "Personalized FL: linear (Per-FedAvg HF)"),
+    ("per_fedavg_fo", "Personalized FL: linear (Per-FedAvg FO), Xavier head at deployment"),
+    ("per_fedavg_hf", "Personalized FL: linear (Per-FedAvg HF), Xavier head at deployment"),
+    ("per_fedavg_fo_meta", "Personalized FL: linear (Per-FedAvg FO), meta-learned head"),
+    ("per_fedavg_hf_meta", "Personalized FL: linear (Per-FedAvg HF), meta-learned head"),
     ("per_fedavg_distance", "Personalized FL: distance-based (Per-FedAvg FO)"),
-    ("frl_linear", "FRL, linear classifier"),
+    ("frl_linear", "FRL, linear classifier, Xavier head per episode"),
+    ("frl_linear_meta", "FRL, linear classifier, meta-learned head"),
     ("frl_distance", "FRL, distance-based"),
     ("frl", "FRL, distance-based + GPAL"),
     ("frl_additive", "(ours) FRL, distance-based + GPAL, eq. 3 additive as the authors' code"),
@@ -71,6 +74,9 @@ PAPER_FEMNIST = {
     "per_fedavg_hf": ("80.59 ± 0.51", "93.19 ± 0.12"),
     "per_fedavg_distance": ("88.07 ± 0.37", "94.11 ± 0.12"),
     "frl_linear": ("85.14 ± 0.44", "94.86 ± 0.13"),
+    "frl_linear_meta": ("85.14 ± 0.44", "94.86 ± 0.13"),
+    "per_fedavg_fo_meta": ("80.59 ± 0.51", "93.19 ± 0.12"),
+    "per_fedavg_hf_meta": ("80.59 ± 0.51", "93.19 ± 0.12"),
     "frl_distance": ("88.60 ± 0.42", "95.07 ± 0.10"),
     "frl": ("92.42 ± 0.32", "96.61 ± 0.09"),
 }
@@ -86,7 +92,8 @@ PROTOCOLS = {
 PROTOCOLS_OF: dict[str, dict[str, list[str]]] = {
     "femnist": {key: ["table2_noniid"] for key in ("frl_linear", "frl_distance", "frl_authors", "per_fedavg_fo",
                                                     "per_fedavg_hf", "per_fedavg_distance",
-                                                    "frl_additive")},
+                                                    "frl_additive", "frl_linear_meta", "per_fedavg_fo_meta",
+                                                    "per_fedavg_hf_meta")},
     # Omniglot participants hold whole characters (2 shards x 10 of 20 drawings): no seen-class
     # sample is left for Table 3.
     "omniglot": {key: ["table2_noniid", "table1_iid"] for key, _ in METHODS},

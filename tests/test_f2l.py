@@ -19,6 +19,7 @@ from fedfew.algorithms.f2l import (
     infonce_loss,
     mutual_information_loss,
     partial_distillation_loss,
+    twice_differentiable,
 )
 from fedfew.config import ConfigError, load_config
 from fedfew.engine import EvalData, Simulator
@@ -115,6 +116,29 @@ def test_mi_normaliser_option_reaches_the_local_step() -> None:
     assert losses["class"] < losses["support"]  # fewer candidates in the softmax: a smaller -log p
     with pytest.raises(ConfigError, match="mi_normaliser"):
         load_config({"task": "fewshot", "algorithm": {"name": "f2l", "options": {"mi_normaliser": "query"}}})
+
+
+@pytest.mark.parametrize("finetune", ["head", "all"])
+def test_mi_client_model_initial_uses_psi_before_fine_tuning(finetune: str) -> None:
+    """``mi_client_model: initial`` (eq. 5's psi^{t,s}): L_MI of the un-fine-tuned client-model's h_psi
+    and p_psi, written out; the default uses the fine-tuned psi' (eq. 3), a different value."""
+    values = {}
+    for which in ("initial", "finetuned"):
+        _, _, clients, alg = setup(mi_client_model=which, finetune=finetune, finetune_lr=0.5)
+        episode = EpisodeSampler(clients[0].train, 3, 2, 3).sample(torch.Generator().manual_seed(0))
+        alg.server_model.eval()
+        alg.client_model.eval()
+        _, _, metrics = alg.local_step(episode)
+        values[which] = metrics["l_mi"]
+        if which == "initial":
+            with torch.no_grad():
+                features = alg.server_model.features(torch.cat([episode.support, episode.query]))
+                d = len(episode.support_labels)
+                h_psi, logits, _ = alg.client_model(features[:d])
+                expected = mutual_information_loss(features[:d], h_psi, torch.softmax(logits[:, :3], dim=1),
+                                                   episode.support_labels)
+            assert metrics["l_mi"] == pytest.approx(float(expected), rel=1e-5)
+    assert values["initial"] != pytest.approx(values["finetuned"], rel=1e-4)
 
 
 def test_infonce_loss_pairs_each_shot_with_the_next() -> None:
@@ -403,3 +427,73 @@ def test_authors_code_options_train_and_evaluate() -> None:
     assert all("l_mi" in r.metrics and "kd_temperature" not in r.metrics for r in outcome.results.values())
     result = alg.evaluate(outcome.server, states, clients, sim.test, torch_generator(0, "e"))
     assert set(result) == {"accuracy", "ci95"} and result["accuracy"] > 0.5  # well-separated blobs
+
+
+# -- the ledger's options: the client-model's optimiser state, eq. 3-4's derivatives ------------------
+def test_second_order_training_without_dropout() -> None:
+    """The paper's eq. 3-4 (all of psi, second order) with client_dropout 0 trains: PyTorch's fused CPU
+    attention, chosen without dropout, has no double backward (twice_differentiable)."""
+    _, _, clients, alg = setup(finetune="all", finetune_steps=1, first_order=False, client_dropout=0.0)
+    server = alg.init_server(torch.Generator().manual_seed(0))
+    state = alg.init_client_state(clients[0], torch.Generator().manual_seed(1))
+    result = alg.client_update(alg.broadcast(server, 0), state, clients[0], torch.Generator().manual_seed(2))
+    assert not states_equal(result.state["client"], state["client"])
+
+
+@pytest.mark.parametrize("persist", [True, False])
+def test_client_optimizer_state_persists_across_rounds_only_when_asked(persist: bool) -> None:
+    """``persist_client_optimizer``: psi's Adam moments and step count carry over to the next round
+    (after two rounds of tau = 2 local steps Adam has taken 4 steps), or every round starts a fresh Adam."""
+    _, _, clients, alg = setup(persist_client_optimizer=persist)
+    server = alg.init_server(torch.Generator().manual_seed(0))
+    state = alg.init_client_state(clients[0], torch.Generator().manual_seed(1))
+    first = alg.client_update(alg.broadcast(server, 0), state, clients[0], torch.Generator().manual_seed(2))
+    second = alg.client_update(alg.broadcast(server, 0), first.state, clients[0], torch.Generator().manual_seed(3))
+    if not persist:
+        assert "client_optimizer" not in second.state
+        fresh = alg.client_update(alg.broadcast(server, 0), {"client": first.state["client"]}, clients[0],
+                                  torch.Generator().manual_seed(3))
+        assert states_equal(second.state["client"], fresh.state["client"])  # nothing else carried over
+        return
+    steps = [float(s["step"]) for s in second.state["client_optimizer"]["state"].values()]
+    assert steps and all(s == 4.0 for s in steps)
+    reset = alg.client_update(alg.broadcast(server, 0), {"client": first.state["client"]}, clients[0],
+                              torch.Generator().manual_seed(3))
+    assert not states_equal(second.state["client"], reset.state["client"])  # the moments change the update
+
+
+def test_eq3_fine_tuning_of_all_of_psi_and_the_meta_gradient_orders() -> None:
+    """Eq. 3 over all of psi: psi' = psi - alpha_ft grad CE(S; psi), written out; eq. 4's gradient of
+    the query loss at psi' with respect to psi: through psi' (second order) or, first order, the
+    gradient at psi' itself."""
+    _, _, clients, alg = setup(finetune="all", finetune_lr=0.3, finetune_steps=1)
+    alg.client_model.eval()
+    torch.manual_seed(0)
+    support, query = torch.randn(6, alg.feature_dim), torch.randn(4, alg.feature_dim)
+    support_labels, query_labels = torch.tensor([0, 0, 1, 1, 2, 2]), torch.tensor([0, 1, 2, 0])
+    params = dict(alg.client_model.named_parameters())
+    with twice_differentiable():  # eval mode, no dropout: the fused attention kernel has no double backward
+        adapted = alg.finetune(params, support, support_labels, 1, create_graph=True)
+    _, logits, _ = alg.client_model(support)
+    grads = torch.autograd.grad(F.cross_entropy(logits[:, :3], support_labels), list(params.values()))
+    for (name, p), g in zip(params.items(), grads):
+        assert torch.allclose(adapted[name], p - 0.3 * g, atol=1e-6), name
+
+    def query_loss(at: dict[str, torch.Tensor]) -> torch.Tensor:
+        _, _, q_logits = torch.func.functional_call(alg.client_model, at, (support, query))
+        return F.cross_entropy(q_logits[:, :3], query_labels)
+
+    with twice_differentiable():
+        second = torch.autograd.grad(query_loss(adapted), list(params.values()), allow_unused=True)
+    detached = {k: v.detach().requires_grad_() for k, v in adapted.items()}
+    first = torch.autograd.grad(query_loss(detached), list(detached.values()), allow_unused=True)
+    moved = [(a, b) for a, b in zip(second, first) if a is not None and b is not None]
+    assert moved and any(not torch.allclose(a, b, atol=1e-7) for a, b in moved)  # the second-order terms
+    alg_fo = setup(finetune="all", finetune_lr=0.3, finetune_steps=1, first_order=True)[3]
+    alg_fo.client_model.load_state_dict(alg.client_model.state_dict())
+    alg_fo.client_model.eval()
+    fo_adapted = alg_fo.finetune(dict(alg_fo.client_model.named_parameters()), support, support_labels, 1,
+                                 create_graph=False)
+    fo = torch.autograd.grad(query_loss(fo_adapted), list(alg_fo.client_model.parameters()), allow_unused=True)
+    for a, b in zip(fo, first):
+        assert (a is None) == (b is None) and (a is None or torch.allclose(a, b, atol=1e-6))

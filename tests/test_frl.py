@@ -507,3 +507,168 @@ def test_frl_runs_in_the_simulator_and_is_reproducible() -> None:
     assert a["test"]["accuracy"] == b["test"]["accuracy"] and 0.0 <= a["test"]["accuracy"] <= 1.0
     assert a["comm"].down == b["comm"].down and len(a["comm"].down) == 2
     assert np.isfinite(a["history"][-1]["train_query_loss"])
+
+
+# -- the linear variant's head: meta-learned (default) or a fresh Xavier head ----------------------
+from fedfew.algorithms.frl import merged_head, task_label_rows, with_prepared_head  # noqa: E402
+from fedfew.algorithms.per_fedavg import FRLPerFedAvg, first_outputs_loss, task_targets  # noqa: E402
+
+
+def test_task_label_rows_are_maml_labels_spread_over_the_deployment_rows() -> None:
+    g = torch.Generator().manual_seed(0)
+    # n >= tau: labels 0..n-1 in a random order (a permutation).
+    draws = [task_label_rows(6, 3, g) for _ in range(20)]
+    assert all(sorted(d.tolist()) == list(range(6)) for d in draws)
+    assert len({tuple(d.tolist()) for d in draws}) > 1  # the order changes from task to task
+    # n < tau: distinct rows among the first tau, every one of them used over many tasks.
+    small = [task_label_rows(2, 5, g) for _ in range(50)]
+    assert all(len(set(d.tolist())) == 2 and max(d.tolist()) < 5 for d in small)
+    assert set().union(*[set(d.tolist()) for d in small]) == set(range(5))
+
+
+def test_prepared_head_is_cut_to_the_task_and_written_back_into_its_rows() -> None:
+    data = blob_dataset(classes=8, per_class=4)
+    ctx = tiny_context(data)
+    prepared = get_state_of(ctx.make_model(4))  # a 4-row meta-learned head
+    state = with_prepared_head(ctx.make_model(3), prepared)
+    assert torch.equal(state["head.weight"], prepared["head.weight"][:3])
+    assert torch.equal(state["head.bias"], prepared["head.bias"][:3])
+    assert all(torch.equal(state[k], prepared[k]) for k in state if not k.startswith("head."))
+    moved = {k: v + 1.0 for k, v in state.items()}
+    merged = merged_head(prepared, moved)
+    assert torch.equal(merged["head.weight"][:3], moved["head.weight"])
+    assert torch.equal(merged["head.weight"][3], prepared["head.weight"][3])  # a row the task did not use
+    assert torch.equal(merged["encoder.1.weight"], moved["encoder.1.weight"])
+    with pytest.raises(ValueError, match="rows"):
+        with_prepared_head(ctx.make_model(5), prepared)
+
+
+def linear_frl(head_init: str, ctx: Context) -> FRL:
+    return FRL(frl_options(classifier="linear", gamma=1.0, head_init=head_init,
+                           deployment=DeploymentOptions(groups=2, clients=2, classes=3, samples_per_class=8)), ctx)
+
+
+def test_meta_learned_head_is_part_of_phi_and_moves_in_the_meta_update() -> None:
+    data = blob_dataset(classes=8, per_class=6)
+    ctx = tiny_context(data)
+    clients = shard_clients(data, [[0, 1], [2], [1, 3]])
+    fresh = torch.Generator().manual_seed(7)
+    # head_init: meta: phi has a |C_b| = 4-row head, an episode moves it.
+    frl = linear_frl("meta", ctx)
+    server = frl.init_server(torch.Generator().manual_seed(0))
+    assert server["model"]["head.weight"].shape[0] == 4
+    outcome = frl.play_round(server, InProcessEngine(frl, clients, 0), [0, 1, 2], 0)
+    after = outcome.server["model"]
+    assert not torch.allclose(after["head.weight"], server["model"]["head.weight"])
+    assert not torch.allclose(after["head.bias"], server["model"]["head.bias"])
+    # A deployment group starts from the first tau = 3 rows of the prepared head.
+    start = frl.inner_algorithm(3).start(after, 3, fresh)
+    assert torch.equal(start["model"]["head.weight"], after["head.weight"][:3])
+    # head_init: xavier: phi has no head; the group's head is the same fresh Xavier draw before and
+    # after preparation: nothing the episode learnt reaches it.
+    old = linear_frl("xavier", ctx)
+    server = old.init_server(torch.Generator().manual_seed(0))
+    assert "head.weight" not in server["model"]
+    outcome = old.play_round(server, InProcessEngine(old, clients, 0), [0, 1, 2], 0)
+    assert "head.weight" not in outcome.server["model"]
+    before = old.inner_algorithm(3).start(server["model"], 3, torch.Generator().manual_seed(7))
+    later = old.inner_algorithm(3).start(outcome.server["model"], 3, torch.Generator().manual_seed(7))
+    assert torch.equal(before["model"]["head.weight"], later["model"]["head.weight"])
+    assert not torch.equal(before["model"]["encoder.1.weight"], later["model"]["encoder.1.weight"])
+
+
+def test_meta_update_of_the_linear_variant_includes_the_head_hand_checked() -> None:
+    """phi_k = phi^t - beta grad_theta CE(theta^R; Q_k), head included, written out independently."""
+    data = blob_dataset(classes=8, per_class=6)
+    ctx = tiny_context(data)
+    frl = linear_frl("meta", ctx)
+    torch.manual_seed(1)
+    phi = get_state_of(ctx.make_model(3))  # the rows the episode uses
+    torch.manual_seed(2)
+    theta_r = get_state_of(ctx.make_model(3))
+    query = relabel(data.subset(torch.tensor([0, 1, 6, 7, 12, 13])))  # labels 0, 0, 1, 1, 2, 2
+    result = frl.client_update({"model": theta_r}, {"initial": phi}, ClientData(0, query), torch.Generator())
+    model = ctx.make_model(3)
+    params = {k: v.clone().requires_grad_() for k, v in theta_r.items()}
+    loss = F.cross_entropy(functional_call(model, params, (query.inputs,)), query.labels)
+    grads = dict(zip(params, torch.autograd.grad(loss, list(params.values()))))
+    for name in params:
+        assert torch.allclose(result.upload["model"][name], phi[name] - 0.05 * grads[name], atol=1e-6), name
+    assert "head.weight" in grads and float(grads["head.weight"].abs().sum()) > 0
+    # The server writes the averaged rows into phi's 4-row head, leaving row 3 as it was.
+    full = {**phi, "head.weight": torch.cat([phi["head.weight"], torch.ones(1, phi["head.weight"].shape[1])]),
+            "head.bias": torch.cat([phi["head.bias"], torch.ones(1)])}
+    server = frl.aggregate({"model": full}, {0: result}, torch.Generator())
+    assert torch.equal(server["model"]["head.weight"][:3], result.upload["model"]["head.weight"])
+    assert torch.equal(server["model"]["head.weight"][3], torch.ones(phi["head.weight"].shape[1]))
+
+
+def test_episode_labels_are_maml_rows_of_the_participants_classes() -> None:
+    from fedfew.algorithms.frl import frl_split
+
+    data = blob_dataset(classes=8, per_class=6)
+    client = ClientData(0, data.subset(data.indices_of_classes([1, 3])))
+    split = frl_split(client, seed=0, round_key="0", episode="0", fraction=0.5, half="support",
+                      classes=[0, 1, 2, 3], rows=[2, 0, 3, 1], width=4)
+    original = data.labels[data.indices_of_classes([1, 3])]
+    assert split.train.num_classes == 4
+    assert set(split.train.labels.tolist()) == {0, 1}  # class 1 -> row 0, class 3 -> row 1
+    assert len(split.train) == len(original) // 2
+
+
+def test_per_fedavg_meta_head_step_matches_the_formula_on_maml_rows() -> None:
+    """FO Per-FedAvg with head_init: meta, one local step written out: a client holding global
+    classes {1, 3} maps them to two random rows of the tau = 3 deployment rows (drawn from the
+    update's generator), and w <- w - beta grad CE_{3 outputs}(w - alpha grad CE_{3 outputs}(w; D); D')."""
+    data = blob_dataset(classes=8, per_class=6)
+    ctx = tiny_context(data)
+    options = PerFedAvgOptions(variant="fo", alpha=0.1, beta=0.2, batch_size=5, local_steps=1,
+                               deployment=DeploymentOptions(groups=1, clients=2, classes=3))
+    algorithm = FRLPerFedAvg(options, ctx)
+    server = algorithm.init_server(torch.Generator().manual_seed(0))
+    client = ClientData(0, data.subset(data.indices_of_classes([1, 3])))
+    result = algorithm.client_update(algorithm.broadcast(server, 0), None, client, torch.Generator().manual_seed(5))
+
+    g = torch.Generator().manual_seed(5)
+    task_label_rows(2, 3, g)  # the initial draw, replaced by the step's own
+    rows = task_label_rows(2, 3, g)
+    targets = rows[(client.train.labels == 3).long()]  # class 1 -> rows[0], class 3 -> rows[1]
+    d1, d2 = (torch.randperm(len(client.train), generator=g)[:5] for _ in range(2))
+    model = ctx.make_model(4)
+    w = {k: v.clone() for k, v in server["model"].items()}
+
+    def grad(p, batch):
+        live = {k: v.clone().requires_grad_() for k, v in p.items()}
+        logits = functional_call(model, live, (client.train.inputs[batch],))[:, :3]
+        return dict(zip(live, torch.autograd.grad(F.cross_entropy(logits, targets[batch]), list(live.values()))))
+
+    g1 = grad(w, d1)
+    g2 = grad({k: w[k] - 0.1 * g1[k] for k in w}, d2)
+    for k in w:
+        assert torch.allclose(result.upload["model"][k], w[k] - 0.2 * g2[k], atol=1e-6), k
+    assert not torch.allclose(result.upload["model"]["head.weight"][:3], w["head.weight"][:3])
+    assert torch.equal(result.upload["model"]["head.weight"][3], w["head.weight"][3])  # beyond max(n, tau)
+    # The helpers: targets on distinct rows, the loss over the first `width` outputs only.
+    draw, width = task_targets(client.train.labels, 3)
+    assert width == 3 and set(draw(torch.Generator().manual_seed(0)).tolist()) <= {0, 1, 2}
+    with torch.no_grad():
+        loss = first_outputs_loss(3)(model, w, client.train, targets, torch.arange(4))
+        logits = functional_call(model, w, (client.train.inputs[:4],))
+    assert float(loss) == pytest.approx(float(F.cross_entropy(logits[:, :3], targets[:4])), rel=1e-6)
+    assert float(loss) != pytest.approx(float(F.cross_entropy(logits, targets[:4])), rel=1e-3)  # 4 outputs differ
+
+
+@pytest.mark.parametrize("head_init", ["meta", "xavier"])
+def test_per_fedavg_deployment_head(head_init: str) -> None:
+    data = blob_dataset(classes=8, per_class=6)
+    ctx = tiny_context(data)
+    options = PerFedAvgOptions(head_init=head_init, deployment=DeploymentOptions(groups=1, clients=2, classes=3))
+    algorithm = FRLPerFedAvg(options, ctx)
+    prepared = {k: v + 1.0 for k, v in algorithm.init_server(torch.Generator().manual_seed(0))["model"].items()}
+    start = algorithm.deployment(3).start(prepared, 3, torch.Generator().manual_seed(1))["model"]
+    if head_init == "meta":
+        assert torch.equal(start["head.weight"], prepared["head.weight"][:3])
+    else:
+        assert float(start["head.bias"].abs().max()) == 0.0  # a fresh Xavier layer
+    with pytest.raises(ValueError, match="deployment.classes"):
+        FRLPerFedAvg(PerFedAvgOptions(deployment=DeploymentOptions(classes=5)), ctx)  # |C_b| = 4 rows

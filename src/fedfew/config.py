@@ -103,6 +103,10 @@ class EpisodeConfig(Section):
 class EvalConfig(Section):
     every: int = Field(5, ge=1)
     track_test: bool = False
+    #: Which round's model is tested: "best" (the best validation accuracy among the evaluated
+    #: rounds; the last round without validation data) or "last" (the last round, whatever the
+    #: validation says: a rule that no noise in a few validation tasks can move).
+    selection: Literal["best", "last"] = "best"
 
 
 class RuntimeConfig(Section):

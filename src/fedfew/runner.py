@@ -276,7 +276,7 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
 
     try:
         outcome = simulator.run(rounds, config.federation.clients_per_round, config.eval.every,
-                                config.eval.track_test, on_round)
+                                config.eval.track_test, on_round, selection=config.eval.selection)
     except KeyboardInterrupt:
         with interrupts_deferred():
             if every and checkpointed != simulator.state.round:

@@ -88,7 +88,9 @@ l2-normalised server-model features at meta-test).
 
 from __future__ import annotations
 
+import contextlib
 import copy
+from collections.abc import Iterator
 from typing import Any, Literal
 
 import torch
@@ -96,6 +98,7 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
 from torch.func import functional_call
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from fedfew.algorithms.common import label_map, local_sampler, per_client_table
 from fedfew.engine.aggregation import weighted_average, weights_for
@@ -233,6 +236,18 @@ class F2LClientModel(nn.Module):
         return support_repr, self.head(support_repr), None if query_repr is None else self.head(query_repr)
 
 
+@contextlib.contextmanager
+def twice_differentiable(enabled: bool = True) -> Iterator[None]:
+    """Attention by the plain (math) kernel, whose backward is itself differentiable: the second-order
+    meta-gradient (eq. 4 through eq. 3) differentiates the fine-tuning step's backward, and the fused
+    CPU kernel PyTorch picks without dropout (``client_dropout: 0``, eval mode) has no double backward."""
+    if not enabled:
+        yield
+        return
+    with sdpa_kernel(SDPBackend.MATH):
+        yield
+
+
 def batched_linear(features: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """features [.., n, k] times weight [.., N, k] (one classifier per leading index) plus bias [.., N]."""
     return torch.einsum("...nk,...ck->...nc", features, weight) + bias.unsqueeze(-2)
@@ -280,6 +295,10 @@ class F2LOptions(Options):
     #: the softmax of eq. 10 over all D support samples ("support", ours) or over C(i) as eq. 10/13
     #: write it ("class": identically 0 at one shot)
     mi_normaliser: Literal["support", "class"] = "support"
+    #: the client-model whose h_psi and p_psi enter L_MI: "finetuned" (psi' of eq. 3; section 3.2.2:
+    #: "since the client-model is finetuned on the support set") or "initial" (psi^{t,s}, as eq. 5's
+    #: arguments {phi^{t,s}, psi^{t,s}} are written)
+    mi_client_model: Literal["finetuned", "initial"] = "finetuned"
     infonce_temperature: float = Field(0.5, gt=0)
     client_heads: int = Field(4, ge=1)  # Transformer of q_psi (paper: unspecified)
     client_layers: int = Field(1, ge=1)
@@ -406,12 +425,17 @@ class F2L(Algorithm):
         loss_phi = ce_support  # F2L\T: CE only
         metrics: dict[str, float] = {"ce_support": float(ce_support.detach())}
         if o.transfer:
+            mi_repr, mi_logits = support_repr, support_logits
+            if o.mi_client_model == "initial":  # eq. 5 as written: psi^{t,s}, before the fine-tuning step
+                with torch.no_grad():
+                    mi_repr, mi_logits, _ = client(support_features)
+                mi_logits = mi_logits[:, :n]
             if o.mi_loss == "paper":
-                l_mi = mutual_information_loss(features[:d], support_repr.detach(),
-                                               torch.softmax(support_logits, dim=1).detach(), episode.support_labels,
+                l_mi = mutual_information_loss(features[:d], mi_repr.detach(),
+                                               torch.softmax(mi_logits, dim=1).detach(), episode.support_labels,
                                                o.mi_normaliser)
             else:
-                l_mi = infonce_loss(features[:d], support_repr.detach(), episode.support_labels, o.infonce_temperature)
+                l_mi = infonce_loss(features[:d], mi_repr.detach(), episode.support_labels, o.infonce_temperature)
             loss_phi = (1 - o.lambda_mi) * ce_support + o.lambda_mi * l_mi  # eq. 14
             metrics["l_mi"] = float(l_mi.detach())
 
@@ -450,7 +474,8 @@ class F2L(Algorithm):
             opt_psi.load_state_dict(copy.deepcopy(state["client_optimizer"]))
         sums: dict[str, float] = {}
         for _ in range(o.local_steps):
-            loss_phi, loss_psi, metrics = self.local_step(sampler.sample(generator))
+            with twice_differentiable(not o.first_order):
+                loss_phi, loss_psi, metrics = self.local_step(sampler.sample(generator))
             opt_phi.zero_grad(set_to_none=True)
             opt_psi.zero_grad(set_to_none=True)
             # The two losses touch disjoint parameters (all cross terms are detached): one backward.

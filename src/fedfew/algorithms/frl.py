@@ -43,10 +43,19 @@ classes runs R rounds of :class:`PrototypeFL` and classifies its pooled query se
 global prototypes G^{R-1}.
 
 Classifier variants (``classifier``, ``gamma``): "distance" with gamma < 1 is FRL (distance-based
-with GPAL); "distance" with gamma = 1 drops GPAL; "linear" replaces prototypes by a linear head over
-the episode's (the group's) classes, Xavier-initialised at the start of every episode and group,
-trained with cross-entropy; its query loss is cross-entropy, and the meta-update changes the encoder
-(phi has no head).
+with GPAL); "distance" with gamma = 1 drops GPAL; "linear" replaces prototypes by a linear head
+trained with cross-entropy (its query loss is cross-entropy too). Where the head's initial weights
+come from is ``head_init``:
+
+* "meta" (default): the head is part of phi, meta-learned with the encoder, as MAML learns its
+  classifier's initialisation. phi's head has |C_b| rows; an episode whose participants hold n
+  classes maps them, MAML-style, to distinct rows drawn at random among the first max(n, tau) rows
+  (labels 0..n-1 in a random order when n >= tau, tau = ``deployment.classes``), runs its R rounds
+  with those max(n, tau) rows of phi's head, and the meta-update moves exactly those rows (the others
+  keep their values). A deployment group starts from the encoder and the first tau rows.
+* "xavier": a Xavier head over the episode's (the group's) classes, re-initialised at the start of
+  every episode and group; the meta-update changes the encoder only (phi has no head). This was our
+  only reading before; the paper describes the Xavier replacement for the fine-tuning baseline.
 
 Where the paper leaves room (each an option, paper-first defaults):
 
@@ -87,6 +96,7 @@ from fedfew.deployment import (
     DeploymentAlgorithm,
     DeploymentOptions,
     LinearDeployment,
+    LinearFL,
     evaluate_deployment,
     relabelled,
 )
@@ -126,6 +136,9 @@ class FRLOptions(Options):
     weight_decay: float = Field(0.0, ge=0)
     support_fraction: float = Field(0.5, gt=0, lt=1)
     classifier: Literal["distance", "linear"] = "distance"
+    #: the linear head's initialisation in an episode and a deployment group: "meta" (part of phi,
+    #: meta-learned; labels mapped per episode, MAML-style) or "xavier" (fresh every episode and group).
+    head_init: Literal["meta", "xavier"] = "meta"
     local_prototypes: Literal["downloaded", "batch"] = "downloaded"
     query_prototypes: Literal["query", "support"] = "query"
     aggregation: Literal["samples", "uniform"] = "samples"
@@ -258,6 +271,59 @@ def split_support_query(labels: torch.Tensor, fraction: float, generator: torch.
     return torch.cat(support).sort().values, torch.cat(query).sort().values
 
 
+# -- the linear variant's meta-learned head ---------------------------------------------------------
+def task_label_rows(num_classes: int, min_rows: int, generator: torch.Generator) -> torch.Tensor:
+    """MAML-style labels for a task of ``num_classes`` classes (in sorted class order): distinct rows
+    of the head, drawn at random among the first max(num_classes, min_rows). With num_classes >=
+    min_rows this is labels 0..N-1 in a random order; a task with fewer classes than a deployment
+    group has (min_rows = tau) spreads them over all tau rows, so that every row a group uses is trained."""
+    width = max(num_classes, min_rows)
+    return torch.randperm(width, generator=generator, device=generator.device)[:num_classes].cpu()
+
+
+def with_prepared_head(model: torch.nn.Module, prepared: StateDict) -> StateDict:
+    """``model``'s state with every tensor from ``prepared``, the head's cut to ``model``'s rows (the
+    first rows of the meta-learned head): the meta-learned initialisation of a narrower task."""
+    state = get_state(model)
+    for name, tensor in state.items():
+        source = prepared[name]
+        if name.startswith("head."):
+            if source.shape[0] < tensor.shape[0]:
+                raise ValueError(f"the prepared head has {source.shape[0]} rows, the task needs {tensor.shape[0]}")
+            source = source[: tensor.shape[0]]
+        state[name] = source.clone()
+    return state
+
+
+def merged_head(full: StateDict, part: StateDict) -> StateDict:
+    """``part`` with each head tensor written into the first rows of ``full``'s (rows a task did not
+    use keep their values in ``full``)."""
+    merged = dict(part)
+    for name, tensor in part.items():
+        if name.startswith("head.") and tensor.shape != full[name].shape:
+            whole = full[name].clone()
+            whole[: tensor.shape[0]] = tensor
+            merged[name] = whole
+    return merged
+
+
+class MetaHeadStart:
+    """Mixin for a :class:`LinearFL`: a group (or an episode) starts from the prepared model's own
+    head, cut to its width, instead of a Xavier head."""
+
+    model: torch.nn.Module
+    num_classes: int
+
+    def start(self, prepared: StateDict, num_classes: int, generator: torch.Generator) -> dict[str, Any]:
+        if num_classes != self.num_classes:
+            raise ValueError(f"this LinearFL has a {self.num_classes}-way head, the group has {num_classes} classes")
+        return {"model": with_prepared_head(self.model, prepared)}
+
+
+class MetaHeadLinearFL(MetaHeadStart, LinearFL):
+    """FedAvg with cross-entropy from the prepared encoder and head (FRL's linear variant, ``head_init: meta``)."""
+
+
 # -- the R rounds of FL inside an episode (and at deployment) ----------------------------------
 class PrototypeFL(DeploymentAlgorithm):
     """One round of FRL's inner FL: prototype loss (eq. 2) and GPAL combined by eq. 3 locally; models and
@@ -348,10 +414,12 @@ class PrototypeFL(DeploymentAlgorithm):
 # -- the episode's pieces that run on the clients ---------------------------------------------------
 @DATA_VIEWS.register("frl-split", help="FRL: a client's support or query half of its data for one episode")
 def frl_split(data: ClientData, *, seed: int, round_key: str, episode: str, fraction: float, half: str,
-              classes: list[int] | None = None) -> ClientData:
+              classes: list[int] | None = None, rows: list[int] | None = None, width: int | None = None) -> ClientData:
     """Step 2 of an episode: each class of the client's data split into support and query with the
     client's generator for the episode; labels stay global class ids, or become indices of
-    ``classes`` (the linear variant's head). The query half carries the support half as ``val``."""
+    ``classes`` (the linear variant's head), or, with ``rows``, the head row ``rows[i]`` of
+    ``classes[i]`` among ``width`` (the meta-learned head's MAML-style labels). The query half
+    carries the support half as ``val``."""
     local = data.train
     s, q = split_support_query(local.labels, fraction, torch_generator(seed, "frl-support-query", episode,
                                                                         data.client_id))
@@ -360,11 +428,23 @@ def frl_split(data: ClientData, *, seed: int, round_key: str, episode: str, frac
     else:
         order = torch.as_tensor(classes, dtype=torch.long)
         support, query = relabelled(local, s, order), relabelled(local, q, order)
+        if rows is not None:
+            support, query = on_rows(support, rows, width), on_rows(query, rows, width)
     if half == "support":
         return ClientData(data.client_id, support)
     if half == "query":
         return ClientData(data.client_id, query, val=support)
     raise ValueError(f"frl-split: half must be 'support' or 'query', not {half!r}")
+
+
+def on_rows(data: LabelledDataset, rows: list[int], width: int | None) -> LabelledDataset:
+    """``data`` (labels 0..c-1) with label i moved to head row ``rows[i]`` of ``width`` rows."""
+    width = width if width is not None else max(rows) + 1
+    names = [f"(row {r})" for r in range(width)]
+    for i, r in enumerate(rows):
+        names[r] = data.class_names[i]
+    return LabelledDataset(inputs=data.inputs, labels=torch.as_tensor(rows, dtype=torch.long)[data.labels],
+                           class_names=names, name=data.name, lengths=data.lengths)
 
 
 class EpisodeRound(Algorithm):
@@ -418,15 +498,26 @@ class FRL(Algorithm):
     def __init__(self, options: FRLOptions, context: Context) -> None:
         super().__init__(options, context)
         self.prototype_fl = PrototypeFL(options, context)
-        self.linear_fl = LinearDeployment(options.train_options(), context)
-        self.model = context.make_model(None)  # phi: an encoder (the linear variant's head is per episode)
+        #: rows of phi's meta-learned head (|C_b|, enough for any episode), None: phi is an encoder
+        self.head_rows: int | None = None
+        if options.classifier == "linear" and options.head_init == "meta":
+            self.head_rows = len(context.train_classes)
+            if options.deployment.classes > self.head_rows:
+                raise ValueError(
+                    f"algorithm.options.deployment.classes={options.deployment.classes} exceeds the "
+                    f"{self.head_rows} preparation classes, the rows of the meta-learned head (head_init: meta); "
+                    "use head_init: xavier"
+                )
+        fl_class = LinearFL if self.head_rows is None else MetaHeadLinearFL
+        self.linear_fl = LinearDeployment(options.train_options(), context, fl_class)
+        self.model = context.make_model(self.head_rows)  # phi: an encoder, and the meta-learned head
 
     def inner_algorithm(self, num_classes: int) -> DeploymentAlgorithm:
         return self.prototype_fl if self.options.classifier == "distance" else self.linear_fl(num_classes)
 
     def init_server(self, generator: torch.Generator) -> dict[str, Any]:
         seed_torch_init(generator)
-        return {"model": get_state(self.context.make_model(None))}
+        return {"model": get_state(self.context.make_model(self.head_rows))}
 
     def client_part(self, name: str, **args: Any) -> Algorithm:
         """"inner": the inner FL of an episode (``classes``: the linear head's width; ``keep_initial``:
@@ -454,7 +545,12 @@ class FRL(Algorithm):
             if not classes:  # nobody answered: the episode cannot start
                 return RoundOutcome(server, {}, down, up, asked.asked, asked.failed, asked.late)
         num_classes = len(classes) if classes is not None else 0
-        split = {"episode": episode, "fraction": opts.support_fraction, "classes": classes}
+        split: dict[str, Any] = {"episode": episode, "fraction": opts.support_fraction, "classes": classes}
+        if classes is not None and self.head_rows is not None:  # MAML-style labels on phi's head rows
+            tau = opts.deployment.classes
+            rows = task_label_rows(len(classes), tau, torch_generator(engine.seed, "frl-labels", episode))
+            num_classes = max(len(classes), tau)
+            split.update(rows=rows.tolist(), width=num_classes)
         inner = self.inner_algorithm(num_classes)
         inner_server = inner.start(phi, num_classes, torch_generator(engine.seed, "frl-episode", episode))
         inner_metrics: dict[str, float] = {}
@@ -559,7 +655,10 @@ class FRL(Algorithm):
         if not sent:
             return {"model": server["model"]}
         weights = weights_for(self.options.aggregation, [r.num_samples for r in sent], [0] * len(sent))
-        return {"model": weighted_average([r.upload["model"] for r in sent], weights)}
+        phi = weighted_average([r.upload["model"] for r in sent], weights)
+        if self.head_rows is not None:  # the episode moved the first rows of the head; the rest keep theirs
+            phi = merged_head(server["model"], phi)
+        return {"model": phi}
 
     # -- deployment (section 2.3) ------------------------------------------------------------
     def evaluate(self, server: dict[str, Any], client_states: dict[int, Any], clients: list[ClientData],

@@ -12,10 +12,20 @@ and the server averages the local models by sample count. Defaults alpha = 0.01,
 delta = 1e-3 are ours (the FRL paper states no setting for this baseline; Fallah et al. tune them
 per dataset).
 
-As an FRL baseline it prepares a |C_b|-way classifier over the preparation classes; at deployment
-the head is replaced by a Xavier-initialised tau-way layer and the group trains the "forced" global
-model with R rounds of the same Per-FedAvg updates from that initialisation; the global model (no
-personalisation step) classifies the pooled query set, as for every method.
+As an FRL baseline it prepares a linear classifier with |C_b| outputs; at deployment the group
+trains the "forced" global model with R rounds of the same Per-FedAvg updates, and the global model
+(no personalisation step) classifies the pooled query set, as for every method. The head
+(``head_init``):
+
+* "meta" (default): the head is meta-learned with the rest of the model, as in Fallah et al. (the
+  whole w is personalised) and MAML. Labels are mapped per task, MAML-style: at every local step a
+  client's n classes get distinct rows drawn at random among the first max(n, tau) (tau =
+  ``deployment.classes``), and the cross-entropy runs over those max(n, tau) outputs, as a group's
+  client trains a tau-way head on its own few classes. A group starts from the prepared model with
+  the first tau rows of its head ("starting from the initialized model", FRL section 4).
+* "xavier": global labels (the base classes' indices) in preparation; at deployment the head is
+  replaced by a Xavier-initialised tau-way layer (our reading before; the paper describes that
+  replacement for the fine-tuning baseline).
 
 ``frl-per-fedavg-distance`` is the "Personalized FL: Distance-based classifier" row of the FRL
 paper's Tables 1-3, which the paper names but does not describe beyond "a global model can still be
@@ -42,7 +52,15 @@ from torch import nn
 from torch.func import functional_call
 
 from fedfew.algorithms.fedavg import FedAvg
-from fedfew.algorithms.frl import FRLOptions, PrototypeFL, class_means, local_prototypes, prototype_loss
+from fedfew.algorithms.frl import (
+    FRLOptions,
+    MetaHeadStart,
+    PrototypeFL,
+    class_means,
+    local_prototypes,
+    prototype_loss,
+    task_label_rows,
+)
 from fedfew.algorithms.frl_baselines import DEFAULT_ROUNDS
 from fedfew.data.dataset import LabelledDataset
 from fedfew.deployment import DeploymentOptions, LinearDeployment, LinearFL, evaluate_deployment
@@ -64,6 +82,9 @@ class PerFedAvgOptions(Options):
     #: Local steps per round (each uses two batches, three for HF); Fallah et al. use 10.
     local_steps: int = Field(10, ge=1)
     aggregation: Literal["samples", "uniform"] = "samples"
+    #: the linear head: "meta" (meta-learned, MAML-style labels per local step) or "xavier" (global
+    #: labels in preparation, a fresh Xavier head at deployment); the module docstring says more.
+    head_init: Literal["meta", "xavier"] = "meta"
     deployment: DeploymentOptions = Field(default_factory=DeploymentOptions)
 
 
@@ -84,6 +105,29 @@ def prototype_batch_loss(model: nn.Module, params: Params, data: LabelledDataset
 
 
 LossFn = Callable[[nn.Module, Params, LabelledDataset, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def first_outputs_loss(width: int) -> LossFn:
+    """f(w; D): the cross-entropy over the first ``width`` outputs of the head (a task's rows)."""
+
+    def loss(model: nn.Module, params: Params, data: LabelledDataset, targets: torch.Tensor,
+             batch: torch.Tensor) -> torch.Tensor:
+        args = (data.inputs[batch],) if data.lengths is None else (data.inputs[batch], data.lengths[batch])
+        return F.cross_entropy(functional_call(model, params, args)[:, :width], targets[batch])
+
+    return loss
+
+
+def task_targets(labels: torch.Tensor, min_rows: int) -> tuple[Callable[[torch.Generator], torch.Tensor], int]:
+    """MAML-style targets for a client's data: a function drawing, for each local step, the head row
+    of each sample (its class's row, :func:`~fedfew.algorithms.frl.task_label_rows`), and the number
+    of outputs the task uses."""
+    classes, index = torch.unique(labels, return_inverse=True)
+
+    def draw(generator: torch.Generator) -> torch.Tensor:
+        return task_label_rows(len(classes), min_rows, generator)[index]
+
+    return draw, max(len(classes), min_rows)
 
 
 def gradient(model: nn.Module, params: Params, data: LabelledDataset, targets: torch.Tensor,
@@ -116,13 +160,17 @@ def moved(params: Params, direction: Params, scale: float) -> Params:
 
 
 def per_fedavg_local(model: nn.Module, data: LabelledDataset, targets: torch.Tensor, options: PerFedAvgOptions,
-                     generator: torch.Generator, loss_fn: LossFn = batch_loss) -> dict[str, float]:
-    """``local_steps`` Per-FedAvg steps on ``model`` in place; each batch is drawn independently."""
+                     generator: torch.Generator, loss_fn: LossFn = batch_loss,
+                     relabel: Callable[[torch.Generator], torch.Tensor] | None = None) -> dict[str, float]:
+    """``local_steps`` Per-FedAvg steps on ``model`` in place; each batch is drawn independently.
+    ``relabel`` draws new targets for each step (one MAML task: the same labels for D, D', D'')."""
     model.train()
     params: Params = {name: p.detach().clone() for name, p in model.named_parameters()}
     size = min(options.batch_size, len(data))
     draws = 2 if options.variant == "fo" else 3
     for _ in range(options.local_steps):
+        if relabel is not None:
+            targets = relabel(generator)
         batches = tuple(torch.randperm(len(data), generator=generator, device=generator.device)[:size]
                         for _ in range(draws))
         params = per_fedavg_step(model, params, data, targets, batches, options, loss_fn)
@@ -144,6 +192,10 @@ class PerFedAvgFL(LinearFL):
                             num_samples=data.num_samples)
 
 
+class PerFedAvgMetaHeadFL(MetaHeadStart, PerFedAvgFL):
+    """Deployment from the meta-learned head (``head_init: meta``): the prepared model, head cut to tau rows."""
+
+
 @register("frl-per-fedavg", help="FRL baseline: Per-FedAvg (FO or HF), forced global model at deployment")
 class FRLPerFedAvg(FedAvg):
     """Per-FedAvg preparation of a |C_b|-way classifier (FedAvg's model, targets and aggregation)."""
@@ -154,12 +206,24 @@ class FRLPerFedAvg(FedAvg):
         if context.task != "fewshot":
             raise ValueError("frl-per-fedavg deploys on unseen classes: set task: fewshot")
         super().__init__(options, context)  # type: ignore[arg-type]
-        self.deployment = LinearDeployment(options, context, PerFedAvgFL)  # type: ignore[arg-type]
+        meta = options.head_init == "meta"
+        if meta and options.deployment.classes > self.num_outputs:
+            raise ValueError(
+                f"algorithm.options.deployment.classes={options.deployment.classes} exceeds the {self.num_outputs} "
+                "preparation classes, the rows of the meta-learned head (head_init: meta); use head_init: xavier"
+            )
+        fl_class = PerFedAvgMetaHeadFL if meta else PerFedAvgFL
+        self.deployment = LinearDeployment(options, context, fl_class)  # type: ignore[arg-type]
 
     def client_update(self, payload: dict[str, Any], state: Any, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         model = load_state_(self.model, payload["model"])
-        metrics = per_fedavg_local(model, data.train, self.targets(data.train.labels), self.options, generator)
+        if self.options.head_init == "meta":  # MAML-style labels, new for every local step
+            relabel, width = task_targets(data.train.labels, self.options.deployment.classes)
+            metrics = per_fedavg_local(model, data.train, relabel(generator), self.options, generator,
+                                       first_outputs_loss(width), relabel)
+        else:
+            metrics = per_fedavg_local(model, data.train, self.targets(data.train.labels), self.options, generator)
         return ClientResult(upload={"model": get_state(model)}, state=state, metrics=metrics,
                             num_samples=data.num_samples)
 

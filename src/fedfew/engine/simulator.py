@@ -224,10 +224,12 @@ class Simulator:
         eval_every: int = 1,
         track_test: bool = False,
         on_round: RoundHook | None = None,
+        selection: str = "best",
     ) -> dict[str, Any]:
         """Train until ``rounds`` rounds are done (continuing from ``self.state``); returns the
-        per-round history, the selected round and final test metrics. With validation data the best
-        round by validation accuracy is kept (never chosen on test); without it, the last round is.
+        per-round history, the selected round and final test metrics. With validation data and
+        ``selection`` "best" the best round by validation accuracy is kept (never chosen on test);
+        without validation data, or with ``selection`` "last", the last round is.
         An exception inside a round (an interrupt) leaves ``self.state`` and the client states as
         they were after the last finished round."""
         schedule = client_schedule(len(self.clients), clients_per_round, rounds, self.seed)
@@ -253,7 +255,7 @@ class Simulator:
                 if self.val is not None:
                     val = self.evaluate(self.val, server)
                     record.update({f"val_{k}": v for k, v in val.items()})
-                    if best is None or val["accuracy"] > best.accuracy:
+                    if selection == "best" and (best is None or val["accuracy"] > best.accuracy):
                         best = Best(val["accuracy"], r + 1, copy.deepcopy(server), self.states.snapshot())
                 if self.test is not None and (track_test or self.val is None):
                     test = self.evaluate(self.test, server)
