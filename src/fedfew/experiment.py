@@ -20,13 +20,14 @@ from fedfew.config import ConfigError, ExperimentConfig
 from fedfew.data import LabelledDataset, load_dataset
 from fedfew.engine import ALGORITHMS, Algorithm, ClientData, Context, EpisodeShape, EvalData, Simulator
 from fedfew.engine.compute import Compute
-from fedfew.engine.engines import Engine, Faults, InProcessEngine
-from fedfew.engine.store import ClientStates
-from fedfew.engine.workers import WorkersEngine
+from fedfew.engine.engines import Engine, EngineSetup, Faults
+from fedfew.engine.protocol import init_generator
+from fedfew.engine.store import ClientStates, RemoteClientStates
+from fedfew.engines import ENGINES
 from fedfew.episodes import EpisodeError, check_eval_classes, fixed_episodes, load_tasks
 from fedfew.models import FewShotModel, build_model
 from fedfew.partition import PARTITIONS, PartitionError, partition
-from fedfew.seeding import numpy_generator, torch_generator
+from fedfew.seeding import numpy_generator
 from fedfew.signature_options import options_schema
 
 EngineFactory = Callable[["Experiment", ClientStates, Faults, Compute], Engine]
@@ -49,7 +50,7 @@ class Experiment:
         by_id = {c.client_id: c for c in self.clients}
 
         def init_state(cid: int) -> Any:
-            return self.algorithm.init_client_state(by_id[cid], torch_generator(seed, "client-init", cid))
+            return self.algorithm.init_client_state(by_id[cid], init_generator(seed, cid))
 
         policy = config.runtime.client_states
         spill = policy == "disk" or (policy == "auto" and len(self.clients) > 100)
@@ -59,18 +60,14 @@ class Experiment:
         faults = Faults(config.federation.dropout, config.federation.stragglers)
         compute = Compute.from_runtime(config.runtime.device, config.runtime.precision)
         engine: Engine
-        if engine_factory is not None:
+        if engine_factory is not None:  # an engine made by its own runtime (the Flower ServerApp)
             engine = engine_factory(self, states, faults, compute)
-            if engine.states is None:  # the clients keep their states themselves (Flower nodes)
-                from fedfew.flower.engine import remote_states
-
-                states = remote_states([c.client_id for c in self.clients])
-        elif config.runtime.workers > 0:
-            evals = {d.split: d for d in (self.val, self.test) if d is not None}
-            engine = WorkersEngine(self.algorithm, self.clients, seed, states, faults, config.runtime.workers, compute,
-                                   evals)
         else:
-            engine = InProcessEngine(self.algorithm, by_id, seed, states, faults, compute)
+            evals = {d.split: d for d in (self.val, self.test) if d is not None}
+            setup = EngineSetup(self.algorithm, by_id, seed, states, faults, compute, evals)
+            engine = ENGINES.get(config.runtime.engine).build(setup, config.engine_options())
+        if not engine.holds_states:  # the clients keep their states themselves (Flower nodes)
+            states = RemoteClientStates([c.client_id for c in self.clients])
         return Simulator(self.algorithm, self.clients, seed, self.val, self.test, states=states, engine=engine,
                          init_seed=config.model.init_seed)
 

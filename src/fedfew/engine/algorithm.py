@@ -9,8 +9,8 @@ overwritten at the start of every use).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 import torch
@@ -82,10 +82,25 @@ class ClientResult:
     #: True when the client could not train this round (too little data for a task) and sat it out.
     skipped: bool = False
 
+    def summary(self) -> dict[str, Any]:
+        """Every field but the tensors (``upload``, ``state``), JSON-able: the result's wire form
+        beside the tensors (:mod:`fedfew.engine.protocol`)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _TENSOR_FIELDS}
+
+    @classmethod
+    def from_summary(cls, *, upload: dict[str, Any], state: Any, summary: Mapping[str, Any]) -> ClientResult:
+        """The result back from its tensors and :meth:`summary` (keys it does not know, such as a
+        transport's timing, are ignored)."""
+        known = {f.name for f in fields(cls)} - _TENSOR_FIELDS
+        return cls(upload=upload, state=state, **{k: v for k, v in summary.items() if k in known})
+
     @classmethod
     def sat_out(cls, state: Any, num_samples: int = 0) -> ClientResult:
         """A client that had nothing to train on this round: no upload, its state unchanged."""
         return cls(upload={}, state=state, metrics={}, num_samples=num_samples, skipped=True)
+
+
+_TENSOR_FIELDS = frozenset({"upload", "state"})
 
 
 @dataclass

@@ -20,6 +20,7 @@ import torch
 
 from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, EvalData
 from fedfew.engine.engines import Engine, Faults, InProcessEngine
+from fedfew.engine.protocol import init_generator
 from fedfew.engine.state import payload_bytes
 from fedfew.engine.store import ClientStates, Entry
 from fedfew.engine.tasks import MAIN, ClientTask, resolve_part
@@ -170,7 +171,7 @@ class Simulator:
         by_id = {c.client_id: c for c in clients}
 
         def init_state(cid: int) -> Any:
-            return algorithm.init_client_state(by_id[cid], torch_generator(seed, "client-init", cid))
+            return algorithm.init_client_state(by_id[cid], init_generator(seed, cid))
 
         self.states = states if states is not None else ClientStates([c.client_id for c in clients], init_state)
         self.engine = engine if engine is not None else InProcessEngine(algorithm, by_id, seed, self.states, faults)

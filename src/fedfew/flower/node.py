@@ -30,7 +30,7 @@ from fedfew.data.dataset import LabelledDataset
 from fedfew.engine import serialize
 from fedfew.engine.algorithm import Algorithm, ClientData
 from fedfew.engine.compute import Compute
-from fedfew.engine.tasks import MAIN
+from fedfew.engine.protocol import MAIN
 from fedfew.flower.records import from_records, to_records
 
 CONFIG_KEY = "fedfew.config"
