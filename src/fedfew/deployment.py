@@ -37,7 +37,7 @@ from pydantic import Field, model_validator
 from fedfew.data.dataset import LabelledDataset
 from fedfew.engine.aggregation import weighted_average
 from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, Context, EvalData, Options
-from fedfew.engine.engines import InProcessEngine
+from fedfew.engine.engines import Engine, InProcessEngine
 from fedfew.engine.simulator import run_round
 from fedfew.engine.state import StateDict, get_state, load_state_
 from fedfew.evaluation import mean_ci95
@@ -229,21 +229,26 @@ class DeploymentAlgorithm(Algorithm):
 
 
 def deploy(algorithm: DeploymentAlgorithm, prepared: StateDict, dataset: LabelledDataset, group: DeploymentGroup,
-           rounds: int, seed: int, key: str) -> tuple[float, int]:
-    """Run ``rounds`` rounds of ``algorithm`` in ``group`` from ``prepared``; return the pooled query
-    accuracy and the bytes exchanged."""
+           rounds: int, seed: int, key: str, context: Context | None = None) -> tuple[float, int]:
+    """Run ``rounds`` rounds of ``algorithm`` in ``group`` from ``prepared`` on the configured engine
+    (``context.new_federation``; in this process without one); return the pooled query accuracy and
+    the bytes exchanged."""
     tau = len(group.classes)
     clients = [ClientData(i, relabelled(dataset, s, group.classes)) for i, s in enumerate(group.support)]
     query = relabelled(dataset, torch.cat(group.query), group.classes)
     server = algorithm.start(prepared, tau, torch_generator(seed, "deploy-start", key))
-    engine = InProcessEngine(algorithm, clients, seed)  # the group's own FL, scored on the server
+    if context is not None and context.new_federation is not None:
+        engine: Engine = context.new_federation(algorithm, clients)
+    else:
+        engine = InProcessEngine(algorithm, clients, seed)
     everyone = list(range(len(clients)))
     sent = 0
-    for r in range(rounds):
-        outcome = run_round(engine, algorithm, server, everyone, r, f"{key}/round{r}")
-        engine.end_round(r)
-        server = outcome.server
-        sent += outcome.bytes_down + outcome.bytes_up
+    with engine:  # the group's own FL; its global model is scored on the server
+        for r in range(rounds):
+            outcome = run_round(engine, algorithm, server, everyone, r, f"{key}/round{r}")
+            engine.end_round(r)
+            server = outcome.server
+            sent += outcome.bytes_down + outcome.bytes_up
     logits = algorithm.classify(server, query)
     return float((logits.argmax(-1) == query.labels).double().mean()), sent
 
@@ -273,7 +278,7 @@ def evaluate_deployment(algorithm: DeploymentAlgorithm, prepared: StateDict, opt
     scores, sent = [], 0
     for g, group in enumerate(groups):
         accuracy, group_bytes = deploy(algorithm, prepared, dataset, group, rounds, context.seed,
-                                       f"deploy/{data.split}/{g}")
+                                       f"deploy/{data.split}/{g}", context)
         scores.append(accuracy)
         sent += group_bytes
     summary = mean_ci95(scores)

@@ -20,7 +20,7 @@ from fedfew.config import ConfigError, ExperimentConfig
 from fedfew.data import LabelledDataset, load_dataset
 from fedfew.engine import ALGORITHMS, Algorithm, ClientData, Context, EpisodeShape, EvalData, Simulator
 from fedfew.engine.compute import Compute
-from fedfew.engine.engines import Engine, EngineSetup, Faults
+from fedfew.engine.engines import Engine, EngineSetup, Faults, InProcessEngine
 from fedfew.engine.protocol import init_generator
 from fedfew.engine.store import ClientStates, RemoteClientStates
 from fedfew.engines import ENGINES
@@ -255,4 +255,22 @@ def _build(config: ExperimentConfig, device: torch.device) -> Experiment:
     meta = AlgorithmInputs(dataset.input_shape, dataset.num_classes, train_classes, dataset.name,
                            text_model_options(dataset, config.model.name), len(clients))
     context, algorithm = build_algorithm(config, meta)
+    context.new_federation = federation_factory(config)
     return Experiment(config, dataset, clients, context, algorithm, val, test)
+
+
+def federation_factory(config: ExperimentConfig) -> Callable[[Algorithm, list[ClientData]], Engine]:
+    """Engines of the configured kind for federations of new clients an algorithm makes itself
+    (FRL's deployment groups), without faults. An engine that runs elsewhere (Flower) has no nodes
+    for such clients: they run in the server's process."""
+    kind = ENGINES.get(config.runtime.engine)
+    compute = Compute.from_runtime(config.runtime.device, config.runtime.precision)
+    options = config.engine_options()
+
+    def new_federation(algorithm: Algorithm, clients: list[ClientData]) -> Engine:
+        if kind.runs_elsewhere:
+            return InProcessEngine(algorithm, clients, config.seed, compute=compute)
+        setup = EngineSetup(algorithm, {c.client_id: c for c in clients}, config.seed, None, Faults(), compute)
+        return kind.build(setup, options)
+
+    return new_federation

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fedfew.config import ExperimentConfig
+if TYPE_CHECKING:
+    from fedfew.config import ExperimentConfig
 
 
 def progress_bar(config: ExperimentConfig, label: str | None, done: int) -> Any:

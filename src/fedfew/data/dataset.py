@@ -7,10 +7,12 @@ from typing import Any
 
 import torch
 
+from fedfew.errors import UsageError
+
 SPLITS = ("base", "val", "novel")
 
 
-class DataError(ValueError):
+class DataError(UsageError):
     """A dataset could not be loaded or used as asked; the message says what and how to fix it."""
 
 

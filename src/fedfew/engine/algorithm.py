@@ -54,6 +54,10 @@ class Context:
     task: str = "fewshot"  # "fewshot" (meta-test on novel-class episodes) or "classification"
     extras: dict[str, Any] = field(default_factory=dict)
     num_clients: int = 0  # how many clients the federation has (0: not known)
+    #: An engine of the configured kind (``runtime.engine``) for a federation of new clients that
+    #: the algorithm makes itself (FRL's deployment groups): ``new_federation(algorithm, clients)``,
+    #: an :class:`~fedfew.engine.engines.Engine` to close after use. None: in this process.
+    new_federation: Callable[[Algorithm, list[ClientData]], Any] | None = None
 
 
 @dataclass

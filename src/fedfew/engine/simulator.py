@@ -24,11 +24,12 @@ from fedfew.engine.protocol import init_generator
 from fedfew.engine.state import payload_bytes
 from fedfew.engine.store import ClientStates, Entry
 from fedfew.engine.tasks import MAIN, ClientTask, resolve_part
+from fedfew.errors import RunFailedError
 from fedfew.evaluation import mean_ci95
 from fedfew.seeding import derive_seed, initial_model_seed, numpy_generator, torch_generator
 
 
-class NothingTrainedError(RuntimeError):
+class NothingTrainedError(RunFailedError):
     """No client trained in any round: the run has nothing to report."""
 
 

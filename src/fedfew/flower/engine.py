@@ -28,7 +28,7 @@ from fedfew.engine.compute import CPU_FP32, Compute
 from fedfew.engine.engines import Delivery, Engine, Faults
 from fedfew.engine.store import ClientStates, RemoteClientStates
 from fedfew.engine.tasks import ClientTask
-from fedfew.flower.launch import FlowerRunError as FlowerRunError
+from fedfew.flower.errors import FlowerRunError as FlowerRunError
 from fedfew.flower.records import array_bytes, from_records, to_records
 
 logger = logging.getLogger(__name__)

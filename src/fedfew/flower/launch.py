@@ -13,19 +13,20 @@ import base64
 import importlib.util
 import json
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fedfew.config import ExperimentConfig
-from fedfew.engine.engines import ENGINES, Engine, EngineError, Launch
+from fedfew.engine.engines import ENGINES, Engine, Launch
 from fedfew.errors import ConfigError, RunInterrupted
+from fedfew.flower.errors import FlowerRunError
 from fedfew.progress import progress_bar
-from fedfew.runfolder import RunFolder
+
+if TYPE_CHECKING:
+    from fedfew.config import ExperimentConfig
+    from fedfew.runfolder import RunFolder
+
+__all__ = ["FlowerLaunch", "FlowerRunError", "flower_settings", "run_local_flower", "run_on_federation"]
 
 logger = logging.getLogger(__name__)
-
-
-class FlowerRunError(EngineError):
-    """The federation could not run (nodes missing, a node failing); the message says which."""
 
 
 def flower_settings(config: ExperimentConfig) -> Any:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedfew.flower.launch import FlowerRunError
+from fedfew.flower.errors import FlowerRunError
 from fedfew.flower.security import make_node_key, make_tls
 
 HOST = "127.0.0.1"
