@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import tempfile
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +29,8 @@ from fedfew.models import FewShotModel, build_model
 from fedfew.partition import PARTITIONS, PartitionError, partition
 from fedfew.seeding import numpy_generator
 from fedfew.signature_options import options_schema
+
+logger = logging.getLogger(__name__)
 
 EngineFactory = Callable[["Experiment", ClientStates, Faults, Compute], Engine]
 
@@ -143,6 +145,14 @@ def _sample_split(labels: torch.Tensor, fraction: float, rng: np.random.Generato
 
 
 _DATASETS: dict[str, LabelledDataset] | None = None
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    """A warning about the data or config, once per process (validation and the run build alike)."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        logger.warning("%s", message)
 
 
 @contextlib.contextmanager
@@ -191,11 +201,10 @@ def _build(config: ExperimentConfig, device: torch.device) -> Experiment:
         pool = dataset.split(config.splits.train)
         has_val = bool(config.splits.val and dataset.splits.get(config.splits.val))
         if config.splits.val and not has_val:
-            warnings.warn(
+            _warn_once(
                 f"dataset {dataset.name!r} has no classes in split {config.splits.val!r}, so no round is "
                 "selected on validation classes (the last round is reported); hold some out with "
-                "dataset.options.class_split, or set splits.val: null to say so",
-                stacklevel=1)  # attributed here, not to the caller: once per process and dataset
+                "dataset.options.class_split, or set splits.val: null to say so")
         try:
             generated = (None if config.episodes.test_tasks else config.splits.test,
                          config.splits.val if has_val else None)

@@ -8,7 +8,6 @@ import itertools
 import json
 import logging
 import signal
-import sys
 import time
 import traceback
 from collections.abc import Iterator
@@ -165,6 +164,10 @@ def _train(folder: RunFolder, config: ExperimentConfig, progress: bool | None, l
         raise
     try:
         return _train_on(folder, config, experiment, simulator, show, label, resume, start)
+    except Exception as err:
+        with contextlib.suppress(AttributeError):
+            err.run_folder = folder.path  # type: ignore[attr-defined]  # the command line names its error.log
+        raise
     finally:
         simulator.engine.close()
 
@@ -188,7 +191,7 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
                 checkpointed = r
         folder.set_status("running", round=r)
         if record.get("no_training") and sim.algorithm.trains:
-            _write(bar, f"fedfew: warning: round {r}: no client trained (every client asked sat out or failed)")
+            logger.warning("round %d: no client trained (every client asked sat out or failed)", r)
         if bar is not None:
             shown = {k.replace("train_", ""): f"{v:.3f}" for k, v in record.items()
                      if k in ("train_loss", "train_accuracy", "val_accuracy", "test_accuracy")}
@@ -219,8 +222,8 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
         seconds = time.perf_counter() - start + (simulator.state.seconds if resume else 0.0)
         summary = summarise(config, outcome, seconds, experiment.context)
         if summary.get("at_chance"):
-            warn(f"{config.name}: test accuracy {100 * summary['test']['accuracy']:.2f}% is at chance "
-                 f"({100 * summary['chance']:.1f}%): the model learned nothing measurable at this budget")
+            logger.warning("%s: test accuracy %.2f%% is at chance (%.1f%%): the model learned nothing measurable at "
+                           "this budget", config.name, 100 * summary["test"]["accuracy"], 100 * summary["chance"])
         _write_results(folder, config, outcome, summary)
     except Exception as err:
         (folder.path / "error.log").write_text(traceback.format_exc())
@@ -230,13 +233,6 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
     summary.update({"history": outcome["history"], "folder": str(folder.path), "label": label or config.name})
     summary["_simulator"] = simulator
     return summary
-
-
-def _write(bar: Any, line: str) -> None:
-    if bar is not None:
-        bar.write(line, file=sys.stderr)
-    else:
-        print(line, file=sys.stderr, flush=True)
 
 
 _progress_bar = progress_bar  # the old name
