@@ -26,7 +26,6 @@ FedAvg, fine-tuning and one-shot baselines.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -88,26 +87,26 @@ class DeploymentGroup:
 
 
 # -- drawing the groups ---------------------------------------------------------------------------
-def row_fingerprints(inputs: torch.Tensor) -> list[bytes]:
-    """A hash of each row's bytes: identifies a sample by its content."""
-    flat = inputs.reshape(len(inputs), -1).contiguous().cpu().numpy()
-    return [hashlib.blake2b(row.tobytes(), digest_size=12).digest() for row in flat]
+def participant_positions(clients: list[ClientData]) -> torch.Tensor:
+    """The rows of the loaded dataset that some participant trains on (their subsets keep them)."""
+    rows = [torch.arange(len(c.train)) if c.train.positions is None else c.train.positions for c in clients]
+    return torch.unique(torch.cat(rows)) if rows else torch.zeros(0, dtype=torch.long)
 
 
-def held_out_positions(dataset: LabelledDataset, classes: list[int], clients: list[ClientData]) -> dict[int, np.ndarray]:
+def held_out_positions(dataset: LabelledDataset, classes: list[int], held: torch.Tensor) -> dict[int, np.ndarray]:
     """For each class in ``classes`` that some preparation client holds (a *seen* class), the
-    positions of its samples that no client holds.
+    positions of its samples that no client holds (``held``: the participants' rows of ``dataset``,
+    :func:`participant_positions`).
 
-    Seen classes at deployment (Table 3) must not reuse samples a participant trained on; clients
-    keep no pointer into the dataset, so samples are matched by content."""
-    held = {f for c in clients for f in row_fingerprints(c.train.inputs)}
-    held_classes = {int(c) for client in clients for c in torch.unique(client.train.labels)}
-    out: dict[int, np.ndarray] = {}
+    Seen classes at deployment (Table 3) must not reuse samples a participant trained on."""
     labels = dataset.labels.cpu().numpy()
+    taken = np.zeros(len(labels), dtype=bool)
+    taken[held.cpu().numpy()] = True
+    held_classes = set(np.unique(labels[taken]).tolist())
+    out: dict[int, np.ndarray] = {}
     for cls in (c for c in classes if c in held_classes):
         positions = np.flatnonzero(labels == cls)
-        prints = row_fingerprints(dataset.inputs[torch.from_numpy(positions)])
-        out[cls] = positions[[p not in held for p in prints]] if len(positions) else positions
+        out[cls] = positions[~taken[positions]]
     return out
 
 
@@ -253,8 +252,8 @@ def deploy(algorithm: DeploymentAlgorithm, prepared: StateDict, dataset: Labelle
     return float((logits.argmax(-1) == query.labels).double().mean()), sent
 
 
-def deployment_groups(options: DeploymentOptions, data: EvalData, context: Context,
-                      clients: list[ClientData]) -> tuple[LabelledDataset, list[DeploymentGroup]]:
+def deployment_groups(options: DeploymentOptions, data: EvalData,
+                      context: Context) -> tuple[LabelledDataset, list[DeploymentGroup]]:
     """The dataset and the groups for evaluation data ``data``: unseen classes are those of its
     fixed episodes' pool (the split's classes), seen ones the preparation classes."""
     if data.episodes is None:
@@ -265,16 +264,17 @@ def deployment_groups(options: DeploymentOptions, data: EvalData, context: Conte
     unseen = [int(c) for c in data.episodes.sampler.classes]
     seen = None
     if options.seen_classes:
-        seen = held_out_positions(dataset, list(context.train_classes), clients)
+        held = context.participant_positions
+        seen = held_out_positions(dataset, list(context.train_classes),
+                                  torch.zeros(0, dtype=torch.long) if held is None else held)
     return dataset, draw_groups(dataset, unseen, options, context.seed, data.split, seen)
 
 
 def evaluate_deployment(algorithm: DeploymentAlgorithm, prepared: StateDict, options: DeploymentOptions,
-                        default_rounds: int, data: EvalData, context: Context,
-                        clients: list[ClientData]) -> dict[str, float]:
+                        default_rounds: int, data: EvalData, context: Context) -> dict[str, float]:
     """Section 2.3: mean pooled-query accuracy and 95% CI over the G groups."""
     rounds = default_rounds if options.rounds is None else options.rounds
-    dataset, groups = deployment_groups(options, data, context, clients)
+    dataset, groups = deployment_groups(options, data, context)
     scores, sent = [], 0
     for g, group in enumerate(groups):
         accuracy, group_bytes = deploy(algorithm, prepared, dataset, group, rounds, context.seed,

@@ -18,6 +18,7 @@ import torch
 import fedfew.algorithms  # noqa: F401  (registers the algorithms)
 from fedfew.config import ConfigError, ExperimentConfig
 from fedfew.data import LabelledDataset, load_dataset
+from fedfew.deployment import participant_positions
 from fedfew.engine import ALGORITHMS, Algorithm, ClientData, Context, EpisodeShape, EvalData, Simulator
 from fedfew.engine.compute import Compute
 from fedfew.engine.engines import Engine, EngineSetup, Faults, InProcessEngine
@@ -265,6 +266,7 @@ def _build(config: ExperimentConfig, device: torch.device) -> Experiment:
                            text_model_options(dataset, config.model.name), len(clients))
     context, algorithm = build_algorithm(config, meta)
     context.new_federation = federation_factory(config)
+    context.participant_positions = participant_positions(clients)
     return Experiment(config, dataset, clients, context, algorithm, val, test)
 
 

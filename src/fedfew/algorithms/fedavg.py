@@ -71,8 +71,7 @@ class FedAvg(Algorithm):
         weights = weights_for(self.options.aggregation, [r.num_samples for r in sent], [0] * len(sent))
         return {**server, "model": weighted_average([r.upload["model"] for r in sent], weights)}
 
-    def evaluate(self, server: dict[str, Any], client_states: dict[int, Any], clients: list[ClientData],
-                 data: EvalData, generator: torch.Generator) -> dict[str, float]:
+    def evaluate(self, server: dict[str, Any], data: EvalData, generator: torch.Generator) -> dict[str, float]:
         return evaluate_model(load_state_(self.model, server["model"]), data)
 
 

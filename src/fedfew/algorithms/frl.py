@@ -562,8 +562,7 @@ class FRL(Algorithm):
         return {"model": weighted_average([r.upload["model"] for r in sent], weights)}
 
     # -- deployment (section 2.3) ------------------------------------------------------------
-    def evaluate(self, server: dict[str, Any], client_states: dict[int, Any], clients: list[ClientData],
-                 data: EvalData, generator: torch.Generator) -> dict[str, float]:
+    def evaluate(self, server: dict[str, Any], data: EvalData, generator: torch.Generator) -> dict[str, float]:
         tau = self.options.deployment.classes
         return evaluate_deployment(self.inner_algorithm(tau), server["model"], self.options.deployment,
-                                   self.options.rounds, data, self.context, clients)
+                                   self.options.rounds, data, self.context)

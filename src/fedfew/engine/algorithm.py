@@ -58,6 +58,9 @@ class Context:
     #: the algorithm makes itself (FRL's deployment groups): ``new_federation(algorithm, clients)``,
     #: an :class:`~fedfew.engine.engines.Engine` to close after use. None: in this process.
     new_federation: Callable[[Algorithm, list[ClientData]], Any] | None = None
+    #: The rows of the loaded dataset that some client trains on: simulation bookkeeping (never the
+    #: data), so that FRL's seen-class deployment groups use only samples no participant holds.
+    participant_positions: torch.Tensor | None = None
 
 
 @dataclass
@@ -123,11 +126,18 @@ class Algorithm:
 
     name: ClassVar[str] = ""
     Options: ClassVar[type[Options]] = Options
-    #: True when the method produces per-client models (metrics are averaged over clients).
-    personalised: ClassVar[bool] = False
+    # Capabilities: each is a class attribute (a property where it depends on the options).
     #: False for a method whose rounds train nothing by design (FRL's from-scratch baseline learns at
     #: deployment only); otherwise a run in which no client ever trained is an error, not a result.
-    trains: ClassVar[bool] = True
+    trains: bool = True
+    #: True when evaluation is the mean over independent episodes of :meth:`episode_scores`, so an
+    #: engine may score the episodes in parallel.
+    splits_evaluation: bool = False
+    #: True when evaluation involves the clients' own models: then the score of one client is
+    #: :meth:`evaluate_client`, computed where the client is (its own process or Flower node), and
+    #: :meth:`combine_evaluations` turns all of them into the metrics. Otherwise :meth:`evaluate`
+    #: runs on the server alone.
+    evaluates_clients: bool = False
 
     def __init__(self, options: Options, context: Context) -> None:
         self.options = options
@@ -154,32 +164,17 @@ class Algorithm:
         raise NotImplementedError
 
     # -- evaluation --------------------------------------------------------------------------
-    def evaluate(
-        self,
-        server: Any,
-        client_states: dict[int, Any],
-        clients: list[ClientData],
-        data: EvalData,
-        generator: torch.Generator,
-    ) -> dict[str, float]:
-        raise NotImplementedError
-
-    #: True when evaluation is the mean over independent episodes of :meth:`episode_scores`, so an
-    #: engine may score the episodes in parallel.
-    splits_evaluation: ClassVar[bool] = False
+    def evaluate(self, server: Any, data: EvalData, generator: torch.Generator) -> dict[str, float]:
+        """The metrics of the server's model(s) on ``data`` (an evaluation split: fixed episodes or a
+        labelled set), from what a server has: its state and the evaluation data, never a client's
+        data or private state (those take part through :meth:`evaluate_client`)."""
+        raise NotImplementedError(f"{self.name} does not evaluate on the server")
 
     def episode_scores(self, server: Any, data: EvalData, indices: Sequence[int]) -> list[float]:
         """The score of each evaluation episode in ``indices`` (algorithms with ``splits_evaluation``)."""
         raise NotImplementedError(f"{self.name} does not score episodes one by one")
 
-    # -- evaluation of clients' own models (personalised methods) ------------------------------
-    def evaluates_clients(self) -> bool:
-        """True when evaluation scores each client's private model: then the score of one client is
-        :meth:`evaluate_client`, computed where the client is (its own process or Flower node), and
-        :meth:`combine_evaluations` turns all of them into the metrics. Otherwise :meth:`evaluate`
-        runs on the server alone."""
-        return False
-
+    # -- evaluation with the clients' own models (``evaluates_clients``) ----------------------
     def evaluate_client(self, payload: dict[str, Any], state: Any, client: ClientData, data: EvalData,
                         generator: torch.Generator) -> dict[str, Any]:
         """One client's scores of its own model (per-episode lists or numbers), from the payload the

@@ -201,7 +201,7 @@ class Simulator:
         server = self.state.server if server is None else server
         states = self.states if client_states is None else client_states
         generator = torch_generator(self.seed, "evaluate", data.split)
-        if self.algorithm.evaluates_clients():  # each client scores its own model where it is
+        if self.algorithm.evaluates_clients:  # each client scores its own model where it is
             scores = self.engine.evaluate_clients(server, states, self.clients, data)
             with self.engine.compute.scope():
                 return self.algorithm.combine_evaluations(server, scores, data, generator)
@@ -209,7 +209,7 @@ class Simulator:
             summary = mean_ci95(self.engine.episode_scores(server, data))
             return {"accuracy": summary.mean, "ci95": summary.ci95}
         with self.engine.compute.scope():
-            return self.algorithm.evaluate(server, states, self.clients, data, generator)  # type: ignore[arg-type]
+            return self.algorithm.evaluate(server, data, generator)
 
     def play(self, selected: Sequence[int], round_index: int) -> RoundOutcome:
         with self.engine.compute.device_scope():
