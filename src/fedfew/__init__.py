@@ -49,7 +49,7 @@ _EXPORTS = {
     "RunInterrupted": "fedfew.errors",
     "UsageError": "fedfew.errors",
     "build_experiment": "fedfew.experiment",
-    "evaluate_run": "fedfew.runner",
+    "evaluate_run": "fedfew.rescore",
     "load_config": "fedfew.config",
     "register": "fedfew.engine.algorithm",
     "resume_run": "fedfew.runner",
@@ -105,4 +105,5 @@ if TYPE_CHECKING:
     from fedfew.experiment import Experiment, build_experiment
     from fedfew.models import MODELS
     from fedfew.partition import PARTITIONS
-    from fedfew.runner import evaluate_run, resume_run, run_experiment
+    from fedfew.rescore import evaluate_run
+    from fedfew.runner import resume_run, run_experiment

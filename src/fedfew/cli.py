@@ -43,7 +43,8 @@ def _report(summary: dict) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     from fedfew.experiment import dataset_cache
     from fedfew.runfolder import check_output_base
-    from fedfew.runner import run_experiment, validate_all, write_comparison
+    from fedfew.runner import run_experiment, validate_all
+    from fedfew.sweep import write_comparison
 
     configs = [load_config(path, args.set) for path in args.configs]  # every config, before any work
     table = None
@@ -64,7 +65,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from fedfew.results import markdown_table
-    from fedfew.runner import parse_grid, sweep
+    from fedfew.sweep import parse_grid, sweep
 
     summaries = sweep(args.config, parse_grid(args.grid), args.set, args.out, progress=not args.quiet)
     print(markdown_table(summaries, label_key="label"))
@@ -79,8 +80,8 @@ def _cmd_resume(args: argparse.Namespace) -> int:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from fedfew.rescore import evaluate_run
     from fedfew.results import format_accuracy
-    from fedfew.runner import evaluate_run
 
     result = evaluate_run(args.run_dir, args.set)
     extra = {k: v for k, v in result["test"].items() if k not in ("accuracy", "ci95")}
@@ -137,7 +138,8 @@ def demo_config_path() -> Path:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from fedfew.runner import run_experiment, write_comparison
+    from fedfew.runner import run_experiment
+    from fedfew.sweep import write_comparison
 
     start = time.perf_counter()
     print("fedfew demo: federated 5-way 1-shot on the bundled 8x8 digits; clients hold digits 0-4 "

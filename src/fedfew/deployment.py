@@ -308,6 +308,8 @@ class LinearFL(DeploymentAlgorithm):
     """FedAvg (sample-weighted) with cross-entropy on a tau-way linear head, Xavier-initialised at
     the start of each group; the global model's head classifies."""
 
+    options: TrainOptions
+
     def __init__(self, options: TrainOptions, context: Context, num_classes: int) -> None:
         super().__init__(options, context)
         self.num_classes = num_classes

@@ -1,10 +1,11 @@
-"""Run experiments end to end: validation before any work, a live run folder, checkpoints, resume,
-interrupts, and re-scoring a finished run."""
+"""``fedfew run`` and ``fedfew resume``: validation before any work, a live run folder, checkpoints,
+resume and interrupts. The other commands have their own modules: re-scoring a finished run
+(:mod:`fedfew.rescore`), sweeps and comparisons (:mod:`fedfew.sweep`), runs on Flower
+(:mod:`fedfew.flower`); their old names still import from here."""
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import logging
 import signal
@@ -14,10 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from fedfew.config import ConfigError, ExperimentConfig, load_config
-from fedfew.engine import serialize
 from fedfew.engine.engines import Launch
 from fedfew.engine.simulator import NothingTrainedError, Simulator
 from fedfew.engines import ENGINES
@@ -29,8 +27,12 @@ from fedfew.runfolder import RunFolder, RunFolderError, check_output_base, new_r
 
 logger = logging.getLogger(__name__)
 
-#: Flower's orchestration moved to fedfew.flower; these names still import from here.
-_MOVED = {"run_on_federation": ("fedfew.flower.launch", "run_on_federation"),
+#: Moved to their own modules (re-scoring: fedfew.rescore; sweeps: fedfew.sweep; Flower's
+#: orchestration: fedfew.flower); these names still import from here.
+_MOVED = {"evaluate_run": ("fedfew.rescore", "evaluate_run"), "EVALUATE_KEYS": ("fedfew.rescore", "EVALUATE_KEYS"),
+          "parse_grid": ("fedfew.sweep", "parse_grid"), "sweep_configs": ("fedfew.sweep", "sweep_configs"),
+          "sweep": ("fedfew.sweep", "sweep"), "write_comparison": ("fedfew.sweep", "write_comparison"),
+          "run_on_federation": ("fedfew.flower.launch", "run_on_federation"),
           "run_on_flower": ("fedfew.flower.server", "run_on_flower"),
           "_run_local_flower": ("fedfew.flower.launch", "run_local_flower"),
           "_flower_settings": ("fedfew.flower.launch", "flower_settings")}
@@ -242,94 +244,3 @@ def _write_results(folder: RunFolder, config: ExperimentConfig, outcome: dict[st
     (folder.path / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (folder.path / "results.md").write_text(f"# {config.name}\n\n" + markdown_table([summary]))
     plot_curves({config.algorithm.name: outcome["history"]}, folder.path / "accuracy.png", config.name)
-
-
-# -- re-scoring a finished run ------------------------------------------------------------------
-#: What ``fedfew evaluate`` may change: how the trained model is scored, never what was trained.
-EVALUATE_KEYS = ("episodes.", "eval.", "runtime.", "classification.test_fraction", "algorithm.options.test_",
-                 "algorithm.options.deployment")
-
-
-def evaluate_run(path: str | Path, overrides: list[str] | None = None) -> dict[str, Any]:
-    """Score a complete run's saved model(s) on the test data again (with changed evaluation settings,
-    e.g. ``episodes.test_episodes``), without training. Appends the result to
-    ``RUN/evaluations.jsonl`` and returns it."""
-    folder = RunFolder(path)
-    if not (folder.path / "config.yaml").is_file():
-        raise RunFolderError(f"{folder.path} is not a fedfew run folder (no config.yaml)")
-    bad = [o for o in overrides or [] if not o.split("=", 1)[0].strip().startswith(EVALUATE_KEYS)]
-    if bad:
-        raise ConfigError(f"fedfew evaluate changes only how the model is scored ({', '.join(EVALUATE_KEYS)}); "
-                          f"got {bad[0]!r}")
-    config = load_config(folder.path / "config.yaml", overrides)
-    server, client_states, meta = folder.load_model()
-    experiment: Experiment = build_experiment(config)
-    simulator = experiment.simulator()
-    states = {cid: client_states.get(cid) for cid in (c.client_id for c in experiment.clients)}
-    start = time.perf_counter()
-    device = simulator.engine.compute.device
-    server = serialize.to_device(server, device)
-    states = {cid: serialize.to_device(state, device) for cid, state in states.items()}
-    try:
-        test = simulator.evaluate(experiment.test, server, states)
-    finally:
-        simulator.engine.close()
-    result = {"round": meta.get("round"), "overrides": list(overrides or []), "test": test,
-              "seconds": round(time.perf_counter() - start, 2)}
-    with open(folder.path / "evaluations.jsonl", "a") as f:
-        f.write(json.dumps(result) + "\n")
-    return result
-
-
-# -- several runs ---------------------------------------------------------------------------------
-def parse_grid(items: list[str]) -> list[tuple[str, list[Any]]]:
-    """``key=v1,v2`` items -> [(key, [v1, v2])], values parsed as YAML."""
-    grid = []
-    for item in items:
-        if "=" not in item:
-            raise ConfigError(f"--grid {item!r} must look like key=v1,v2,...")
-        key, values = item.split("=", 1)
-        try:
-            grid.append((key.strip(), [yaml.safe_load(v) for v in values.split(",")]))
-        except yaml.YAMLError:
-            raise ConfigError(f"--grid {key.strip()}: values {values!r} are not valid YAML") from None
-    return grid
-
-
-def sweep_configs(config_path: str | Path | dict[str, Any], grid: list[tuple[str, list[Any]]],
-                  overrides: list[str]) -> list[tuple[str, ExperimentConfig]]:
-    """(label, config) for every point of the grid, all validated."""
-    keys = [k for k, _ in grid]
-    points = []
-    for combo in itertools.product(*[v for _, v in grid]):
-        assignments = [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip().removesuffix('...').strip()}"
-                       for k, v in zip(keys, combo)]
-        label = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in zip(keys, combo))
-        points.append((label, load_config(config_path, overrides + assignments)))
-    return points
-
-
-def sweep(config_path: str | Path | dict[str, Any], grid: list[tuple[str, list[Any]]], overrides: list[str],
-          out_base: str | Path, progress: bool = True) -> list[dict[str, Any]]:
-    """Run every combination of the grid (each validated first); write a combined table and plot
-    under ``out_base``."""
-    points = sweep_configs(config_path, grid, overrides)
-    validate_all([c for _, c in points], Path(out_base) / "runs")
-    summaries = []
-    with dataset_cache():
-        for label, config in points:
-            summaries.append(run_experiment(config, Path(out_base) / "runs", progress, label=label))
-    write_comparison(summaries, Path(out_base), "sweep")
-    return summaries
-
-
-def write_comparison(summaries: list[dict[str, Any]], folder: Path, title: str) -> str:
-    check_output_base(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    table = markdown_table(summaries, label_key="label")
-    (folder / "results.md").write_text(f"# {title}\n\n{table}")
-    plot_curves({s["label"]: s["history"] for s in summaries}, folder / "accuracy.png", title)
-    with (folder / "summaries.jsonl").open("w") as f:
-        for s in summaries:
-            f.write(json.dumps({k: v for k, v in s.items() if k not in ("history", "_simulator")}) + "\n")
-    return table

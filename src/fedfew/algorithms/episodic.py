@@ -53,6 +53,7 @@ class EpisodicFedAvg(Algorithm):
     """FedAvg whose local update is episodic meta-training with ``self.learner``."""
 
     Options = EpisodicOptions
+    options: EpisodicOptions
 
     def __init__(self, options: EpisodicOptions, context: Context) -> None:
         super().__init__(options, context)

@@ -36,6 +36,7 @@ class FedProxOptions(FedAvgOptions):
 @register("fedavg", help="FedAvg: local minibatch SGD, sample-weighted model averaging")
 class FedAvg(Algorithm):
     Options = FedAvgOptions
+    options: FedAvgOptions
 
     def __init__(self, options: FedAvgOptions, context: Context) -> None:
         super().__init__(options, context)
@@ -78,3 +79,4 @@ class FedAvg(Algorithm):
 @register("fedprox", help="FedProx: FedAvg with a proximal term mu/2 ||w - w_global||^2")
 class FedProx(FedAvg):
     Options = FedProxOptions
+    options: FedProxOptions

@@ -233,6 +233,7 @@ class FMLOptions(TrainOptions):
 @register("fml", help="FML: deep mutual learning between a private local model and a meme of the global model")
 class FML(Algorithm):
     Options = FMLOptions
+    options: FMLOptions
 
     def __init__(self, options: FMLOptions, context: Context) -> None:
         super().__init__(options, context)

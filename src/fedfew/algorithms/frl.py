@@ -264,6 +264,7 @@ class PrototypeFL(DeploymentAlgorithm):
     prototypes averaged on the server. Labels are class indices of the episode (or the group)."""
 
     Options = FRLOptions
+    options: FRLOptions
 
     def __init__(self, options: FRLOptions, context: Context) -> None:
         super().__init__(options, context)
@@ -414,6 +415,7 @@ class FRL(Algorithm):
     """One simulator round = one meta-training episode of R + 1 rounds (module docstring)."""
 
     Options = FRLOptions
+    options: FRLOptions
 
     def __init__(self, options: FRLOptions, context: Context) -> None:
         super().__init__(options, context)

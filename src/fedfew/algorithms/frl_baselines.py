@@ -140,6 +140,7 @@ class FRLScratch(Algorithm):
     trains = False  # all its learning happens at deployment
 
     Options = DeployFedAvgOptions
+    options: DeployFedAvgOptions
 
     def __init__(self, options: DeployFedAvgOptions, context: Context) -> None:
         super().__init__(options, context)
@@ -161,6 +162,7 @@ class FRLFineTune(FedAvg):
     """Preparation is :class:`~fedfew.algorithms.fedavg.FedAvg` over the base classes."""
 
     Options = FineTuneOptions
+    options: FineTuneOptions
 
     def __init__(self, options: FineTuneOptions, context: Context) -> None:
         if context.task != "fewshot":
@@ -179,6 +181,7 @@ class FRLOneShot(FRLFineTune):
     ``keep`` averaged, then FedAvg fine-tuning at deployment."""
 
     Options = OneShotFineTuneOptions
+    options: OneShotFineTuneOptions
 
     def __init__(self, options: OneShotFineTuneOptions, context: Context) -> None:
         super().__init__(options, context)

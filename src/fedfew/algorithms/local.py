@@ -27,6 +27,7 @@ class LocalOptions(MAMLOptions):
 @register("local", help="FSL-local: every client meta-trains alone; scores averaged over clients")
 class Local(EpisodicFedAvg):
     Options = LocalOptions
+    options: LocalOptions
 
     def __init__(self, options: LocalOptions, context: Any) -> None:
         super().__init__(options, context)

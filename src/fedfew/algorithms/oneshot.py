@@ -128,6 +128,7 @@ class OneShot(Algorithm):
     """One round of local training, then selection and combination on the server (module docstring)."""
 
     Options = OneShotOptions
+    options: OneShotOptions
 
     def __init__(self, options: OneShotOptions, context: Context) -> None:
         super().__init__(options, context)

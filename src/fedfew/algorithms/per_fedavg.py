@@ -149,6 +149,7 @@ class FRLPerFedAvg(FedAvg):
     """Per-FedAvg preparation of a |C_b|-way classifier (FedAvg's model, targets and aggregation)."""
 
     Options = PerFedAvgOptions
+    options: PerFedAvgOptions
 
     def __init__(self, options: PerFedAvgOptions, context: Context) -> None:
         if context.task != "fewshot":
@@ -194,6 +195,7 @@ class FRLPerFedAvgDistance(Algorithm):
     """Per-FedAvg preparation of a head-less encoder with the prototype loss (module docstring)."""
 
     Options = PerFedAvgOptions
+    options: PerFedAvgOptions
 
     def __init__(self, options: PerFedAvgOptions, context: Context) -> None:
         if context.task != "fewshot":
