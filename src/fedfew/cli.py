@@ -24,6 +24,7 @@ import warnings
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from fedfew import __version__
 from fedfew.config import load_config
@@ -97,8 +98,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
     from fedfew.engines import ENGINES
     from fedfew.models import MODELS
     from fedfew.partition import PARTITIONS
+    from fedfew.registry import Registry
 
-    registries = {"algorithms": ALGORITHMS, "datasets": DATASETS, "engines": ENGINES, "models": MODELS,
+    registries: dict[str, Registry[Any]] = {"algorithms": ALGORITHMS, "datasets": DATASETS, "engines": ENGINES, "models": MODELS,
                   "partitions": PARTITIONS}
     for kind, registry in registries.items():
         if args.what and args.what != kind:

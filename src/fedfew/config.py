@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import logging
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -19,6 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from fedfew.errors import ConfigError
 
 __all__ = ["ConfigError", "ExperimentConfig", "apply_override", "dump_config", "load_config"]
+
+if TYPE_CHECKING:
+    from fedfew.engine.algorithm import BaseOptions
 
 logger = logging.getLogger(__name__)
 
@@ -240,7 +243,7 @@ class ExperimentConfig(Section):
 
         return ENGINES.get(self.runtime.engine).Options.model_validate(self.runtime.engine_options)
 
-    def algorithm_options(self) -> BaseModel:
+    def algorithm_options(self) -> BaseOptions:
         from fedfew.engine import ALGORITHMS
 
         return ALGORITHMS.get(self.algorithm.name).Options.model_validate(self.algorithm.options)

@@ -301,6 +301,7 @@ class F2LOptions(Options):
 @register("f2l", help="F2L: shared server-model + private client-models, L_MI transfer and partial KD")
 class F2L(Algorithm):
     Options = F2LOptions
+    options: F2LOptions
 
     def __init__(self, options: F2LOptions, context: Context) -> None:
         super().__init__(options, context)

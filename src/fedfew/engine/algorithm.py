@@ -28,6 +28,10 @@ class Options(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
+#: The base of every algorithm's options (``Algorithm.Options`` names a subclass).
+BaseOptions = Options
+
+
 @dataclass
 class EpisodeShape:
     n_way: int = 5
@@ -125,7 +129,8 @@ class Algorithm:
     override ``init_server``, ``client_update``, ``aggregate`` and ``evaluate``."""
 
     name: ClassVar[str] = ""
-    Options: ClassVar[type[Options]] = Options
+    Options: ClassVar[type[BaseOptions]] = BaseOptions
+    options: BaseOptions
     # Capabilities: each is a class attribute (a property where it depends on the options).
     #: False for a method whose rounds train nothing by design (FRL's from-scratch baseline learns at
     #: deployment only); otherwise a run in which no client ever trained is an error, not a result.
@@ -139,7 +144,7 @@ class Algorithm:
     #: runs on the server alone.
     evaluates_clients: bool = False
 
-    def __init__(self, options: Options, context: Context) -> None:
+    def __init__(self, options: BaseOptions, context: Context) -> None:
         self.options = options
         self.context = context
 

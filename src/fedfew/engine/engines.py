@@ -26,7 +26,7 @@ sets ``runs_elsewhere`` and implements :meth:`Engine.launch`. Adding one is one 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -255,7 +255,7 @@ class InProcessEngine(Engine):
 
     name = "inprocess"
 
-    def __init__(self, algorithm: Algorithm, clients: list[ClientData] | Mapping[int, ClientData], seed: int,
+    def __init__(self, algorithm: Algorithm, clients: Sequence[ClientData] | Mapping[int, ClientData], seed: int,
                  states: ClientStates | None = None, faults: Faults | None = None,
                  compute: Compute = CPU_FP32) -> None:
         super().__init__(algorithm, seed, states, faults, compute)
