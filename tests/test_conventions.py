@@ -26,8 +26,10 @@ class CountingEngine(Engine):
     """An engine that implements only ``deliver`` (in this process) and counts what it is given."""
 
     name = "counting"
+    built: list[CountingEngine] = []  # every instance, deployment groups' included
 
     def __init__(self, setup: EngineSetup) -> None:
+        CountingEngine.built.append(self)
         super().__init__(setup.algorithm, setup.seed, setup.states, setup.faults, setup.compute)
         self.clients = setup.clients
         self.delivered: list[list[int]] = []
@@ -74,6 +76,22 @@ def test_an_engine_that_only_delivers_gets_faults_late_replies_and_counts_from_t
         clients = row["clients"]
         assert delivered == sorted(set(clients["asked"]) - set(clients["failed"]))  # failed: nothing sent
         assert clients["late"] and set(clients["late"]).isdisjoint(clients["replied"])  # late: dropped
+
+
+def test_frl_deployment_groups_run_on_the_configured_engine(counting_engine) -> None:
+    """FRL's deployment groups (new clients the algorithm makes) get engines of the configured kind,
+    with the numbers of the in-process engine."""
+    config = tiny_config("frl", federation={"rounds": 1})
+    reference = load_config(config)
+    simulator = build_experiment(reference).simulator()
+    expected = simulator.run(1, 4, 1)
+    CountingEngine.built.clear()
+    cfg = load_config(config, ["runtime.engine=counting"])
+    simulator = build_experiment(cfg).simulator()
+    got = simulator.run(1, 4, 1)
+    deployments = [e for e in CountingEngine.built if e.states is None]
+    assert deployments and all(e.delivered for e in deployments)  # each group's rounds went through it
+    assert got["test"] == expected["test"]
 
 
 def test_faults_are_drawn_once_for_every_engine() -> None:
