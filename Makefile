@@ -29,8 +29,10 @@ test-flower: install
 	$(BIN)/pip install -q -e ".[dev,flower]"
 	$(BIN)/python -m pytest -m flower -p no:randomly
 
+# ruff, then mypy on src/ (settings and the per-module exceptions in pyproject.toml [tool.mypy]).
 lint: install
 	$(BIN)/ruff check src tests
+	$(BIN)/python -m mypy
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -120,8 +120,7 @@ def apply_methods(names: dict[str, list[str]], setting: str, seed: int, experime
                 server = algorithm.combine_scored(server0, ids, states, scores_of(adfl_server, ids), after)
         else:
             server = algorithm.aggregate(server0, results, generator)
-        metrics = algorithm.evaluate(server, {}, experiment.clients, experiment.test,
-                                     torch_generator(seed, "evaluate", "test"))
+        metrics = algorithm.evaluate(server, experiment.test, torch_generator(seed, "evaluate", "test"))
         out[label] = {"accuracy": metrics["accuracy"], "member_ids": server.get("member_ids", []),
                       "seconds": round(time.perf_counter() - start, 2)}
         if "coherence" in server:

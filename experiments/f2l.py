@@ -329,9 +329,12 @@ def cmd_adaptation(args: argparse.Namespace) -> None:
                 algorithm = experiment.algorithm
                 generator = torch_generator(config["seed"], "adaptation")
                 server = algorithm.init_server(generator)
-                states = {c.client_id: algorithm.init_client_state(c, torch_generator(config["seed"], "client", c.client_id))
-                          for c in experiment.clients}
-                score = algorithm.evaluate(server, states, experiment.clients, data, generator)
+                if algorithm.evaluates_clients:  # the clients' own (initial) client-models take part
+                    simulator = experiment.simulator()
+                    score = simulator.evaluate(data, server)
+                    simulator.engine.close()
+                else:
+                    score = algorithm.evaluate(server, data, generator)
                 key = f"{dataset} {method} " + " ".join(f"{k}={v}" for k, v in options.items())
                 results[key] = {"dataset": dataset, "method": method, "options": options,
                                 "tasks": "validation classes" if experiment.val is not None else "base classes",

@@ -248,7 +248,7 @@ def test_adfl_round_scores_every_client_and_evaluates_its_ensemble() -> None:
     assert sorted(server["coherence"]) == [0, 1, 2, 3, 4]
     best = sorted(server["coherence"], key=server["coherence"].get, reverse=True)[:2]
     assert set(server["member_ids"]) == set(best) and len(server["members"]) == 2
-    result = experiment.algorithm.evaluate(server, {}, experiment.clients, experiment.test, torch.Generator())
+    result = experiment.algorithm.evaluate(server, experiment.test, torch.Generator())
     probs = member_probabilities(experiment.algorithm.model, server["members"], experiment.test.dataset.inputs)
     want = float((probs.mean(0).argmax(-1) == experiment.test.dataset.labels).double().mean())
     assert result["accuracy"] == pytest.approx(want)
@@ -307,7 +307,7 @@ def test_impossible_options_are_named() -> None:
     with pytest.raises(ValueError, match="ensemble_size=9"):
         experiment.algorithm.aggregate(outcome.server, outcome.results, torch.Generator())
     with pytest.raises(ValueError, match="no test data"):
-        experiment.algorithm.evaluate({"members": [outcome.results[0].upload["model"]]}, {}, [], EvalData("test"),
+        experiment.algorithm.evaluate({"members": [outcome.results[0].upload["model"]]}, EvalData("test"),
                                       torch.Generator())
 
 

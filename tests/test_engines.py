@@ -3,6 +3,7 @@ state store bounds memory by spilling to disk with the same numbers; the CUDA pa
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,8 @@ import pytest
 import torch
 
 from fedfew.config import load_config
+from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, Options
+from fedfew.engine.tasks import ClientTask
 from fedfew.engine.workers import WorkersEngine
 from fedfew.experiment import build_experiment
 from tests.tiny import ALGORITHM_SETUPS, tiny_config
@@ -47,7 +50,27 @@ def test_two_workers_equal_one_process(name: str) -> None:
     assert two["test"] == inprocess["test"] == one["test"]
 
 
+class WhereIsMyData(Algorithm):
+    """Reports, from wherever a client update runs, the process and the address of the client's data."""
+
+    name = "where-is-my-data"
+
+    def init_server(self, generator: torch.Generator) -> Any:
+        return {}
+
+    def broadcast(self, server: Any, client_id: int) -> dict[str, Any]:
+        return {}
+
+    def client_update(self, payload: dict[str, Any], state: Any, data: ClientData,
+                      generator: torch.Generator) -> ClientResult:
+        return ClientResult(upload={}, state=state,
+                            metrics={"pid": float(os.getpid()), "address": float(data.train.inputs.data_ptr())})
+
+
 def test_workers_are_stopped_and_share_the_data() -> None:
+    """The workers are forked after the data is built: each client's tensors are at the same address in
+    the worker as here (inherited copy-on-write, never pickled or copied), and the updates ran in the
+    workers, not here."""
     cfg = load_config(tiny_config("fl-proto"), ["runtime.workers=2"])
     experiment = build_experiment(cfg)
     simulator = experiment.simulator()
@@ -59,6 +82,16 @@ def test_workers_are_stopped_and_share_the_data() -> None:
     engine.close()
     for pid in pids:
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+
+    probe = WhereIsMyData(Options(), experiment.context)
+    with WorkersEngine(probe, experiment.clients, 0, workers=2) as workers:
+        replies = workers.execute(ClientTask(round=0, round_key="0"), {c.client_id: {} for c in experiment.clients})
+        pids = set(workers.pids)
+    assert sorted(replies.results) == [c.client_id for c in experiment.clients]
+    for client in experiment.clients:
+        metrics = replies.results[client.client_id].metrics
+        assert int(metrics["pid"]) in pids and int(metrics["pid"]) != os.getpid()
+        assert int(metrics["address"]) == client.train.inputs.data_ptr()  # the parent's tensor, shared
 
 
 @pytest.mark.parametrize("name", ["f2l", "fml", "local"])

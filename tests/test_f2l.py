@@ -425,7 +425,7 @@ def test_authors_code_options_train_and_evaluate() -> None:
     states = dict(sim.client_states)
     outcome = simulate_round(alg, sim.server, clients, states, [0, 1, 2], seed=0, round_key=0)
     assert all("l_mi" in r.metrics and "kd_temperature" not in r.metrics for r in outcome.results.values())
-    result = alg.evaluate(outcome.server, states, clients, sim.test, torch_generator(0, "e"))
+    result = alg.evaluate(outcome.server, sim.test, torch_generator(0, "e"))
     assert set(result) == {"accuracy", "ci95"} and result["accuracy"] > 0.5  # well-separated blobs
 
 

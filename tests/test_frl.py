@@ -38,6 +38,7 @@ from fedfew.deployment import (
     draw_groups,
     evaluate_deployment,
     held_out_positions,
+    participant_positions,
     with_fresh_head,
 )
 from fedfew.engine import ClientData, ClientResult, Context, EpisodeShape, EvalData, Simulator, payload_bytes
@@ -307,11 +308,11 @@ def test_distance_classifier_is_exact_on_separated_clusters(iid: bool) -> None:
     options = frl_options(lr=1e-9, deployment=DeploymentOptions(groups=4, iid=iid, samples_per_class=20))
     frl = FRL(options, ctx)
     prepared = {k: v.clone() for k, v in ctx.make_model(None).state_dict().items()}
-    result = evaluate_deployment(frl.prototype_fl, prepared, options.deployment, 3, test, ctx, [])
+    result = evaluate_deployment(frl.prototype_fl, prepared, options.deployment, 3, test, ctx)
     assert result["accuracy"] == 1.0 and result["groups"] == 4
     # An encoder that maps every cluster to the same point is not exact: the check can fail.
     collapsed = {"encoder.weight": torch.ones(12, 12), "encoder.bias": torch.zeros(12)}
-    result = evaluate_deployment(frl.prototype_fl, collapsed, options.deployment, 3, test, ctx, [])
+    result = evaluate_deployment(frl.prototype_fl, collapsed, options.deployment, 3, test, ctx)
     assert result["accuracy"] < 0.5
 
 
@@ -342,7 +343,7 @@ def test_groups_are_seeded_and_have_the_papers_structure() -> None:
 def test_seen_classes_use_only_samples_no_participant_holds() -> None:
     data, ctx, _ = deployment_setup()
     held = [ClientData(0, data.subset(torch.arange(0, 30))), ClientData(1, data.subset(torch.arange(40, 70)))]
-    free = held_out_positions(data, [0, 1, 2], held)
+    free = held_out_positions(data, [0, 1, 2], participant_positions(held))
     assert free[0].tolist() == list(range(30, 40)) and free[1].tolist() == list(range(70, 80))
     assert 2 not in free  # no participant holds class 2: it is not a seen class
     options = DeploymentOptions(groups=3, clients=2, classes=3, seen_classes=2, samples_per_class=10)
@@ -489,7 +490,7 @@ def test_distance_based_per_fedavg_deploys_with_global_prototypes() -> None:
     algorithm = FRLPerFedAvgDistance(options, ctx)
     server = algorithm.init_server(torch.Generator().manual_seed(0))
     assert "head.weight" not in server["model"]  # a head-less encoder: prototypes classify
-    result = algorithm.evaluate(server, {}, [], test, torch.Generator())
+    result = algorithm.evaluate(server, test, torch.Generator())
     assert result["accuracy"] == 1.0 and result["groups"] == 3  # separated clusters, identity encoder
 
 

@@ -216,7 +216,7 @@ def test_a_run_in_which_nothing_trained_fails(tmp_path: Path, capsys: pytest.Cap
             "--set", "partition.name=shards",
             "--set", "partition.options={shards_per_client: 1, single_class_shards: true, shard_size: 40}",
             "--set", "federation.rounds=2", "--set", "episodes.test_episodes=5"]
-    assert main(args) == 2
+    assert main(args) == 1  # a run that failed (not a usage error): exit 1
     err = capsys.readouterr().err
     assert "no client trained" in err
     folder = only_run(tmp_path)

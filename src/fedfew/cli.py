@@ -1,18 +1,37 @@
-"""The ``fedfew`` command: ``run``, ``sweep``, ``list``, ``demo`` and ``study`` (fedfew.study.cli)."""
+"""The ``fedfew`` command: ``run``, ``sweep``, ``resume``, ``evaluate``, ``list``, ``demo``, ``study``
+(fedfew.study.cli) and the Flower helpers.
+
+Conventions: warnings and notes go through :mod:`logging` (one logger per module, under ``fedfew``);
+:func:`main` installs the one handler that prints them to stderr as ``fedfew: warning: ...``
+(``--quiet``: warnings only; ``-v``: debug too). Exit codes come from the exception's class
+(:mod:`fedfew.errors`): 2 for usage and config errors, 1 for a run that failed, 130 for an interrupt.
+An unexpected exception prints one line and where its traceback was written (the run folder's
+``error.log``, else a temporary file); ``--traceback`` prints it.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import signal
 import sys
+import tempfile
 import time
+import traceback
 import warnings
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
-from fedfew.config import ConfigError, load_config
+from fedfew import __version__
+from fedfew.config import load_config
+from fedfew.errors import ConfigError, FedfewError, RunInterrupted
 from fedfew.plugins import command_line_plugins
+
+logger = logging.getLogger(__name__)
 
 
 def _report(summary: dict) -> None:
@@ -25,7 +44,8 @@ def _report(summary: dict) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     from fedfew.experiment import dataset_cache
     from fedfew.runfolder import check_output_base
-    from fedfew.runner import run_experiment, validate_all, write_comparison
+    from fedfew.runner import run_experiment, validate_all
+    from fedfew.sweep import write_comparison
 
     configs = [load_config(path, args.set) for path in args.configs]  # every config, before any work
     table = None
@@ -46,7 +66,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from fedfew.results import markdown_table
-    from fedfew.runner import parse_grid, sweep
+    from fedfew.sweep import parse_grid, sweep
 
     summaries = sweep(args.config, parse_grid(args.grid), args.set, args.out, progress=not args.quiet)
     print(markdown_table(summaries, label_key="label"))
@@ -61,8 +81,8 @@ def _cmd_resume(args: argparse.Namespace) -> int:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from fedfew.rescore import evaluate_run
     from fedfew.results import format_accuracy
-    from fedfew.runner import evaluate_run
 
     result = evaluate_run(args.run_dir, args.set)
     extra = {k: v for k, v in result["test"].items() if k not in ("accuracy", "ci95")}
@@ -75,10 +95,13 @@ def _cmd_list(args: argparse.Namespace) -> int:
     import fedfew.algorithms  # noqa: F401
     from fedfew.data import DATASETS
     from fedfew.engine import ALGORITHMS
+    from fedfew.engines import ENGINES
     from fedfew.models import MODELS
     from fedfew.partition import PARTITIONS
+    from fedfew.registry import Registry
 
-    registries = {"algorithms": ALGORITHMS, "datasets": DATASETS, "models": MODELS, "partitions": PARTITIONS}
+    registries: dict[str, Registry[Any]] = {"algorithms": ALGORITHMS, "datasets": DATASETS, "engines": ENGINES, "models": MODELS,
+                  "partitions": PARTITIONS}
     for kind, registry in registries.items():
         if args.what and args.what != kind:
             continue
@@ -117,7 +140,8 @@ def demo_config_path() -> Path:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from fedfew.runner import run_experiment, write_comparison
+    from fedfew.runner import run_experiment
+    from fedfew.sweep import write_comparison
 
     start = time.perf_counter()
     print("fedfew demo: federated 5-way 1-shot on the bundled 8x8 digits; clients hold digits 0-4 "
@@ -149,17 +173,53 @@ def plugin_option(p: argparse.ArgumentParser) -> None:
 
 def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
                   file: object = None, line: str | None = None) -> None:
-    print(f"fedfew: warning: {message}", file=sys.stderr)
+    logging.getLogger("fedfew").warning("%s", message)  # warnings.warn from fedfew: one line each
+
+
+class _OneLine(logging.Formatter):
+    """``fedfew: warning: ...`` (``fedfew: ...`` for notes), one line per record."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        level = "" if record.levelno == logging.INFO else f"{record.levelname.lower()}: "
+        return f"fedfew: {level}{record.getMessage()}"
+
+
+@contextlib.contextmanager
+def logging_to_stderr(level: int) -> Iterator[None]:
+    """Print fedfew's log records at ``level`` and above on stderr (through tqdm, so a progress bar
+    survives them) while the command runs."""
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    package = logging.getLogger("fedfew")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_OneLine())
+    previous = (package.level, package.propagate)
+    package.addHandler(handler)
+    package.setLevel(level)
+    package.propagate = False
+    try:
+        with logging_redirect_tqdm([package]):
+            for redirected in package.handlers:
+                redirected.setFormatter(_OneLine())
+            yield
+    finally:
+        package.removeHandler(handler)
+        package.setLevel(previous[0])
+        package.propagate = previous[1]
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedfew", description="Federated learning when data or rounds are few.")
+    parser.add_argument("--version", action="version", version=f"fedfew {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="also print debug messages")
+    parser.add_argument("--traceback", action="store_true",
+                        help="print the full traceback of an unexpected error (it is always written to a file)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="override a config value, e.g. --set federation.rounds=50 (repeatable)")
-        p.add_argument("--quiet", action="store_true", help="no progress bar")
+        p.add_argument("--quiet", action="store_true", help="no progress bar and no notes (warnings still)")
         plugin_option(p)
 
     run = sub.add_parser("run", help="run one or more experiment configs")
@@ -178,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.set_defaults(func=_cmd_sweep)
 
     ls = sub.add_parser("list", help="list algorithms, datasets, models and partitions")
-    ls.add_argument("what", nargs="?", choices=["algorithms", "datasets", "models", "partitions"])
+    ls.add_argument("what", nargs="?", choices=["algorithms", "datasets", "engines", "models", "partitions"])
     plugin_option(ls)
     ls.set_defaults(func=_cmd_list)
 
@@ -222,37 +282,48 @@ def _terminate(signum: int, frame: object) -> None:
     raise KeyboardInterrupt  # SIGTERM stops a run as Ctrl-C does: checkpointed, resumable
 
 
+def _traceback_file(err: BaseException) -> Path:
+    """Where the traceback of an unexpected error goes: the run folder's ``error.log`` when the run
+    wrote one (it holds this traceback), else a new temporary file."""
+    text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+    folder = getattr(err, "run_folder", None)
+    if folder is not None and (Path(folder) / "error.log").is_file():
+        return Path(folder) / "error.log"
+    with tempfile.NamedTemporaryFile("w", prefix="fedfew-error-", suffix=".log", delete=False) as f:
+        f.write(text)
+    return Path(f.name)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from fedfew.engine.engines import EngineError
-    from fedfew.engine.serialize import StateFormatError
-    from fedfew.engine.simulator import NothingTrainedError
-    from fedfew.registry import RegistryError
-    from fedfew.runner import RunInterrupted
-
+    level = logging.DEBUG if args.verbose else logging.WARNING if getattr(args, "quiet", False) else logging.INFO
     try:
         previous = signal.signal(signal.SIGTERM, _terminate)
     except ValueError:  # not the main thread (a test calling main from a thread)
         previous = None
     try:
-        with warnings.catch_warnings(), command_line_plugins(getattr(args, "plugin", [])):
+        with logging_to_stderr(level), warnings.catch_warnings():
             warnings.showwarning = _show_warning  # one line each, as errors are
-            return args.func(args)
-    except ConfigError as err:
-        print(f"fedfew: {_one_line(err)}", file=sys.stderr)
-        return 2
-    except RunInterrupted as err:
-        print(f"fedfew: {err}", file=sys.stderr)
-        return 130
-    except KeyboardInterrupt:
-        print("fedfew: interrupted before any round finished", file=sys.stderr)
-        return 130
-    except NothingTrainedError as err:
-        print(f"fedfew: run failed: {_one_line(err)}", file=sys.stderr)
-        return 2
-    except (ValueError, RegistryError, StateFormatError, EngineError, FileNotFoundError, OSError) as err:
-        print(f"fedfew: error: {_one_line(err)}", file=sys.stderr)
-        return 2
+            try:
+                with command_line_plugins(getattr(args, "plugin", [])):
+                    return int(args.func(args))
+            except RunInterrupted as err:
+                print(f"fedfew: {err}", file=sys.stderr)
+                return err.exit_code
+            except KeyboardInterrupt:
+                print("fedfew: interrupted before any round finished", file=sys.stderr)
+                return 130
+            except FedfewError as err:
+                kind = "error" if err.exit_code == 2 else "run failed"
+                print(f"fedfew: {kind}: {_one_line(err)}", file=sys.stderr)
+                return err.exit_code
+            except Exception as err:  # a bug, or a failure fedfew did not foresee: keep the traceback
+                where = _traceback_file(err)
+                print(f"fedfew: unexpected {type(err).__name__}: {_one_line(err)} (traceback in {where})",
+                      file=sys.stderr)
+                if args.traceback:
+                    traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
+                return 1
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)

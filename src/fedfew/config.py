@@ -12,16 +12,19 @@ import copy
 import difflib
 import logging
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from fedfew.errors import UsageError
+from fedfew.errors import ConfigError
 
+__all__ = ["ConfigError", "ExperimentConfig", "apply_override", "dump_config", "load_config"]
 
-class ConfigError(UsageError):
-    """A configuration is invalid; the message names the key and what is allowed."""
+if TYPE_CHECKING:
+    from fedfew.engine.algorithm import BaseOptions
+
+logger = logging.getLogger(__name__)
 
 
 class Section(BaseModel):
@@ -118,15 +121,40 @@ class RuntimeConfig(Section):
     #: Where clients' private states live: "memory", "disk" (files in the run folder; memory stays
     #: bounded with many clients), or "auto" (disk above 100 clients).
     client_states: Literal["auto", "memory", "disk"] = "auto"
-    #: Worker processes that run a round's clients in parallel, one thread each (0: in this process).
-    workers: int = Field(0, ge=0)
     #: "cpu", "cuda" or "auto" (cuda when a GPU is visible).
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     #: "bf16" autocasts convolutions and matrix products to bfloat16 (parameters stay float32).
     precision: Literal["fp32", "bf16"] = "fp32"
-    #: "inprocess" (this process, or runtime.workers processes) or "flower" (Flower's deployment
-    #: runtime: a SuperLink and one SuperNode per client as separate processes; docs/deployment.md).
-    engine: Literal["inprocess", "flower"] = "inprocess"
+    #: Where the clients run (``fedfew list engines``): "inprocess" (this process), "workers" (worker
+    #: processes, one thread each) or "flower" (Flower's deployment runtime: a SuperLink and one
+    #: SuperNode per client as separate processes; docs/deployment.md).
+    engine: str = "inprocess"
+    #: The engine's options, e.g. ``{workers: 4}`` for the workers engine (unknown keys are errors).
+    engine_options: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _workers_alias(cls, data: Any) -> Any:
+        """The old ``runtime.workers: N`` (N > 0: the workers engine with N workers; 0: in process)."""
+        if not isinstance(data, dict) or "workers" not in data:
+            return data
+        data = dict(data)
+        workers = data.pop("workers")
+        if not isinstance(workers, int) or isinstance(workers, bool) or workers < 0:
+            raise ValueError(f"runtime.workers: must be a whole number >= 0 (got {workers!r})")
+        engine = data.get("engine", "inprocess")
+        logger.warning("runtime.workers is deprecated: write runtime.engine: %s%s instead",
+                       "workers" if workers else "inprocess",
+                       f" and runtime.engine_options: {{workers: {workers}}}" if workers else "")
+        if workers and engine not in ("inprocess", "workers"):
+            raise ValueError(f"runtime.workers runs clients in worker processes (runtime.engine: workers); with "
+                             f"runtime.engine: {engine} it cannot apply (set runtime.workers: 0)")
+        if workers:
+            data["engine"] = "workers"
+            data["engine_options"] = {**(data.get("engine_options") or {}), "workers": workers}
+        elif engine == "workers":
+            data["engine"], data["engine_options"] = "inprocess", {}
+        return data
 
 
 class FlowerConfig(Section):
@@ -167,6 +195,7 @@ class ExperimentConfig(Section):
         import fedfew.algorithms  # noqa: F401  (registers algorithms)
         from fedfew.data import DATASETS
         from fedfew.engine import ALGORITHMS
+        from fedfew.engines import ENGINES
         from fedfew.models import MODELS
         from fedfew.partition import PARTITIONS
         from fedfew.registry import RegistryError
@@ -177,6 +206,7 @@ class ExperimentConfig(Section):
             ("partition.name", PARTITIONS, self.partition.name),
             ("model.name", MODELS, self.model.name),
             ("algorithm.name", ALGORITHMS, self.algorithm.name),
+            ("runtime.engine", ENGINES, self.runtime.engine),
         ):
             try:
                 registry.get(name)
@@ -197,12 +227,14 @@ class ExperimentConfig(Section):
                 schema.model_validate(options)
             except ValidationError as err:
                 raise ValueError(_format(err, prefix=key, model=schema, header=False)) from None
-        if self.runtime.engine == "flower" and self.runtime.workers > 0:
-            raise ValueError("runtime.workers runs clients in worker processes of runtime.engine: inprocess; with "
-                             "runtime.engine: flower every client is a SuperNode (set runtime.workers: 0)")
-        if self.runtime.device != "cpu" and (self.runtime.workers > 0 or self.runtime.engine == "flower"):
+        engine_options = ENGINES.get(self.runtime.engine).Options
+        try:
+            engine_options.model_validate(self.runtime.engine_options)
+        except ValidationError as err:
+            raise ValueError(_format(err, prefix="runtime.engine_options", model=engine_options, header=False)) from None
+        if self.runtime.device != "cpu" and self.runtime.engine != "inprocess":
             raise ValueError("runtime.device=cuda/auto runs the clients in this process (one GPU): set "
-                             "runtime.workers: 0 and runtime.engine: inprocess")
+                             "runtime.engine: inprocess")
         fpr = self.federation.clients_per_round
         if isinstance(fpr, int) and fpr > self.partition.num_clients:
             raise ValueError(
@@ -212,7 +244,12 @@ class ExperimentConfig(Section):
             raise ValueError("federation.clients_per_round as a fraction must be in (0, 1]")
         return self
 
-    def algorithm_options(self) -> BaseModel:
+    def engine_options(self) -> BaseModel:
+        from fedfew.engines import ENGINES
+
+        return ENGINES.get(self.runtime.engine).Options.model_validate(self.runtime.engine_options)
+
+    def algorithm_options(self) -> BaseOptions:
         from fedfew.engine import ALGORITHMS
 
         return ALGORITHMS.get(self.algorithm.name).Options.model_validate(self.algorithm.options)

@@ -26,7 +26,6 @@ FedAvg, fine-tuning and one-shot baselines.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +36,7 @@ from pydantic import Field, model_validator
 from fedfew.data.dataset import LabelledDataset
 from fedfew.engine.aggregation import weighted_average
 from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, Context, EvalData, Options
-from fedfew.engine.engines import InProcessEngine
+from fedfew.engine.engines import Engine, InProcessEngine
 from fedfew.engine.simulator import run_round
 from fedfew.engine.state import StateDict, get_state, load_state_
 from fedfew.evaluation import mean_ci95
@@ -88,26 +87,26 @@ class DeploymentGroup:
 
 
 # -- drawing the groups ---------------------------------------------------------------------------
-def row_fingerprints(inputs: torch.Tensor) -> list[bytes]:
-    """A hash of each row's bytes: identifies a sample by its content."""
-    flat = inputs.reshape(len(inputs), -1).contiguous().cpu().numpy()
-    return [hashlib.blake2b(row.tobytes(), digest_size=12).digest() for row in flat]
+def participant_positions(clients: list[ClientData]) -> torch.Tensor:
+    """The rows of the loaded dataset that some participant trains on (their subsets keep them)."""
+    rows = [torch.arange(len(c.train)) if c.train.positions is None else c.train.positions for c in clients]
+    return torch.unique(torch.cat(rows)) if rows else torch.zeros(0, dtype=torch.long)
 
 
-def held_out_positions(dataset: LabelledDataset, classes: list[int], clients: list[ClientData]) -> dict[int, np.ndarray]:
+def held_out_positions(dataset: LabelledDataset, classes: list[int], held: torch.Tensor) -> dict[int, np.ndarray]:
     """For each class in ``classes`` that some preparation client holds (a *seen* class), the
-    positions of its samples that no client holds.
+    positions of its samples that no client holds (``held``: the participants' rows of ``dataset``,
+    :func:`participant_positions`).
 
-    Seen classes at deployment (Table 3) must not reuse samples a participant trained on; clients
-    keep no pointer into the dataset, so samples are matched by content."""
-    held = {f for c in clients for f in row_fingerprints(c.train.inputs)}
-    held_classes = {int(c) for client in clients for c in torch.unique(client.train.labels)}
-    out: dict[int, np.ndarray] = {}
+    Seen classes at deployment (Table 3) must not reuse samples a participant trained on."""
     labels = dataset.labels.cpu().numpy()
+    taken = np.zeros(len(labels), dtype=bool)
+    taken[held.cpu().numpy()] = True
+    held_classes = set(np.unique(labels[taken]).tolist())
+    out: dict[int, np.ndarray] = {}
     for cls in (c for c in classes if c in held_classes):
         positions = np.flatnonzero(labels == cls)
-        prints = row_fingerprints(dataset.inputs[torch.from_numpy(positions)])
-        out[cls] = positions[[p not in held for p in prints]] if len(positions) else positions
+        out[cls] = positions[~taken[positions]]
     return out
 
 
@@ -229,27 +228,32 @@ class DeploymentAlgorithm(Algorithm):
 
 
 def deploy(algorithm: DeploymentAlgorithm, prepared: StateDict, dataset: LabelledDataset, group: DeploymentGroup,
-           rounds: int, seed: int, key: str) -> tuple[float, int]:
-    """Run ``rounds`` rounds of ``algorithm`` in ``group`` from ``prepared``; return the pooled query
-    accuracy and the bytes exchanged."""
+           rounds: int, seed: int, key: str, context: Context | None = None) -> tuple[float, int]:
+    """Run ``rounds`` rounds of ``algorithm`` in ``group`` from ``prepared`` on the configured engine
+    (``context.new_federation``; in this process without one); return the pooled query accuracy and
+    the bytes exchanged."""
     tau = len(group.classes)
     clients = [ClientData(i, relabelled(dataset, s, group.classes)) for i, s in enumerate(group.support)]
     query = relabelled(dataset, torch.cat(group.query), group.classes)
     server = algorithm.start(prepared, tau, torch_generator(seed, "deploy-start", key))
-    engine = InProcessEngine(algorithm, clients, seed)  # the group's own FL, scored on the server
+    if context is not None and context.new_federation is not None:
+        engine: Engine = context.new_federation(algorithm, clients)
+    else:
+        engine = InProcessEngine(algorithm, clients, seed)
     everyone = list(range(len(clients)))
     sent = 0
-    for r in range(rounds):
-        outcome = run_round(engine, algorithm, server, everyone, r, f"{key}/round{r}")
-        engine.end_round(r)
-        server = outcome.server
-        sent += outcome.bytes_down + outcome.bytes_up
+    with engine:  # the group's own FL; its global model is scored on the server
+        for r in range(rounds):
+            outcome = run_round(engine, algorithm, server, everyone, r, f"{key}/round{r}")
+            engine.end_round(r)
+            server = outcome.server
+            sent += outcome.bytes_down + outcome.bytes_up
     logits = algorithm.classify(server, query)
     return float((logits.argmax(-1) == query.labels).double().mean()), sent
 
 
-def deployment_groups(options: DeploymentOptions, data: EvalData, context: Context,
-                      clients: list[ClientData]) -> tuple[LabelledDataset, list[DeploymentGroup]]:
+def deployment_groups(options: DeploymentOptions, data: EvalData,
+                      context: Context) -> tuple[LabelledDataset, list[DeploymentGroup]]:
     """The dataset and the groups for evaluation data ``data``: unseen classes are those of its
     fixed episodes' pool (the split's classes), seen ones the preparation classes."""
     if data.episodes is None:
@@ -260,20 +264,21 @@ def deployment_groups(options: DeploymentOptions, data: EvalData, context: Conte
     unseen = [int(c) for c in data.episodes.sampler.classes]
     seen = None
     if options.seen_classes:
-        seen = held_out_positions(dataset, list(context.train_classes), clients)
+        held = context.participant_positions
+        seen = held_out_positions(dataset, list(context.train_classes),
+                                  torch.zeros(0, dtype=torch.long) if held is None else held)
     return dataset, draw_groups(dataset, unseen, options, context.seed, data.split, seen)
 
 
 def evaluate_deployment(algorithm: DeploymentAlgorithm, prepared: StateDict, options: DeploymentOptions,
-                        default_rounds: int, data: EvalData, context: Context,
-                        clients: list[ClientData]) -> dict[str, float]:
+                        default_rounds: int, data: EvalData, context: Context) -> dict[str, float]:
     """Section 2.3: mean pooled-query accuracy and 95% CI over the G groups."""
     rounds = default_rounds if options.rounds is None else options.rounds
-    dataset, groups = deployment_groups(options, data, context, clients)
+    dataset, groups = deployment_groups(options, data, context)
     scores, sent = [], 0
     for g, group in enumerate(groups):
         accuracy, group_bytes = deploy(algorithm, prepared, dataset, group, rounds, context.seed,
-                                       f"deploy/{data.split}/{g}")
+                                       f"deploy/{data.split}/{g}", context)
         scores.append(accuracy)
         sent += group_bytes
     summary = mean_ci95(scores)
@@ -302,6 +307,8 @@ def with_fresh_head(model: torch.nn.Module, prepared: StateDict, generator: torc
 class LinearFL(DeploymentAlgorithm):
     """FedAvg (sample-weighted) with cross-entropy on a tau-way linear head, Xavier-initialised at
     the start of each group; the global model's head classifies."""
+
+    options: TrainOptions
 
     def __init__(self, options: TrainOptions, context: Context, num_classes: int) -> None:
         super().__init__(options, context)

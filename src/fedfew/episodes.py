@@ -16,10 +16,11 @@ from pathlib import Path
 import torch
 
 from fedfew.data.dataset import LabelledDataset
+from fedfew.errors import UsageError
 from fedfew.seeding import torch_generator
 
 
-class EpisodeError(ValueError):
+class EpisodeError(UsageError):
     """An episode cannot be sampled as asked; the message says what the data allows."""
 
 

@@ -4,6 +4,8 @@ family that fits; the CLI prints one line and the exit code comes from the class
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 class FedfewError(Exception):
     """Base of fedfew's own errors."""
@@ -21,3 +23,17 @@ class RunFailedError(FedfewError, RuntimeError):
     """A run started and could not produce a trustworthy result (diverged, nothing trained). Exit 1."""
 
     exit_code = 1
+
+
+class ConfigError(UsageError):
+    """A configuration is invalid; the message names the key and what is allowed."""
+
+
+class RunInterrupted(FedfewError):
+    """Ctrl-C (or SIGTERM) stopped a run; it was checkpointed and can be resumed. Exit 130."""
+
+    exit_code = 130
+
+    def __init__(self, folder: Path, round_done: int, rounds: int) -> None:
+        super().__init__(f"interrupted after round {round_done}/{rounds}; resume with: fedfew resume {folder}")
+        self.folder, self.round_done, self.rounds = folder, round_done, rounds

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import tempfile
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,16 +18,20 @@ import torch
 import fedfew.algorithms  # noqa: F401  (registers the algorithms)
 from fedfew.config import ConfigError, ExperimentConfig
 from fedfew.data import LabelledDataset, load_dataset
+from fedfew.deployment import participant_positions
 from fedfew.engine import ALGORITHMS, Algorithm, ClientData, Context, EpisodeShape, EvalData, Simulator
 from fedfew.engine.compute import Compute
-from fedfew.engine.engines import Engine, Faults, InProcessEngine
-from fedfew.engine.store import ClientStates
-from fedfew.engine.workers import WorkersEngine
+from fedfew.engine.engines import Engine, EngineSetup, Faults, InProcessEngine
+from fedfew.engine.protocol import init_generator
+from fedfew.engine.store import ClientStates, RemoteClientStates
+from fedfew.engines import ENGINES
 from fedfew.episodes import EpisodeError, check_eval_classes, fixed_episodes, load_tasks
 from fedfew.models import FewShotModel, build_model
 from fedfew.partition import PARTITIONS, PartitionError, partition
-from fedfew.seeding import numpy_generator, torch_generator
+from fedfew.seeding import numpy_generator
 from fedfew.signature_options import options_schema
+
+logger = logging.getLogger(__name__)
 
 EngineFactory = Callable[["Experiment", ClientStates, Faults, Compute], Engine]
 
@@ -49,7 +53,7 @@ class Experiment:
         by_id = {c.client_id: c for c in self.clients}
 
         def init_state(cid: int) -> Any:
-            return self.algorithm.init_client_state(by_id[cid], torch_generator(seed, "client-init", cid))
+            return self.algorithm.init_client_state(by_id[cid], init_generator(seed, cid))
 
         policy = config.runtime.client_states
         spill = policy == "disk" or (policy == "auto" and len(self.clients) > 100)
@@ -59,18 +63,14 @@ class Experiment:
         faults = Faults(config.federation.dropout, config.federation.stragglers)
         compute = Compute.from_runtime(config.runtime.device, config.runtime.precision)
         engine: Engine
-        if engine_factory is not None:
+        if engine_factory is not None:  # an engine made by its own runtime (the Flower ServerApp)
             engine = engine_factory(self, states, faults, compute)
-            if engine.states is None:  # the clients keep their states themselves (Flower nodes)
-                from fedfew.flower.engine import remote_states
-
-                states = remote_states([c.client_id for c in self.clients])
-        elif config.runtime.workers > 0:
-            evals = {d.split: d for d in (self.val, self.test) if d is not None}
-            engine = WorkersEngine(self.algorithm, self.clients, seed, states, faults, config.runtime.workers, compute,
-                                   evals)
         else:
-            engine = InProcessEngine(self.algorithm, by_id, seed, states, faults, compute)
+            evals = {d.split: d for d in (self.val, self.test) if d is not None}
+            setup = EngineSetup(self.algorithm, by_id, seed, states, faults, compute, evals)
+            engine = ENGINES.get(config.runtime.engine).build(setup, config.engine_options())
+        if not engine.holds_states:  # the clients keep their states themselves (Flower nodes)
+            states = RemoteClientStates([c.client_id for c in self.clients])
         return Simulator(self.algorithm, self.clients, seed, self.val, self.test, states=states, engine=engine,
                          init_seed=config.model.init_seed)
 
@@ -146,6 +146,14 @@ def _sample_split(labels: torch.Tensor, fraction: float, rng: np.random.Generato
 
 
 _DATASETS: dict[str, LabelledDataset] | None = None
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    """A warning about the data or config, once per process (validation and the run build alike)."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        logger.warning("%s", message)
 
 
 @contextlib.contextmanager
@@ -194,11 +202,10 @@ def _build(config: ExperimentConfig, device: torch.device) -> Experiment:
         pool = dataset.split(config.splits.train)
         has_val = bool(config.splits.val and dataset.splits.get(config.splits.val))
         if config.splits.val and not has_val:
-            warnings.warn(
+            _warn_once(
                 f"dataset {dataset.name!r} has no classes in split {config.splits.val!r}, so no round is "
                 "selected on validation classes (the last round is reported); hold some out with "
-                "dataset.options.class_split, or set splits.val: null to say so",
-                stacklevel=1)  # attributed here, not to the caller: once per process and dataset
+                "dataset.options.class_split, or set splits.val: null to say so")
         try:
             generated = (None if config.episodes.test_tasks else config.splits.test,
                          config.splits.val if has_val else None)
@@ -258,4 +265,23 @@ def _build(config: ExperimentConfig, device: torch.device) -> Experiment:
     meta = AlgorithmInputs(dataset.input_shape, dataset.num_classes, train_classes, dataset.name,
                            text_model_options(dataset, config.model.name), len(clients))
     context, algorithm = build_algorithm(config, meta)
+    context.new_federation = federation_factory(config)
+    context.participant_positions = participant_positions(clients)
     return Experiment(config, dataset, clients, context, algorithm, val, test)
+
+
+def federation_factory(config: ExperimentConfig) -> Callable[[Algorithm, list[ClientData]], Engine]:
+    """Engines of the configured kind for federations of new clients an algorithm makes itself
+    (FRL's deployment groups), without faults. An engine that runs elsewhere (Flower) has no nodes
+    for such clients: they run in the server's process."""
+    kind = ENGINES.get(config.runtime.engine)
+    compute = Compute.from_runtime(config.runtime.device, config.runtime.precision)
+    options = config.engine_options()
+
+    def new_federation(algorithm: Algorithm, clients: list[ClientData]) -> Engine:
+        if kind.runs_elsewhere:
+            return InProcessEngine(algorithm, clients, config.seed, compute=compute)
+        setup = EngineSetup(algorithm, {c.client_id: c for c in clients}, config.seed, None, Faults(), compute)
+        return kind.build(setup, options)
+
+    return new_federation

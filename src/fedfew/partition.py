@@ -13,10 +13,11 @@ from typing import Any, Literal
 
 import numpy as np
 
+from fedfew.errors import UsageError
 from fedfew.registry import Registry
 
 
-class PartitionError(ValueError):
+class PartitionError(UsageError):
     """A partition cannot be made as asked; the message says why and what would work."""
 
 

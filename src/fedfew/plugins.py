@@ -21,7 +21,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from types import ModuleType
 
-from fedfew.config import ConfigError
+from fedfew.errors import ConfigError
 
 _LOADED: dict[Path, ModuleType] = {}
 #: Plugins named on the command line (``--plugin``), recorded in every config the command loads.

@@ -10,10 +10,12 @@ import difflib
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
+from fedfew.errors import UsageError
+
 T = TypeVar("T")
 
 
-class RegistryError(KeyError):
+class RegistryError(UsageError, KeyError):
     """An unknown name was asked of a registry."""
 
     def __str__(self) -> str:  # KeyError quotes its message; we want it plain

@@ -34,11 +34,12 @@ from fedfew.config import ConfigError, ExperimentConfig, dump_config
 from fedfew.engine import serialize
 from fedfew.engine.simulator import Best, CommLog, RunState, Simulator
 from fedfew.engine.store import ClientStates, Entry
+from fedfew.errors import UsageError
 
 STATUSES = ("running", "interrupted", "failed", "complete")
 
 
-class RunFolderError(ValueError):
+class RunFolderError(UsageError):
     """A run folder cannot be used as asked (missing, locked, corrupt, complete); names the folder."""
 
 

@@ -1,39 +1,55 @@
-"""Run experiments end to end: validation before any work, a live run folder, checkpoints, resume,
-interrupts, and re-scoring a finished run."""
+"""``fedfew run`` and ``fedfew resume``: validation before any work, a live run folder, checkpoints,
+resume and interrupts. The other commands have their own modules: re-scoring a finished run
+(:mod:`fedfew.rescore`), sweeps and comparisons (:mod:`fedfew.sweep`), runs on Flower
+(:mod:`fedfew.flower`); their old names still import from here."""
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
+import logging
 import signal
-import sys
 import time
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from fedfew.config import ConfigError, ExperimentConfig, load_config
-from fedfew.engine import serialize
+from fedfew.engine.engines import Launch
 from fedfew.engine.simulator import NothingTrainedError, Simulator
-from fedfew.experiment import Experiment, build_experiment, dataset_cache
+from fedfew.engines import ENGINES
+from fedfew.errors import RunInterrupted
+from fedfew.experiment import EngineFactory, Experiment, build_experiment, dataset_cache
+from fedfew.progress import progress_bar
 from fedfew.results import markdown_table, plot_curves, summarise
 from fedfew.runfolder import RunFolder, RunFolderError, check_output_base, new_run_path
 
+logger = logging.getLogger(__name__)
 
-class RunInterrupted(Exception):
-    """Ctrl-C (or SIGTERM) stopped a run; it was checkpointed and can be resumed."""
+#: Moved to their own modules (re-scoring: fedfew.rescore; sweeps: fedfew.sweep; Flower's
+#: orchestration: fedfew.flower); these names still import from here.
+_MOVED = {"evaluate_run": ("fedfew.rescore", "evaluate_run"), "EVALUATE_KEYS": ("fedfew.rescore", "EVALUATE_KEYS"),
+          "parse_grid": ("fedfew.sweep", "parse_grid"), "sweep_configs": ("fedfew.sweep", "sweep_configs"),
+          "sweep": ("fedfew.sweep", "sweep"), "write_comparison": ("fedfew.sweep", "write_comparison"),
+          "run_on_federation": ("fedfew.flower.launch", "run_on_federation"),
+          "run_on_flower": ("fedfew.flower.server", "run_on_flower"),
+          "_run_local_flower": ("fedfew.flower.launch", "run_local_flower"),
+          "_flower_settings": ("fedfew.flower.launch", "flower_settings")}
 
-    def __init__(self, folder: Path, round_done: int, rounds: int) -> None:
-        super().__init__(f"interrupted after round {round_done}/{rounds}; resume with: fedfew resume {folder}")
-        self.folder, self.round_done, self.rounds = folder, round_done, rounds
+
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        import importlib
+
+        module, attribute = _MOVED[name]
+        return getattr(importlib.import_module(module), attribute)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def warn(message: str) -> None:
-    print(f"fedfew: warning: {message}", file=sys.stderr, flush=True)
+    """Kept for callers of the old path: a warning through :mod:`logging`."""
+    logger.warning("%s", message)
 
 
 @contextlib.contextmanager
@@ -77,8 +93,9 @@ def run_experiment(config: ExperimentConfig, out_base: str | Path | None = None,
     Returns the summary with the run's history and folder."""
     folder = new_run(config, out_base)
     config = load_config(folder.path / "config.yaml")
-    if config.runtime.engine == "flower":
-        return _run_local_flower(folder, config, progress, label)
+    engine = ENGINES.get(config.runtime.engine)
+    if engine.runs_elsewhere:
+        return engine.launch(Launch(folder, config, progress, label))
     folder.lock()
     try:
         return _train(folder, config, progress, label)
@@ -97,111 +114,15 @@ def with_resolved_root(config: ExperimentConfig) -> ExperimentConfig:
     return config.model_copy(update={"dataset": config.dataset.model_copy(update={"root": root})})
 
 
-# -- Flower ---------------------------------------------------------------------------------------------
-def _flower_settings(config: ExperimentConfig) -> Any:
-    try:
-        from fedfew.flower.local import FlowerSettings
-    except ImportError:
-        raise ConfigError("runtime.engine=flower needs Flower: pip install 'fedfew[flower]'") from None
-    f = config.flower
-    return FlowerSettings(f.round_timeout, f.startup_timeout, f.port, f.tls, f.node_auth)
-
-
-def _run_local_flower(folder: RunFolder, config: ExperimentConfig, progress: bool | None, label: str | None,
-                      resume: bool = False) -> dict[str, Any]:
-    """``runtime.engine: flower`` on this machine: a SuperLink and a SuperNode per client as separate
-    processes, the ServerApp (started by the SuperLink) training in ``folder``; every process stopped
-    at the end, on error or Ctrl-C too."""
-    from fedfew.flower.local import LocalFederation
-
-    federation = LocalFederation(folder.path / "flower", config.partition.num_clients, _flower_settings(config),
-                                 config.dataset.root)
-    try:
-        with federation:
-            return run_on_federation(federation, folder, config, progress, label, resume)
-    except KeyboardInterrupt:
-        status = folder.read_status()
-        if status.get("status") == "complete":
-            raise
-        folder.set_status("interrupted", round=status.get("round", 0))
-        raise RunInterrupted(folder.path, status.get("round", 0), config.federation.rounds) from None
-
-
-def new_run(config: ExperimentConfig, out_base: str | Path | None = None) -> RunFolder:
-    """A new run folder for ``config`` with its config and a running status (no lock taken)."""
+def new_run(config: ExperimentConfig, out_base: str | Path | None = None, engine: str | None = None) -> RunFolder:
+    """A new run folder for ``config`` with its config and a running status (no lock taken);
+    ``engine``: the engine the status names, if not the config's (the Flower ServerApp's)."""
     config = with_resolved_root(config)
     folder = RunFolder(new_run_path(out_base or config.runtime.output_dir, config.name))
     folder.write_config(config)
     folder.set_status("running", round=0, rounds=config.federation.rounds, name=config.name,
-                      algorithm=config.algorithm.name, engine=config.runtime.engine)
+                      algorithm=config.algorithm.name, engine=engine or config.runtime.engine)
     return folder
-
-
-def run_on_federation(federation: Any, folder: RunFolder, config: ExperimentConfig, progress: bool | None = False,
-                      label: str | None = None, resume: bool = False) -> dict[str, Any]:
-    """Run ``config`` in ``folder`` on a started :class:`~fedfew.flower.local.LocalFederation` (the
-    ServerApp trains; this process follows the run folder) and return the summary."""
-    import base64
-
-    from fedfew.flower.engine import FlowerRunError
-
-    show = config.runtime.progress if progress is None else progress
-    bar = _progress_bar(config, label, folder.read_status().get("round", 0) if resume else 0) if show else None
-    encoded = base64.b64encode(json.dumps(config.model_dump(mode="json")).encode()).decode()
-
-    def follow() -> None:
-        if bar is not None:
-            done = folder.read_status().get("round", 0)
-            if done > bar.n:
-                bar.update(done - bar.n)
-
-    try:
-        federation.run_app({"fedfew-config": encoded, "run-dir": str(folder.path)}, follow)
-    finally:
-        if bar is not None:
-            bar.close()
-    status = folder.read_status()
-    if status.get("status") == "failed":
-        raise FlowerRunError(f"the run failed on Flower: {status.get('error')} ({folder.path})")
-    if status.get("status") != "complete":
-        folder.set_status("failed", error="the ServerApp ended before the run finished")
-        raise FlowerRunError(f"the ServerApp ended before the run finished: see {federation.folder}/*.log")
-    summary = json.loads((folder.path / "summary.json").read_text())
-    history = [json.loads(line) for line in (folder.path / "metrics.jsonl").read_text().splitlines()]
-    summary.update({"history": history, "folder": str(folder.path), "label": label or config.name})
-    return summary
-
-
-def run_on_flower(grid: Any, config_data: dict[str, Any], run_dir: str | None) -> dict[str, Any]:
-    """The ServerApp's work: run ``config_data`` with the Flower engine in the run folder ``run_dir``
-    (made by ``fedfew run``; or a new run folder under it, or under runtime.output_dir)."""
-    from fedfew.flower.engine import FlowerEngine
-
-    config = load_config(config_data)
-    if run_dir and (Path(run_dir) / "config.yaml").is_file():
-        folder = RunFolder(run_dir)
-    else:
-        config = with_resolved_root(config)
-        folder = RunFolder(new_run_path(run_dir or config.runtime.output_dir, config.name))
-        folder.write_config(config)
-        folder.set_status("running", round=0, rounds=config.federation.rounds, name=config.name,
-                          algorithm=config.algorithm.name, engine="flower")
-    (folder.path / "flower").mkdir(exist_ok=True)
-    f = config.flower
-
-    def engine(experiment: Experiment, states: Any, faults: Any, compute: Any) -> FlowerEngine:
-        return FlowerEngine(grid, experiment.algorithm, config.seed, config_data, len(experiment.clients), faults,
-                            compute, f.round_timeout, f.startup_timeout, folder.path / "flower" / "messages.jsonl")
-
-    resume = folder.has_checkpoint()
-    if resume:
-        warn("resuming on Flower: the clients' private states were held by the nodes of the interrupted run and "
-             "start again from their initial values")
-    folder.lock()
-    try:
-        return _train(folder, config, False, None, resume=resume, engine_factory=engine)
-    finally:
-        folder.unlock()
 
 
 def resume_run(path: str | Path, overrides: list[str] | None = None, progress: bool | None = None) -> dict[str, Any]:
@@ -217,9 +138,10 @@ def resume_run(path: str | Path, overrides: list[str] | None = None, progress: b
     if bad:
         raise ConfigError(f"fedfew resume takes only runtime.* overrides (the run's config is fixed); got {bad[0]!r}")
     config = load_config(folder.path / "config.yaml", overrides)
-    if config.runtime.engine == "flower":
+    engine = ENGINES.get(config.runtime.engine)
+    if engine.runs_elsewhere:
         folder.set_status("running", resumed=folder.read_status().get("round", 0))
-        return _run_local_flower(folder, config, progress, None, resume=True)
+        return engine.launch(Launch(folder, config, progress, None, resume=True))
     folder.lock()
     try:
         folder.set_status("running", resumed=folder.read_status().get("round", 0))
@@ -229,7 +151,7 @@ def resume_run(path: str | Path, overrides: list[str] | None = None, progress: b
 
 
 def _train(folder: RunFolder, config: ExperimentConfig, progress: bool | None, label: str | None,
-           resume: bool = False, engine_factory: Any = None) -> dict[str, Any]:
+           resume: bool = False, engine_factory: EngineFactory | None = None) -> dict[str, Any]:
     show = config.runtime.progress if progress is None else progress
     start = time.perf_counter()
     try:
@@ -244,6 +166,10 @@ def _train(folder: RunFolder, config: ExperimentConfig, progress: bool | None, l
         raise
     try:
         return _train_on(folder, config, experiment, simulator, show, label, resume, start)
+    except Exception as err:
+        with contextlib.suppress(AttributeError):
+            err.run_folder = folder.path  # type: ignore[attr-defined]  # the command line names its error.log
+        raise
     finally:
         simulator.engine.close()
 
@@ -255,7 +181,7 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
         folder.load_checkpoint(simulator)
     folder.rewrite_metrics(simulator.state.history)
     checkpointed = simulator.state.round
-    bar = _progress_bar(config, label, simulator.state.round) if show else None
+    bar = progress_bar(config, label, simulator.state.round) if show else None
     every = config.runtime.checkpoint_every
 
     def on_round(r: int, record: dict[str, Any], sim: Simulator) -> None:
@@ -267,7 +193,7 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
                 checkpointed = r
         folder.set_status("running", round=r)
         if record.get("no_training") and sim.algorithm.trains:
-            _write(bar, f"fedfew: warning: round {r}: no client trained (every client asked sat out or failed)")
+            logger.warning("round %d: no client trained (every client asked sat out or failed)", r)
         if bar is not None:
             shown = {k.replace("train_", ""): f"{v:.3f}" for k, v in record.items()
                      if k in ("train_loss", "train_accuracy", "val_accuracy", "test_accuracy")}
@@ -298,8 +224,8 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
         seconds = time.perf_counter() - start + (simulator.state.seconds if resume else 0.0)
         summary = summarise(config, outcome, seconds, experiment.context)
         if summary.get("at_chance") and not summary.get("control"):
-            warn(f"{config.name}: test accuracy {100 * summary['test']['accuracy']:.2f}% is at chance "
-                 f"({100 * summary['chance']:.1f}%): the model learned nothing measurable at this budget")
+            logger.warning("%s: test accuracy %.2f%% is at chance (%.1f%%): the model learned nothing measurable at "
+                           "this budget", config.name, 100 * summary["test"]["accuracy"], 100 * summary["chance"])
         _write_results(folder, config, outcome, summary)
     except Exception as err:
         (folder.path / "error.log").write_text(traceback.format_exc())
@@ -311,113 +237,10 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
     return summary
 
 
-def _write(bar: Any, line: str) -> None:
-    if bar is not None:
-        bar.write(line, file=sys.stderr)
-    else:
-        print(line, file=sys.stderr, flush=True)
-
-
-def _progress_bar(config: ExperimentConfig, label: str | None, done: int) -> Any:
-    from tqdm.auto import tqdm
-
-    return tqdm(total=config.federation.rounds, initial=done, desc=label or config.algorithm.name, unit="round",
-                leave=True, dynamic_ncols=True)
-
+_progress_bar = progress_bar  # the old name
 
 def _write_results(folder: RunFolder, config: ExperimentConfig, outcome: dict[str, Any],
                    summary: dict[str, Any]) -> None:
     (folder.path / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (folder.path / "results.md").write_text(f"# {config.name}\n\n" + markdown_table([summary]))
     plot_curves({config.algorithm.name: outcome["history"]}, folder.path / "accuracy.png", config.name)
-
-
-# -- re-scoring a finished run ------------------------------------------------------------------
-#: What ``fedfew evaluate`` may change: how the trained model is scored, never what was trained.
-EVALUATE_KEYS = ("episodes.", "eval.", "runtime.", "classification.test_fraction", "algorithm.options.test_",
-                 "algorithm.options.deployment")
-
-
-def evaluate_run(path: str | Path, overrides: list[str] | None = None) -> dict[str, Any]:
-    """Score a complete run's saved model(s) on the test data again (with changed evaluation settings,
-    e.g. ``episodes.test_episodes``), without training. Appends the result to
-    ``RUN/evaluations.jsonl`` and returns it."""
-    folder = RunFolder(path)
-    if not (folder.path / "config.yaml").is_file():
-        raise RunFolderError(f"{folder.path} is not a fedfew run folder (no config.yaml)")
-    bad = [o for o in overrides or [] if not o.split("=", 1)[0].strip().startswith(EVALUATE_KEYS)]
-    if bad:
-        raise ConfigError(f"fedfew evaluate changes only how the model is scored ({', '.join(EVALUATE_KEYS)}); "
-                          f"got {bad[0]!r}")
-    config = load_config(folder.path / "config.yaml", overrides)
-    server, client_states, meta = folder.load_model()
-    experiment: Experiment = build_experiment(config)
-    simulator = experiment.simulator()
-    states = {cid: client_states.get(cid) for cid in (c.client_id for c in experiment.clients)}
-    start = time.perf_counter()
-    device = simulator.engine.compute.device
-    server = serialize.to_device(server, device)
-    states = {cid: serialize.to_device(state, device) for cid, state in states.items()}
-    try:
-        test = simulator.evaluate(experiment.test, server, states)
-    finally:
-        simulator.engine.close()
-    result = {"round": meta.get("round"), "overrides": list(overrides or []), "test": test,
-              "seconds": round(time.perf_counter() - start, 2)}
-    with open(folder.path / "evaluations.jsonl", "a") as f:
-        f.write(json.dumps(result) + "\n")
-    return result
-
-
-# -- several runs ---------------------------------------------------------------------------------
-def parse_grid(items: list[str]) -> list[tuple[str, list[Any]]]:
-    """``key=v1,v2`` items -> [(key, [v1, v2])], values parsed as YAML."""
-    grid = []
-    for item in items:
-        if "=" not in item:
-            raise ConfigError(f"--grid {item!r} must look like key=v1,v2,...")
-        key, values = item.split("=", 1)
-        try:
-            grid.append((key.strip(), [yaml.safe_load(v) for v in values.split(",")]))
-        except yaml.YAMLError:
-            raise ConfigError(f"--grid {key.strip()}: values {values!r} are not valid YAML") from None
-    return grid
-
-
-def sweep_configs(config_path: str | Path | dict[str, Any], grid: list[tuple[str, list[Any]]],
-                  overrides: list[str]) -> list[tuple[str, ExperimentConfig]]:
-    """(label, config) for every point of the grid, all validated."""
-    keys = [k for k, _ in grid]
-    points = []
-    for combo in itertools.product(*[v for _, v in grid]):
-        assignments = [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip().removesuffix('...').strip()}"
-                       for k, v in zip(keys, combo)]
-        label = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in zip(keys, combo))
-        points.append((label, load_config(config_path, overrides + assignments)))
-    return points
-
-
-def sweep(config_path: str | Path | dict[str, Any], grid: list[tuple[str, list[Any]]], overrides: list[str],
-          out_base: str | Path, progress: bool = True) -> list[dict[str, Any]]:
-    """Run every combination of the grid (each validated first); write a combined table and plot
-    under ``out_base``."""
-    points = sweep_configs(config_path, grid, overrides)
-    validate_all([c for _, c in points], Path(out_base) / "runs")
-    summaries = []
-    with dataset_cache():
-        for label, config in points:
-            summaries.append(run_experiment(config, Path(out_base) / "runs", progress, label=label))
-    write_comparison(summaries, Path(out_base), "sweep")
-    return summaries
-
-
-def write_comparison(summaries: list[dict[str, Any]], folder: Path, title: str) -> str:
-    check_output_base(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    table = markdown_table(summaries, label_key="label")
-    (folder / "results.md").write_text(f"# {title}\n\n{table}")
-    plot_curves({s["label"]: s["history"] for s in summaries}, folder / "accuracy.png", title)
-    with (folder / "summaries.jsonl").open("w") as f:
-        for s in summaries:
-            f.write(json.dumps({k: v for k, v in s.items() if k not in ("history", "_simulator")}) + "\n")
-    return table

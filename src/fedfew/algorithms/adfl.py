@@ -120,6 +120,7 @@ class AdFL(OneShot):
     """Algorithm 1 of AdFL (module docstring)."""
 
     Options = AdFLOptions
+    options: AdFLOptions
 
     def aggregate(self, server: dict[str, Any], results: dict[int, ClientResult],
                   generator: torch.Generator) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import torch
 from pydantic import Field
 
-from fedfew.algorithms.common import evaluate_episodes, local_sampler, make_optimizer
+from fedfew.algorithms.common import local_sampler, make_optimizer
 from fedfew.engine.aggregation import weighted_average, weights_for
 from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, Context, EvalData, Options
 from fedfew.engine.state import get_state, load_state_
@@ -53,6 +53,7 @@ class EpisodicFedAvg(Algorithm):
     """FedAvg whose local update is episodic meta-training with ``self.learner``."""
 
     Options = EpisodicOptions
+    options: EpisodicOptions
 
     def __init__(self, options: EpisodicOptions, context: Context) -> None:
         super().__init__(options, context)
@@ -114,10 +115,6 @@ class EpisodicFedAvg(Algorithm):
             return server
         weights = weights_for(self.options.aggregation, [r.num_samples for r in sent], [r.num_episodes for r in sent])
         return {**server, "model": weighted_average([r.upload["model"] for r in sent], weights)}
-
-    def evaluate(self, server: dict[str, Any], client_states: dict[int, Any], clients: list[ClientData],
-                 data: EvalData, generator: torch.Generator) -> dict[str, float]:
-        return evaluate_episodes(load_state_(self.model, server["model"]), self.learner, data)
 
     #: The score is the mean over independent episodes of the server's model: engines may split them.
     splits_evaluation = True

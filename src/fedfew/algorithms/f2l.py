@@ -320,7 +320,7 @@ class F2LOptions(Options):
 @register("f2l", help="F2L: shared server-model + private client-models, L_MI transfer and partial KD")
 class F2L(Algorithm):
     Options = F2LOptions
-    personalised = True
+    options: F2LOptions
 
     def __init__(self, options: F2LOptions, context: Context) -> None:
         super().__init__(options, context)
@@ -558,24 +558,34 @@ class F2L(Algorithm):
         self._stacked = (server_state, data, tasks)
         return tasks
 
-    def evaluates_clients(self) -> bool:
-        """Each client fine-tunes its own client-model (``test_client_model: each``)."""
+    @property
+    def evaluates_clients(self) -> bool:  # type: ignore[override]
+        """The clients take part in evaluation when their client-models are scored: each its own
+        (``test_client_model: each``) or their average (``average``: each sends its client-model for
+        the evaluation; the server never reads a private state)."""
         o = self.options
-        return o.test_classifier == "client" and o.decoupled and o.test_client_model == "each"
+        return o.test_classifier == "client" and o.decoupled and o.test_client_model in ("each", "average")
 
     def evaluate_client(self, payload: dict[str, Any], state: dict[str, Any], client: ClientData, data: EvalData,
                         generator: torch.Generator) -> dict[str, Any]:
+        if self.options.test_client_model == "average":
+            return {"client": state["client"]}
         support, support_labels, query, query_labels = self.stacked_tasks(payload["server"], data)
         return {"scores": self.client_accuracies(state["client"], support, support_labels, query, query_labels)}
 
     def combine_evaluations(self, server: dict[str, Any], scores: dict[int, dict[str, Any]], data: EvalData,
                             generator: torch.Generator) -> dict[str, float]:
+        if self.options.test_client_model == "average":
+            states = [s["client"] for s in scores.values()]
+            single = weighted_average(states, [1.0] * len(states))
+            support, support_labels, query, query_labels = self.stacked_tasks(server["server"], data)
+            score = mean_ci95(self.client_accuracies(single, support, support_labels, query, query_labels))
+            return {"accuracy": score.mean, "ci95": score.ci95}
         return per_client_table({cid: s["scores"] for cid, s in scores.items()})
 
-    def evaluate(self, server: dict[str, Any], client_states: dict[int, Any], clients: list[ClientData],
-                 data: EvalData, generator: torch.Generator) -> dict[str, float]:
-        """Meta-test with one client-model (``fresh``, ``average``, F2L\\M) or the authors' logistic
-        regression; ``each`` goes through :meth:`evaluate_client` on every client."""
+    def evaluate(self, server: dict[str, Any], data: EvalData, generator: torch.Generator) -> dict[str, float]:
+        """Meta-test with one client-model (``fresh``, F2L\\M) or the authors' logistic regression;
+        ``each`` and ``average`` go through :meth:`evaluate_client` on the clients."""
         o = self.options
         support, support_labels, query, query_labels = self.stacked_tasks(server["server"], data)
         if o.test_classifier == "logreg":
@@ -587,11 +597,8 @@ class F2L(Algorithm):
             single: dict[str, torch.Tensor] = get_state(self.new_client_model())
         elif not o.decoupled:
             single = server["client"]
-        elif o.test_client_model == "average":
-            states = [s["client"] for s in client_states.values() if s is not None]
-            single = weighted_average(states, [1.0] * len(states))
         else:
-            raise ValueError("f2l: test_client_model=each evaluates on the clients (evaluate_client)")
+            raise ValueError(f"f2l: test_client_model={o.test_client_model} evaluates on the clients (evaluate_client)")
         score = mean_ci95(self.client_accuracies(single, support, support_labels, query, query_labels))
         return {"accuracy": score.mean, "ci95": score.ci95}
 

@@ -36,6 +36,7 @@ class FedProxOptions(FedAvgOptions):
 @register("fedavg", help="FedAvg: local minibatch SGD, sample-weighted model averaging")
 class FedAvg(Algorithm):
     Options = FedAvgOptions
+    options: FedAvgOptions
 
     def __init__(self, options: FedAvgOptions, context: Context) -> None:
         super().__init__(options, context)
@@ -71,11 +72,11 @@ class FedAvg(Algorithm):
         weights = weights_for(self.options.aggregation, [r.num_samples for r in sent], [0] * len(sent))
         return {**server, "model": weighted_average([r.upload["model"] for r in sent], weights)}
 
-    def evaluate(self, server: dict[str, Any], client_states: dict[int, Any], clients: list[ClientData],
-                 data: EvalData, generator: torch.Generator) -> dict[str, float]:
+    def evaluate(self, server: dict[str, Any], data: EvalData, generator: torch.Generator) -> dict[str, float]:
         return evaluate_model(load_state_(self.model, server["model"]), data)
 
 
 @register("fedprox", help="FedProx: FedAvg with a proximal term mu/2 ||w - w_global||^2")
 class FedProx(FedAvg):
     Options = FedProxOptions
+    options: FedProxOptions

@@ -108,6 +108,7 @@ class FedFSLBase(EpisodicFedAvg):
     """fl-maml with the FedFSL model options (the two-layer classifier)."""
 
     Options = FedFSLOptions
+    options: FedFSLOptions
 
     def new_model(self) -> FewShotModel:
         opts = self.options
@@ -124,6 +125,7 @@ class FedFSLProx(FedFSLBase):
     """FedFSL-naive with a FedProx term; the proximal term itself is EpisodicFedAvg's ``mu``."""
 
     Options = FedFSLProxOptions
+    options: FedFSLProxOptions
 
 
 @register("fedfsl-mi", help="FedFSL-MI: MAML loss + gamma KL(p(w_global) || p(w_k)) (eq. 11-13)")
@@ -131,6 +133,7 @@ class FedFSLMI(FedFSLBase):
     """FedFSL-MI (section 4.1)."""
 
     Options = FedFSLMIOptions
+    options: FedFSLMIOptions
 
     def __init__(self, options: FedFSLMIOptions, context: Context) -> None:
         super().__init__(options, context)

@@ -87,6 +87,7 @@ class FedFSLMIAdv(FedFSLMI):
     """FedFSL-MI-Adv (section 4.2, Algorithm 2)."""
 
     Options = FedFSLAdvOptions
+    options: FedFSLAdvOptions
 
     def __init__(self, options: FedFSLAdvOptions, context: Context) -> None:
         super().__init__(options, context)

@@ -15,3 +15,4 @@ from fedfew.engine.algorithm import register
 @register("fl-maml", help="FedFSL-naive: FedAvg over MAML episodes (second or first order)")
 class FLMAML(EpisodicFedAvg):
     Options = MAMLOptions
+    options: MAMLOptions

@@ -13,3 +13,4 @@ from fedfew.engine.algorithm import register
 @register("fl-proto", help="FedAvg over Prototypical-Network episodes")
 class FLProto(EpisodicFedAvg):
     Options = EpisodicOptions
+    options: EpisodicOptions

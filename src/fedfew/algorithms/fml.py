@@ -233,7 +233,7 @@ class FMLOptions(TrainOptions):
 @register("fml", help="FML: deep mutual learning between a private local model and a meme of the global model")
 class FML(Algorithm):
     Options = FMLOptions
-    personalised = True
+    options: FMLOptions
 
     def __init__(self, options: FMLOptions, context: Context) -> None:
         super().__init__(options, context)
@@ -332,8 +332,7 @@ class FML(Algorithm):
         scores = {c.client_id: self.local_accuracy(client_states.get(c.client_id), c) for c in clients}
         return {cid: score for cid, score in scores.items() if score is not None}
 
-    def evaluates_clients(self) -> bool:
-        return True
+    evaluates_clients = True
 
     def evaluate_client(self, payload: dict[str, Any], state: dict[str, Any], client: ClientData, data: EvalData,
                         generator: torch.Generator) -> dict[str, Any]:

@@ -330,6 +330,7 @@ class PrototypeFL(DeploymentAlgorithm):
     prototypes averaged on the server. Labels are class indices of the episode (or the group)."""
 
     Options = FRLOptions
+    options: FRLOptions
 
     def __init__(self, options: FRLOptions, context: Context) -> None:
         super().__init__(options, context)
@@ -494,6 +495,7 @@ class FRL(Algorithm):
     """One simulator round = one meta-training episode of R + 1 rounds (module docstring)."""
 
     Options = FRLOptions
+    options: FRLOptions
 
     def __init__(self, options: FRLOptions, context: Context) -> None:
         super().__init__(options, context)
@@ -661,8 +663,7 @@ class FRL(Algorithm):
         return {"model": phi}
 
     # -- deployment (section 2.3) ------------------------------------------------------------
-    def evaluate(self, server: dict[str, Any], client_states: dict[int, Any], clients: list[ClientData],
-                 data: EvalData, generator: torch.Generator) -> dict[str, float]:
+    def evaluate(self, server: dict[str, Any], data: EvalData, generator: torch.Generator) -> dict[str, float]:
         tau = self.options.deployment.classes
         return evaluate_deployment(self.inner_algorithm(tau), server["model"], self.options.deployment,
-                                   self.options.rounds, data, self.context, clients)
+                                   self.options.rounds, data, self.context)

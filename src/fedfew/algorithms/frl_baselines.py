@@ -127,10 +127,9 @@ class OneShotFL(LinearFL):
 
 
 def evaluate_fine_tuning(options: DeployFedAvgOptions, deployment: LinearDeployment, server: dict[str, Any],
-                         data: EvalData, context: Context, clients: list[ClientData]) -> dict[str, float]:
+                         data: EvalData, context: Context) -> dict[str, float]:
     tau = options.deployment.classes
-    return evaluate_deployment(deployment(tau), server["model"], options.deployment, DEFAULT_ROUNDS, data, context,
-                               clients)
+    return evaluate_deployment(deployment(tau), server["model"], options.deployment, DEFAULT_ROUNDS, data, context)
 
 
 @register("frl-scratch", help="FRL baseline: R rounds of FedAvg at deployment from a random initialisation")
@@ -141,6 +140,7 @@ class FRLScratch(Algorithm):
     trains = False  # all its learning happens at deployment
 
     Options = DeployFedAvgOptions
+    options: DeployFedAvgOptions
 
     def __init__(self, options: DeployFedAvgOptions, context: Context) -> None:
         super().__init__(options, context)
@@ -153,9 +153,8 @@ class FRLScratch(Algorithm):
     def play_round(self, server: dict[str, Any], engine: Any, selected: Any, round_index: int) -> RoundOutcome:
         return RoundOutcome(server, {}, 0, 0)
 
-    def evaluate(self, server: dict[str, Any], client_states: dict[int, Any], clients: list[ClientData],
-                 data: EvalData, generator: torch.Generator) -> dict[str, float]:
-        return evaluate_fine_tuning(self.options, self.deployment, server, data, self.context, clients)
+    def evaluate(self, server: dict[str, Any], data: EvalData, generator: torch.Generator) -> dict[str, float]:
+        return evaluate_fine_tuning(self.options, self.deployment, server, data, self.context)
 
 
 @register("frl-finetune", help="FRL baseline: FedAvg-pretrained |C_b|-way classifier, fine-tuned R rounds")
@@ -163,6 +162,7 @@ class FRLFineTune(FedAvg):
     """Preparation is :class:`~fedfew.algorithms.fedavg.FedAvg` over the base classes."""
 
     Options = FineTuneOptions
+    options: FineTuneOptions
 
     def __init__(self, options: FineTuneOptions, context: Context) -> None:
         if context.task != "fewshot":
@@ -170,9 +170,8 @@ class FRLFineTune(FedAvg):
         super().__init__(options, context)
         self.deployment = LinearDeployment(options.deploy_train_options(), context)
 
-    def evaluate(self, server: dict[str, Any], client_states: dict[int, Any], clients: list[ClientData],
-                 data: EvalData, generator: torch.Generator) -> dict[str, float]:
-        return evaluate_fine_tuning(self.options, self.deployment, server, data, self.context, clients)
+    def evaluate(self, server: dict[str, Any], data: EvalData, generator: torch.Generator) -> dict[str, float]:
+        return evaluate_fine_tuning(self.options, self.deployment, server, data, self.context)
 
 
 @register("frl-oneshot", help="FRL baseline: FedAvg pretraining, one-shot FL (Guha et al., CV selection) at deployment")
@@ -182,6 +181,7 @@ class FRLOneShot(FRLFineTune):
     ``keep`` averaged, then FedAvg fine-tuning at deployment."""
 
     Options = OneShotFineTuneOptions
+    options: OneShotFineTuneOptions
 
     def __init__(self, options: OneShotFineTuneOptions, context: Context) -> None:
         super().__init__(options, context)

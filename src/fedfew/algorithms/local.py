@@ -27,8 +27,7 @@ class LocalOptions(MAMLOptions):
 @register("local", help="FSL-local: every client meta-trains alone; scores averaged over clients")
 class Local(EpisodicFedAvg):
     Options = LocalOptions
-    personalised = True
-    splits_evaluation = False  # each client scores its own model (evaluate_client)
+    options: LocalOptions
 
     def __init__(self, options: LocalOptions, context: Any) -> None:
         super().__init__(options, context)
@@ -57,8 +56,7 @@ class Local(EpisodicFedAvg):
                   generator: torch.Generator) -> dict[str, Any]:
         return server
 
-    def evaluates_clients(self) -> bool:
-        return True
+    evaluates_clients = True
 
     def evaluate_client(self, payload: dict[str, Any], state: dict[str, Any], client: ClientData, data: EvalData,
                         generator: torch.Generator) -> dict[str, Any]:

@@ -128,6 +128,7 @@ class OneShot(Algorithm):
     """One round of local training, then selection and combination on the server (module docstring)."""
 
     Options = OneShotOptions
+    options: OneShotOptions
 
     def __init__(self, options: OneShotOptions, context: Context) -> None:
         super().__init__(options, context)
@@ -201,8 +202,7 @@ class OneShot(Algorithm):
         return ClientResult(upload=upload, state=state, metrics=metrics, num_samples=data.num_samples)
 
     # -- evaluation --------------------------------------------------------------------------
-    def evaluate(self, server: dict[str, Any], client_states: dict[int, Any], clients: list[ClientData],
-                 data: EvalData, generator: torch.Generator) -> dict[str, float]:
+    def evaluate(self, server: dict[str, Any], data: EvalData, generator: torch.Generator) -> dict[str, float]:
         if not server.get("members"):
             return evaluate_model(load_state_(self.model, server["model"]), data)
         if data.dataset is None:

@@ -201,6 +201,7 @@ class FRLPerFedAvg(FedAvg):
     """Per-FedAvg preparation of a |C_b|-way classifier (FedAvg's model, targets and aggregation)."""
 
     Options = PerFedAvgOptions
+    options: PerFedAvgOptions
 
     def __init__(self, options: PerFedAvgOptions, context: Context) -> None:
         if context.task != "fewshot":
@@ -227,11 +228,10 @@ class FRLPerFedAvg(FedAvg):
         return ClientResult(upload={"model": get_state(model)}, state=state, metrics=metrics,
                             num_samples=data.num_samples)
 
-    def evaluate(self, server: dict[str, Any], client_states: dict[int, Any], clients: list[ClientData],
-                 data: EvalData, generator: torch.Generator) -> dict[str, float]:
+    def evaluate(self, server: dict[str, Any], data: EvalData, generator: torch.Generator) -> dict[str, float]:
         tau = self.options.deployment.classes
         return evaluate_deployment(self.deployment(tau), server["model"], self.options.deployment, DEFAULT_ROUNDS,
-                                   data, self.context, clients)
+                                   data, self.context)
 
 
 class PerFedAvgPrototypeFL(PrototypeFL):
@@ -259,6 +259,7 @@ class FRLPerFedAvgDistance(Algorithm):
     """Per-FedAvg preparation of a head-less encoder with the prototype loss (module docstring)."""
 
     Options = PerFedAvgOptions
+    options: PerFedAvgOptions
 
     def __init__(self, options: PerFedAvgOptions, context: Context) -> None:
         if context.task != "fewshot":
@@ -284,7 +285,6 @@ class FRLPerFedAvgDistance(Algorithm):
         weights = weights_for(self.options.aggregation, [r.num_samples for r in sent], [0] * len(sent))
         return {**server, "model": weighted_average([r.upload["model"] for r in sent], weights)}
 
-    def evaluate(self, server: dict[str, Any], client_states: dict[int, Any], clients: list[ClientData],
-                 data: EvalData, generator: torch.Generator) -> dict[str, float]:
+    def evaluate(self, server: dict[str, Any], data: EvalData, generator: torch.Generator) -> dict[str, float]:
         return evaluate_deployment(self.deployment, server["model"], self.options.deployment, DEFAULT_ROUNDS,
-                                   data, self.context, clients)
+                                   data, self.context)

@@ -7,10 +7,12 @@ from typing import Any
 
 import torch
 
+from fedfew.errors import UsageError
+
 SPLITS = ("base", "val", "novel")
 
 
-class DataError(ValueError):
+class DataError(UsageError):
     """A dataset could not be loaded or used as asked; the message says what and how to fix it."""
 
 
@@ -31,6 +33,8 @@ class LabelledDataset:
     lengths:  optional int64 [n] true token counts of padded text.
     splits:   class ids of each standard split: "base" (meta-train), "val", "novel" (meta-test).
     extras:   anything else a loader knows (a vocabulary, pretrained word vectors, the raw texts).
+    positions: optional int64 [n] (CPU): the rows of the loaded dataset these samples are; a subset
+              of a subset keeps them (None: this is the loaded dataset, row i is position i).
     """
 
     inputs: torch.Tensor
@@ -41,6 +45,7 @@ class LabelledDataset:
     lengths: torch.Tensor | None = None
     splits: dict[str, list[int]] = field(default_factory=dict)
     extras: dict[str, Any] = field(default_factory=dict)
+    positions: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         n = len(self.labels)
@@ -88,10 +93,13 @@ class LabelledDataset:
                        lengths=move(self.lengths))
 
     def subset(self, indices: torch.Tensor | list[int]) -> LabelledDataset:
-        """The samples at ``indices``; labels keep their global class ids."""
+        """The samples at ``indices``; labels keep their global class ids, ``positions`` their rows
+        in the loaded dataset."""
         idx = torch.as_tensor(indices, dtype=torch.long)
+        rows = torch.arange(len(self)) if self.positions is None else self.positions
         return replace(
             self,
+            positions=rows[idx.cpu()],
             inputs=self.inputs[idx],
             labels=self.labels[idx],
             groups=None if self.groups is None else self.groups[idx],

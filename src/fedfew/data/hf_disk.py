@@ -13,7 +13,6 @@ split named "test" are marked in ``extras["is_test"]`` (the test set of classifi
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ import torch
 from fedfew.data.dataset import DataError, LabelledDataset
 from fedfew.data.generic import check_label_value, encode_groups, encode_labels, generic_dataset, resolve_path
 from fedfew.data.image_folder import image_array, image_size_pair, stack_images
+from fedfew.data.offline import offline_environment
 from fedfew.data.registry import DATASETS
 from fedfew.data.splits import default_split
 from fedfew.data.text import check_sentence_encoder, text_dataset
@@ -34,13 +34,13 @@ HOW = "`pip install 'fedfew[hf]'` (or `pip install datasets`)"
 
 def _open(folder: Path, splits: Sequence[str] | str | None) -> list[tuple[str, Any]]:
     """[(split name, Dataset)] of the saved dataset in ``folder``."""
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # never reach for the network
     try:
-        import datasets
+        with offline_environment(HF_DATASETS_OFFLINE="1"):  # never reach for the network
+            import datasets
+
+            loaded = datasets.load_from_disk(str(folder))
     except ImportError:
         raise DataError(f"{NAME}: reading a saved Hugging Face dataset needs {HOW}") from None
-    try:
-        loaded = datasets.load_from_disk(str(folder))
     except (FileNotFoundError, ValueError, OSError) as err:
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise DataError(f"{NAME}: {folder} is not a dataset saved with save_to_disk ({first})") from None

@@ -40,7 +40,7 @@ def load_dataset(name: str, root: str | Path | None = None, **options: Any) -> L
     replaces the loader's base/val/novel classes: see :mod:`fedfew.data.splits`.
     """
     from fedfew.data.splits import apply_class_split
-    from fedfew.data.text import refit_vocabulary
+    from fedfew.data.text_datasets import refit_vocabulary
 
     class_split = options.pop("class_split", None)
     loader = DATASETS.get(name)

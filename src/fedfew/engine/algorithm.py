@@ -9,8 +9,8 @@ overwritten at the start of every use).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 import torch
@@ -26,6 +26,10 @@ class Options(BaseModel):
     """Base for an algorithm's options: unknown keys are errors."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+#: The base of every algorithm's options (``Algorithm.Options`` names a subclass).
+BaseOptions = Options
 
 
 @dataclass
@@ -54,6 +58,13 @@ class Context:
     task: str = "fewshot"  # "fewshot" (meta-test on novel-class episodes) or "classification"
     extras: dict[str, Any] = field(default_factory=dict)
     num_clients: int = 0  # how many clients the federation has (0: not known)
+    #: An engine of the configured kind (``runtime.engine``) for a federation of new clients that
+    #: the algorithm makes itself (FRL's deployment groups): ``new_federation(algorithm, clients)``,
+    #: an :class:`~fedfew.engine.engines.Engine` to close after use. None: in this process.
+    new_federation: Callable[[Algorithm, list[ClientData]], Any] | None = None
+    #: The rows of the loaded dataset that some client trains on: simulation bookkeeping (never the
+    #: data), so that FRL's seen-class deployment groups use only samples no participant holds.
+    participant_positions: torch.Tensor | None = None
 
 
 @dataclass
@@ -82,10 +93,25 @@ class ClientResult:
     #: True when the client could not train this round (too little data for a task) and sat it out.
     skipped: bool = False
 
+    def summary(self) -> dict[str, Any]:
+        """Every field but the tensors (``upload``, ``state``), JSON-able: the result's wire form
+        beside the tensors (:mod:`fedfew.engine.protocol`)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _TENSOR_FIELDS}
+
+    @classmethod
+    def from_summary(cls, *, upload: dict[str, Any], state: Any, summary: Mapping[str, Any]) -> ClientResult:
+        """The result back from its tensors and :meth:`summary` (keys it does not know, such as a
+        transport's timing, are ignored)."""
+        known = {f.name for f in fields(cls)} - _TENSOR_FIELDS
+        return cls(upload=upload, state=state, **{k: v for k, v in summary.items() if k in known})
+
     @classmethod
     def sat_out(cls, state: Any, num_samples: int = 0) -> ClientResult:
         """A client that had nothing to train on this round: no upload, its state unchanged."""
         return cls(upload={}, state=state, metrics={}, num_samples=num_samples, skipped=True)
+
+
+_TENSOR_FIELDS = frozenset({"upload", "state"})
 
 
 @dataclass
@@ -103,14 +129,22 @@ class Algorithm:
     override ``init_server``, ``client_update``, ``aggregate`` and ``evaluate``."""
 
     name: ClassVar[str] = ""
-    Options: ClassVar[type[Options]] = Options
-    #: True when the method produces per-client models (metrics are averaged over clients).
-    personalised: ClassVar[bool] = False
+    Options: ClassVar[type[BaseOptions]] = BaseOptions
+    options: BaseOptions
+    # Capabilities: each is a class attribute (a property where it depends on the options).
     #: False for a method whose rounds train nothing by design (FRL's from-scratch baseline learns at
     #: deployment only); otherwise a run in which no client ever trained is an error, not a result.
-    trains: ClassVar[bool] = True
+    trains: bool = True
+    #: True when evaluation is the mean over independent episodes of :meth:`episode_scores`, so an
+    #: engine may score the episodes in parallel.
+    splits_evaluation: bool = False
+    #: True when evaluation involves the clients' own models: then the score of one client is
+    #: :meth:`evaluate_client`, computed where the client is (its own process or Flower node), and
+    #: :meth:`combine_evaluations` turns all of them into the metrics. Otherwise :meth:`evaluate`
+    #: runs on the server alone.
+    evaluates_clients: bool = False
 
-    def __init__(self, options: Options, context: Context) -> None:
+    def __init__(self, options: BaseOptions, context: Context) -> None:
         self.options = options
         self.context = context
 
@@ -135,32 +169,17 @@ class Algorithm:
         raise NotImplementedError
 
     # -- evaluation --------------------------------------------------------------------------
-    def evaluate(
-        self,
-        server: Any,
-        client_states: dict[int, Any],
-        clients: list[ClientData],
-        data: EvalData,
-        generator: torch.Generator,
-    ) -> dict[str, float]:
-        raise NotImplementedError
-
-    #: True when evaluation is the mean over independent episodes of :meth:`episode_scores`, so an
-    #: engine may score the episodes in parallel.
-    splits_evaluation: ClassVar[bool] = False
+    def evaluate(self, server: Any, data: EvalData, generator: torch.Generator) -> dict[str, float]:
+        """The metrics of the server's model(s) on ``data`` (an evaluation split: fixed episodes or a
+        labelled set), from what a server has: its state and the evaluation data, never a client's
+        data or private state (those take part through :meth:`evaluate_client`)."""
+        raise NotImplementedError(f"{self.name} does not evaluate on the server")
 
     def episode_scores(self, server: Any, data: EvalData, indices: Sequence[int]) -> list[float]:
         """The score of each evaluation episode in ``indices`` (algorithms with ``splits_evaluation``)."""
         raise NotImplementedError(f"{self.name} does not score episodes one by one")
 
-    # -- evaluation of clients' own models (personalised methods) ------------------------------
-    def evaluates_clients(self) -> bool:
-        """True when evaluation scores each client's private model: then the score of one client is
-        :meth:`evaluate_client`, computed where the client is (its own process or Flower node), and
-        :meth:`combine_evaluations` turns all of them into the metrics. Otherwise :meth:`evaluate`
-        runs on the server alone."""
-        return False
-
+    # -- evaluation with the clients' own models (``evaluates_clients``) ----------------------
     def evaluate_client(self, payload: dict[str, Any], state: Any, client: ClientData, data: EvalData,
                         generator: torch.Generator) -> dict[str, Any]:
         """One client's scores of its own model (per-episode lists or numbers), from the payload the

@@ -15,8 +15,10 @@ from dataclasses import dataclass
 
 import torch
 
+from fedfew.errors import UsageError
 
-class DeviceError(ValueError):
+
+class DeviceError(UsageError):
     """The device asked for is not available here."""
 
 

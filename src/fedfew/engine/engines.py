@@ -6,29 +6,47 @@ never knows which one runs it.
 * ``workers`` (:mod:`fedfew.engine.workers`): the clients of a round spread over worker processes.
 * ``flower`` (:mod:`fedfew.flower`): each client a Flower SuperNode.
 
-An engine holds (or reaches) the clients' data and private states. :meth:`Engine.execute` runs one
-task for the clients it is given payloads for and returns the replies that arrived; client faults
-(``federation.dropout``, ``federation.stragglers``) are drawn here from the seed and the round key.
-States written to the persistent namespace during a round become visible to the server side
-(evaluation, checkpoints) only at :meth:`Engine.end_round`, so an interrupted round leaves the states
-of the last finished one.
+**The template.** :meth:`Engine.execute` is written once, here: it draws the client faults
+(``federation.dropout``, ``federation.stragglers``) from the seed and the round key, hands the tasks
+of the clients that did not fail to :meth:`Engine.deliver` (the one thing an engine implements: how
+tasks reach clients and results come back), keeps the new private states, drops the replies of
+stragglers and builds the :class:`Replies` with their byte counts. States written to the persistent
+namespace during a round become visible to the server side (evaluation, checkpoints) only at
+:meth:`Engine.end_round`, so an interrupted round leaves the states of the last finished one.
+
+**Choosing one.** Engines are registered by name in :data:`ENGINES` (``runtime.engine``), with their
+options (``runtime.engine_options``) as a pydantic model in ``Options``. An engine built in this
+process implements :meth:`Engine.build`; one that runs the whole run in its own processes (Flower)
+sets ``runs_elsewhere`` and implements :meth:`Engine.launch`. Adding one is one decorator::
+
+    @ENGINES.register("my-engine", help="one line for `fedfew list engines`")
+    class MyEngine(Engine):
+        def deliver(self, task, payloads): ...
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
 
 from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, EvalData
 from fedfew.engine.compute import CPU_FP32, Compute
+from fedfew.engine.protocol import MAIN, evaluate_generator
 from fedfew.engine.store import ClientStates
-from fedfew.engine.tasks import MAIN, ClientTask, run_client_task
+from fedfew.engine.tasks import ClientTask, run_client_task
+from fedfew.errors import RunFailedError
 from fedfew.registry import Registry
-from fedfew.seeding import numpy_generator, torch_generator
+from fedfew.seeding import numpy_generator
+
+if TYPE_CHECKING:
+    from fedfew.config import ExperimentConfig
+    from fedfew.runfolder import RunFolder
 
 
-class EngineError(RuntimeError):
+class EngineError(RunFailedError):
     """An engine could not run a round (a worker died, a Flower node failed); the message says which."""
 
 
@@ -69,10 +87,63 @@ class Replies:
     bytes_down: int | None = None
 
 
-class Engine:
-    """The interface every engine implements."""
+@dataclass
+class Delivery:
+    """What an engine's :meth:`Engine.deliver` brings back: the result of every client that replied
+    (late ones too; a client missing here failed in transit), and, where the transport counts them,
+    the bytes each reply carried up and the bytes sent down."""
 
-    name = ""
+    results: dict[int, ClientResult]
+    bytes_up: dict[int, int] | None = None
+    bytes_down: int | None = None
+
+
+class NoOptions(BaseModel):
+    """An engine without options."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass
+class EngineSetup:
+    """What building an engine in this process gets: the algorithm, every client's data, the seed,
+    the server side's store of private states, the faults to simulate, where to compute, and the
+    evaluation splits (an engine may score evaluation episodes itself)."""
+
+    algorithm: Algorithm
+    clients: Mapping[int, ClientData]
+    seed: int
+    states: ClientStates | None
+    faults: Faults
+    compute: Compute = CPU_FP32
+    evals: Mapping[str, EvalData] = field(default_factory=dict)
+
+
+@dataclass
+class Launch:
+    """A run handed to an engine that runs it in its own processes (:meth:`Engine.launch`): the
+    run folder (config written, status running), its config, and how it is shown."""
+
+    folder: RunFolder
+    config: ExperimentConfig
+    progress: bool | None = None
+    label: str | None = None
+    resume: bool = False
+
+
+class Engine:
+    """The base every engine extends: it owns the fault draw, the late-reply filter, the byte counts
+    and the :class:`Replies`; a subclass implements :meth:`deliver`."""
+
+    name: ClassVar[str] = ""
+    #: The schema of ``runtime.engine_options`` for this engine (unknown keys are errors).
+    Options: ClassVar[type[BaseModel]] = NoOptions
+    #: False when the clients keep their private states themselves (Flower nodes): results come
+    #: back without a state and nothing is kept on the server side.
+    holds_states: ClassVar[bool] = True
+    #: True when the engine runs the whole run in its own processes: the runner calls :meth:`launch`
+    #: with the run folder instead of building the engine here.
+    runs_elsewhere: ClassVar[bool] = False
 
     def __init__(self, algorithm: Algorithm, seed: int, states: ClientStates | None,
                  faults: Faults | None = None, compute: Compute = CPU_FP32) -> None:
@@ -83,9 +154,36 @@ class Engine:
         self._ephemeral: dict[str, dict[int, Any]] = {}
         self._round = 0
 
-    # -- the interface --------------------------------------------------------------------------
+    # -- choosing and building ------------------------------------------------------------------
+    @classmethod
+    def build(cls, setup: EngineSetup, options: BaseModel) -> Engine:
+        """This engine for an experiment built in this process (``options``: validated ``Options``)."""
+        raise EngineError(f"runtime.engine={cls.name} is not built in this process")
+
+    @classmethod
+    def launch(cls, run: Launch) -> dict[str, Any]:
+        """Run ``run`` in this engine's own processes and return its summary (``runs_elsewhere``)."""
+        raise EngineError(f"runtime.engine={cls.name} runs in this process")
+
+    # -- the template ---------------------------------------------------------------------------
     def execute(self, task: ClientTask, payloads: Mapping[int, dict[str, Any]]) -> Replies:
-        raise NotImplementedError
+        """Run ``task`` for the clients ``payloads`` names: the replies in time, by client id."""
+        asked = sorted(payloads)
+        failed, late = self.faults.draw(asked, self.seed, task.round_key)
+        delivery = self.deliver(task, {cid: payloads[cid] for cid in asked if cid not in failed})
+        if self.holds_states:
+            for cid in sorted(delivery.results):
+                self.keep_state(task.namespace, cid, delivery.results[cid].state)
+        lost = {cid for cid in asked if cid not in failed and cid not in delivery.results}
+        in_time = {cid: delivery.results[cid] for cid in sorted(delivery.results) if cid not in late}
+        bytes_up = None if delivery.bytes_up is None else sum(delivery.bytes_up.get(cid, 0) for cid in in_time)
+        return Replies(in_time, sorted(failed | lost), sorted(late), bytes_up=bytes_up, bytes_down=delivery.bytes_down)
+
+    def deliver(self, task: ClientTask, payloads: Mapping[int, dict[str, Any]]) -> Delivery:
+        """Get ``task`` with each client's payload to the clients of ``payloads`` (none of them a
+        simulated failure) and bring back their results (a client's state: its private state as read
+        by :meth:`state_of` for the task's namespace)."""
+        raise NotImplementedError(f"engine {self.name!r} does not deliver tasks")
 
     def evaluate_clients(self, server: Any, client_states: Mapping[int, Any], clients: list[ClientData],
                          data: EvalData) -> dict[int, dict[str, Any]]:
@@ -98,7 +196,7 @@ class Engine:
             if state is None:
                 continue
             payload = self.algorithm.broadcast(server, client.client_id)
-            generator = torch_generator(self.seed, "evaluate", data.split, client.client_id)
+            generator = evaluate_generator(self.seed, data.split, client.client_id)
             with self.compute.scope():
                 scores[client.client_id] = self.algorithm.evaluate_client(payload, state, client, data, generator)
         return scores
@@ -147,32 +245,30 @@ class Engine:
             self._ephemeral.setdefault(namespace, {})[cid] = state
 
 
+#: Every engine by name (``runtime.engine``); ``fedfew list engines`` prints them.
+ENGINES: Registry[type[Engine]] = Registry("engine")
+
+
+@ENGINES.register("inprocess", help="every client in this process, one after the other")
 class InProcessEngine(Engine):
     """Every client in this process, in ascending id order."""
 
     name = "inprocess"
 
-    def __init__(self, algorithm: Algorithm, clients: list[ClientData] | Mapping[int, ClientData], seed: int,
+    def __init__(self, algorithm: Algorithm, clients: Sequence[ClientData] | Mapping[int, ClientData], seed: int,
                  states: ClientStates | None = None, faults: Faults | None = None,
                  compute: Compute = CPU_FP32) -> None:
         super().__init__(algorithm, seed, states, faults, compute)
         self.clients = clients
 
-    def execute(self, task: ClientTask, payloads: Mapping[int, dict[str, Any]]) -> Replies:
-        asked = sorted(payloads)
-        failed, late = self.faults.draw(asked, self.seed, task.round_key)
+    @classmethod
+    def build(cls, setup: EngineSetup, options: BaseModel) -> Engine:
+        return cls(setup.algorithm, setup.clients, setup.seed, setup.states, setup.faults, setup.compute)
+
+    def deliver(self, task: ClientTask, payloads: Mapping[int, dict[str, Any]]) -> Delivery:
         results: dict[int, ClientResult] = {}
-        for cid in asked:
-            if cid in failed:
-                continue
+        for cid in sorted(payloads):
             with self.compute.scope():
-                result = run_client_task(self.algorithm, task, self.clients[cid], payloads[cid],
-                                         self.state_of(task.namespace, cid), self.seed)
-            self.keep_state(task.namespace, cid, result.state)
-            if cid not in late:
-                results[cid] = result
-        return Replies(results, sorted(failed), sorted(late))
-
-
-ENGINES: Registry[type[Engine]] = Registry("engine")
-ENGINES.register("inprocess", help="every client in this process, one after the other")(InProcessEngine)
+                results[cid] = run_client_task(self.algorithm, task, self.clients[cid], payloads[cid],
+                                               self.state_of(task.namespace, cid), self.seed)
+        return Delivery(results)

@@ -30,11 +30,13 @@ from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
+from fedfew.errors import UsageError
+
 _META_KEY = "fedfew"
 FORMAT = "fedfew-state/1"
 
 
-class StateFormatError(ValueError):
+class StateFormatError(UsageError):
     """A state cannot be written in, or read from, the flat form; the message names where."""
 
 

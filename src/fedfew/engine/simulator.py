@@ -20,14 +20,16 @@ import torch
 
 from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, EvalData
 from fedfew.engine.engines import Engine, Faults, InProcessEngine
+from fedfew.engine.protocol import init_generator
 from fedfew.engine.state import payload_bytes
 from fedfew.engine.store import ClientStates, Entry
 from fedfew.engine.tasks import MAIN, ClientTask, resolve_part
+from fedfew.errors import RunFailedError
 from fedfew.evaluation import mean_ci95
 from fedfew.seeding import derive_seed, initial_model_seed, numpy_generator, torch_generator
 
 
-class NothingTrainedError(RuntimeError):
+class NothingTrainedError(RunFailedError):
     """No client trained in any round: the run has nothing to report."""
 
 
@@ -170,7 +172,7 @@ class Simulator:
         by_id = {c.client_id: c for c in clients}
 
         def init_state(cid: int) -> Any:
-            return algorithm.init_client_state(by_id[cid], torch_generator(seed, "client-init", cid))
+            return algorithm.init_client_state(by_id[cid], init_generator(seed, cid))
 
         self.states = states if states is not None else ClientStates([c.client_id for c in clients], init_state)
         self.engine = engine if engine is not None else InProcessEngine(algorithm, by_id, seed, self.states, faults)
@@ -199,7 +201,7 @@ class Simulator:
         server = self.state.server if server is None else server
         states = self.states if client_states is None else client_states
         generator = torch_generator(self.seed, "evaluate", data.split)
-        if self.algorithm.evaluates_clients():  # each client scores its own model where it is
+        if self.algorithm.evaluates_clients:  # each client scores its own model where it is
             scores = self.engine.evaluate_clients(server, states, self.clients, data)
             with self.engine.compute.scope():
                 return self.algorithm.combine_evaluations(server, scores, data, generator)
@@ -207,7 +209,7 @@ class Simulator:
             summary = mean_ci95(self.engine.episode_scores(server, data))
             return {"accuracy": summary.mean, "ci95": summary.ci95}
         with self.engine.compute.scope():
-            return self.algorithm.evaluate(server, states, self.clients, data, generator)  # type: ignore[arg-type]
+            return self.algorithm.evaluate(server, data, generator)
 
     def play(self, selected: Sequence[int], round_index: int) -> RoundOutcome:
         with self.engine.compute.device_scope():

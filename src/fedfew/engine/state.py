@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -11,13 +11,15 @@ from torch import nn
 StateDict = dict[str, torch.Tensor]
 
 
+ModuleT = TypeVar("ModuleT", bound="nn.Module")
+
 def get_state(model: nn.Module) -> StateDict:
     """Detached copies of every parameter and buffer (what a client would send)."""
     return {name: t.detach().clone() for name, t in model.state_dict().items()}
 
 
 @torch.no_grad()
-def load_state_(model: nn.Module, state: Mapping[str, torch.Tensor]) -> nn.Module:
+def load_state_(model: ModuleT, state: Mapping[str, torch.Tensor]) -> ModuleT:
     """Copy ``state`` into ``model``'s existing tensors in place: one persistent model per process
     instead of a deepcopy per client per round (no allocation, memory format kept)."""
     own = model.state_dict()

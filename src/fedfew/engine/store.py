@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from fedfew.engine import serialize
+from fedfew.errors import RunFailedError
 
 Init = Callable[[int], Any]
 
@@ -131,3 +132,23 @@ class SnapshotView(Mapping[int, Any]):
 
     def __len__(self) -> int:
         return len(self.store.client_ids)
+
+
+class RemoteStateError(RunFailedError):
+    """Something on the server side asked for a private state that stays with its client."""
+
+
+class RemoteClientStates(ClientStates):
+    """The server's view of private states when each client keeps its own (a Flower node): there is
+    none to read."""
+
+    remote = True
+
+    def __init__(self, client_ids: list[int]) -> None:
+        super().__init__(client_ids, self.refuse)
+
+    @staticmethod
+    def refuse(cid: int) -> Any:
+        raise RemoteStateError(f"client {cid}'s private state stays on its Flower node and is never sent; this "
+                               "evaluation needs it on the server (e.g. f2l test_client_model=average): use an "
+                               "evaluation each client runs itself, or runtime.engine=inprocess")

@@ -17,11 +17,10 @@ from typing import Any
 import torch
 
 from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult
+from fedfew.engine.protocol import MAIN, update_generator, update_global_seed
 from fedfew.registry import Registry
-from fedfew.seeding import derive_seed, torch_generator
 
-#: The persistent private state of a client; other namespaces live for one top-level round only.
-MAIN = "main"
+__all__ = ["DATA_VIEWS", "MAIN", "ClientTask", "DataView", "client_view", "resolve_part", "run_client_task"]
 
 DataView = Callable[..., ClientData]
 #: Client-side transformations of a client's own data: ``view(data, seed=..., round_key=..., **args)``.
@@ -61,8 +60,8 @@ def run_client_task(algorithm: Algorithm, task: ClientTask, data: ClientData, pa
     """One client update: the task's part of ``algorithm`` on the task's view of ``data``, with the
     client's generator for (seed, round key, client id)."""
     part = resolve_part(algorithm, task)
-    generator = torch_generator(seed, "client", task.round_key, data.client_id)
+    generator = update_generator(seed, task.round_key, data.client_id)
     # Layers that draw from torch's global generator (dropout, DropBlock) get one seeded for this
     # update alone, so the update is the same in any process and after any history.
-    torch.manual_seed(derive_seed(seed, "client-global", task.round_key, data.client_id))
+    torch.manual_seed(update_global_seed(seed, task.round_key, data.client_id))
     return part.client_update(payload, state, client_view(data, task, seed), generator)

@@ -1,4 +1,5 @@
-"""``runtime.workers: N``: the clients of a round run in N worker processes, one thread each.
+"""``runtime.engine: workers`` (``runtime.engine_options: {workers: N}``): the clients of a round run
+in N worker processes, one thread each.
 
 The workers are forked once, after the experiment is built, so every client's data is shared with
 them copy-on-write (never pickled, never copied per round). A task goes to whichever worker is free;
@@ -13,6 +14,7 @@ client order before aggregation, so N workers give exactly the numbers of one.
 
 from __future__ import annotations
 
+import logging
 import multiprocessing as mp
 import os
 import signal
@@ -22,13 +24,18 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 import torch
+from pydantic import BaseModel, ConfigDict, Field
 
 from fedfew.engine import serialize
 from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, EvalData
 from fedfew.engine.compute import CPU_FP32, Compute
-from fedfew.engine.engines import Engine, EngineError, Faults, Replies
+from fedfew.engine.engines import ENGINES, Delivery, Engine, EngineError, EngineSetup, Faults
+from fedfew.engine.protocol import from_wire, to_wire
 from fedfew.engine.store import ClientStates
 from fedfew.engine.tasks import ClientTask, run_client_task
+from fedfew.errors import UsageError
+
+logger = logging.getLogger(__name__)
 
 
 class WorkerError(EngineError):
@@ -66,27 +73,39 @@ def _worker_main(conn: Connection, algorithm: Algorithm, clients: Mapping[int, C
             with compute.scope():
                 result = run_client_task(algorithm, ClientTask.from_json(task_json), clients[cid], payload, state,
                                          seed)
-            reply = {"upload": result.upload, "state": result.state, "metrics": result.metrics,
-                     "num_samples": result.num_samples, "num_episodes": result.num_episodes,
-                     "skipped": result.skipped}
-            conn.send(("ok", cid, serialize.to_bytes(reply)))
+            conn.send(("ok", cid, serialize.to_bytes(to_wire(result))))
         except Exception as err:  # report, keep serving: the parent decides
             conn.send(("error", cid, f"{type(err).__name__}: {err}\n{traceback.format_exc()}"))
 
 
+class WorkersOptions(BaseModel):
+    """``runtime.engine_options`` of the workers engine."""
+
+    model_config = ConfigDict(extra="forbid")
+    #: Worker processes, one thread each (keep it at or below the free cores).
+    workers: int = Field(2, ge=1)
+
+
+class WorkersStartError(UsageError, EngineError):
+    """The workers engine cannot start here (no 'fork' start method)."""
+
+
+@ENGINES.register("workers", help="the clients of a round spread over worker processes (engine_options.workers)")
 class WorkersEngine(Engine):
     """The clients of a round spread over ``workers`` forked processes (one thread each)."""
 
     name = "workers"
+    Options = WorkersOptions
 
     def __init__(self, algorithm: Algorithm, clients: list[ClientData] | Mapping[int, ClientData], seed: int,
                  states: ClientStates | None = None, faults: Faults | None = None, workers: int = 2,
                  compute: Compute = CPU_FP32, evals: Mapping[str, EvalData] | None = None) -> None:
         super().__init__(algorithm, seed, states, faults, compute)
         if workers < 1:
-            raise ValueError(f"runtime.workers must be at least 1, got {workers}")
+            raise WorkersStartError(f"runtime.engine_options.workers must be at least 1, got {workers}")
         if "fork" not in mp.get_all_start_methods():
-            raise ValueError("runtime.workers needs the 'fork' start method (Linux); use runtime.workers: 0 here")
+            raise WorkersStartError("runtime.engine: workers needs the 'fork' start method (Linux); use "
+                                    "runtime.engine: inprocess here")
         by_id = clients if isinstance(clients, Mapping) else {c.client_id: c for c in clients}
         context = mp.get_context("fork")
         self._connections: list[Connection] = []
@@ -100,21 +119,24 @@ class WorkersEngine(Engine):
             self._connections.append(parent)
             self._processes.append(process)
 
+    @classmethod
+    def build(cls, setup: EngineSetup, options: BaseModel) -> Engine:
+        assert isinstance(options, WorkersOptions)
+        return cls(setup.algorithm, setup.clients, setup.seed, setup.states, setup.faults, options.workers,
+                   setup.compute, setup.evals)
+
     @property
     def pids(self) -> list[int]:
         return [p.pid for p in self._processes]
 
-    def execute(self, task: ClientTask, payloads: Mapping[int, dict[str, Any]]) -> Replies:
-        asked = sorted(payloads)
-        failed, late = self.faults.draw(asked, self.seed, task.round_key)
-        todo = [cid for cid in asked if cid not in failed]
+    def deliver(self, task: ClientTask, payloads: Mapping[int, dict[str, Any]]) -> Delivery:
         encoded: dict[int, tuple[bytes, bytes]] = {}  # id(payload) -> (key, bytes): each distinct payload once
         last_sent: dict[int, bytes] = {}  # worker connection -> key of the payload it holds
         task_json = task.to_json()
         results: dict[int, ClientResult] = {}
         free = list(self._connections)
         busy: dict[Connection, int] = {}
-        pending = list(todo)
+        pending = sorted(payloads)
         try:
             while pending or busy:
                 while pending and free:
@@ -130,24 +152,21 @@ class WorkersEngine(Engine):
                     conn.send(("task", task_json, cid, key, None if holds else data,
                                None if state is None else serialize.to_bytes(state)))
                     busy[conn] = cid
-                for conn in wait(list(busy)):
-                    cid = busy.pop(conn)  # type: ignore[arg-type]
+                for ready in wait(list(busy)):
+                    conn = ready  # type: ignore[assignment]
+                    cid = busy.pop(conn)
                     try:
-                        status, got, body = conn.recv()  # type: ignore[union-attr]
+                        status, got, body = conn.recv()
                     except EOFError:
                         raise WorkerError(f"a worker process died while running client {cid}") from None
                     if status != "ok":
                         raise WorkerError(f"client {got} failed in a worker process: {body.splitlines()[0]}")
-                    reply, _ = serialize.from_bytes(body)
-                    self.keep_state(task.namespace, got, reply["state"])
-                    if got not in late:
-                        results[got] = ClientResult(reply["upload"], reply["state"], reply["metrics"],
-                                                    reply["num_samples"], reply["num_episodes"], reply["skipped"])
-                    free.append(conn)  # type: ignore[arg-type]
+                    results[got] = from_wire(serialize.from_bytes(body)[0])
+                    free.append(conn)
         except BaseException:
             self._drain(busy)
             raise
-        return Replies({cid: results[cid] for cid in sorted(results)}, sorted(failed), sorted(late))
+        return Delivery(results)
 
     def episode_scores(self, server: Any, data: EvalData) -> list[float]:
         """The evaluation episodes split into one contiguous share per worker, scored in parallel and

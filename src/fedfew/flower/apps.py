@@ -30,6 +30,7 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
+from fedfew.engine.protocol import MAIN, evaluate_generator, init_generator
 from fedfew.engine.tasks import ClientTask, run_client_task
 from fedfew.flower.node import (
     node_evaluation_data,
@@ -41,7 +42,6 @@ from fedfew.flower.node import (
     write_state,
 )
 from fedfew.flower.records import from_records, to_records
-from fedfew.seeding import torch_generator
 
 
 def _process_started() -> float:
@@ -78,7 +78,7 @@ def run_settings(run_config: dict[str, Any]) -> tuple[dict[str, Any], str | None
 
 @server_app.main()
 def server_main(grid: Grid, context: Context) -> None:
-    from fedfew.runner import run_on_flower
+    from fedfew.flower.server import run_on_flower
 
     config, run_dir = run_settings(dict(context.run_config))
     run_on_flower(grid, config, run_dir)
@@ -115,15 +115,13 @@ def train(msg: Message, context: Context) -> Message:
         task = ClientTask.from_json(json.loads(str(msg.content["task"]["task"])))
         payload = from_records(msg.content["payload"], msg.content["payload.meta"])
         state = read_state(context.state, task.namespace, task.round)
-        if state is None and task.namespace == "main":  # first contact: the client's initial state
-            state = setup.algorithm.init_client_state(setup.client, torch_generator(setup.config.seed, "client-init",
-                                                                                    client_id))
+        if state is None and task.namespace == MAIN:  # first contact: the client's initial state
+            state = setup.algorithm.init_client_state(setup.client, init_generator(setup.config.seed, client_id))
         with setup.compute.scope():
             result = run_client_task(setup.algorithm, task, setup.client, payload, state, setup.config.seed)
         write_state(context.state, task.namespace, task.round, result.state)  # stays on this node
         arrays, meta = to_records(result.upload)
-        summary = {"metrics": result.metrics, "num_samples": result.num_samples, "num_episodes": result.num_episodes,
-                   "skipped": result.skipped,
+        summary = {**result.summary(),
                    "timing": {"process": PROCESS_STARTED, "imported": IMPORTED_AT, "started": started,
                               "finished": time.time()}}
         return Message(RecordDict({"upload": arrays, "upload.meta": meta,
@@ -142,12 +140,11 @@ def evaluate(msg: Message, context: Context) -> Message:
         split = str(msg.content["task"]["split"])
         data = node_evaluation_data(setup.config, data_root, split)
         payload = from_records(msg.content["payload"], msg.content["payload.meta"])
-        state = read_state(context.state, "main", -1)
+        state = read_state(context.state, MAIN, -1)
         if state is None:  # never trained: its initial state, as the server side would create it
-            state = setup.algorithm.init_client_state(setup.client, torch_generator(setup.config.seed, "client-init",
-                                                                                    client_id))
-            write_state(context.state, "main", -1, state)
-        generator = torch_generator(setup.config.seed, "evaluate", split, client_id)
+            state = setup.algorithm.init_client_state(setup.client, init_generator(setup.config.seed, client_id))
+            write_state(context.state, MAIN, -1, state)
+        generator = evaluate_generator(setup.config.seed, split, client_id)
         with setup.compute.scope():
             scores = setup.algorithm.evaluate_client(payload, state, setup.client, data, generator)
         return Message(RecordDict({"scores": ConfigRecord({"json": json.dumps(scores)})}), reply_to=msg)

@@ -14,38 +14,24 @@ that error.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from flwr.app import ConfigRecord, Message, MessageType, RecordDict
+from flwr.serverapp import Grid
 
 from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, EvalData
 from fedfew.engine.compute import CPU_FP32, Compute
-from fedfew.engine.engines import Engine, EngineError, Faults, Replies
-from fedfew.engine.store import ClientStates
+from fedfew.engine.engines import Delivery, Engine, Faults
+from fedfew.engine.store import ClientStates, RemoteClientStates
 from fedfew.engine.tasks import ClientTask
+from fedfew.flower.errors import FlowerRunError as FlowerRunError
 from fedfew.flower.records import array_bytes, from_records, to_records
 
-
-class FlowerRunError(EngineError):
-    """The federation could not run (nodes missing, a node failing); the message says which."""
-
-
-class RemoteClientStates(ClientStates):
-    """The server's view of private states under Flower: there is none to read; each stays on its node."""
-
-    remote = True
-
-    def __init__(self, client_ids: list[int]) -> None:
-        super().__init__(client_ids, self.refuse)
-
-    @staticmethod
-    def refuse(cid: int) -> Any:
-        raise FlowerRunError(f"client {cid}'s private state stays on its Flower node and is never sent; this "
-                             "evaluation needs it on the server (e.g. f2l test_client_model=average): use an "
-                             "evaluation each client runs itself, or runtime.engine=inprocess")
+logger = logging.getLogger(__name__)
 
 
 def remote_states(client_ids: list[int]) -> ClientStates:
@@ -53,9 +39,13 @@ def remote_states(client_ids: list[int]) -> ClientStates:
 
 
 class FlowerEngine(Engine):
-    name = "flower"
+    """The server side of a Flower run (built by the ServerApp with its grid): a task is a message
+    to the client's node, which keeps the client's private state."""
 
-    def __init__(self, grid: Any, algorithm: Algorithm, seed: int, config: dict[str, Any], num_clients: int,
+    name = "flower"
+    holds_states = False
+
+    def __init__(self, grid: Grid, algorithm: Algorithm, seed: int, config: dict[str, Any], num_clients: int,
                  faults: Faults | None = None, compute: Compute = CPU_FP32, round_timeout: float = 600.0,
                  startup_timeout: float = 300.0, message_log: Path | None = None) -> None:
         super().__init__(algorithm, seed, None, faults, compute)
@@ -110,7 +100,7 @@ class FlowerEngine(Engine):
         """A reply the runtime made (the node went away, the message expired): that client failed."""
         if not reply.has_error():
             return False
-        print(f"fedfew: warning: client {cid} failed while {doing}: {reply.error.reason}", flush=True)
+        logger.warning("client %s failed while %s: %s", cid, doing, reply.error.reason)
         return True
 
     def _content(self, reply: Message, doing: str) -> RecordDict:
@@ -123,13 +113,9 @@ class FlowerEngine(Engine):
         return content
 
     # -- client tasks ---------------------------------------------------------------------------------
-    def execute(self, task: ClientTask, payloads: Mapping[int, dict[str, Any]]) -> Replies:
-        asked = sorted(payloads)
-        failed, late = self.faults.draw(asked, self.seed, task.round_key)
+    def deliver(self, task: ClientTask, payloads: Mapping[int, dict[str, Any]]) -> Delivery:
         messages, down = [], 0
-        for cid in asked:
-            if cid in failed:
-                continue
+        for cid in sorted(payloads):
             arrays, meta = to_records(payloads[cid])
             down += array_bytes(arrays)
             content = RecordDict({"payload": arrays, "payload.meta": meta,
@@ -137,27 +123,18 @@ class FlowerEngine(Engine):
             messages.append((cid, Message(content, dst_node_id=self.node_of[cid], message_type=MessageType.TRAIN,
                                           group_id=str(task.round))))
         results: dict[int, ClientResult] = {}
-        up = 0
-        replied: set[int] = set()
+        up: dict[int, int] = {}
         sent = time.time()
         doing = f"running round {task.round_key}"
         for cid, reply in self._exchange(messages, self.round_timeout):
             if self._failed_delivery(cid, reply, doing):
                 continue
             content = self._content(reply, doing)
-            replied.add(cid)
             self._log("train", task.round_key, cid, content, sent)
-            if cid in late:
-                continue  # a simulated straggler: it trained, its reply comes after the deadline
-            upload = from_records(content["upload"], content["upload.meta"])
-            up += array_bytes(content["upload"])
-            result = json.loads(str(content["result"]["json"]))
-            results[cid] = ClientResult(upload, None, result["metrics"], result["num_samples"], result["num_episodes"],
-                                        result["skipped"])
-        lost = {cid for cid in asked if cid not in failed and cid not in replied}
-        self.sent_bytes = down
-        return Replies({cid: results[cid] for cid in sorted(results)}, sorted(failed | lost), sorted(late),
-                       bytes_up=up, bytes_down=down)
+            up[cid] = array_bytes(content["upload"])
+            results[cid] = ClientResult.from_summary(upload=from_records(content["upload"], content["upload.meta"]),
+                                                     state=None, summary=json.loads(str(content["result"]["json"])))
+        return Delivery(results, bytes_up=up, bytes_down=down)
 
     def evaluate_clients(self, server: Any, client_states: Mapping[int, Any], clients: list[ClientData],
                          data: EvalData) -> dict[int, dict[str, Any]]:
@@ -181,8 +158,8 @@ class FlowerEngine(Engine):
                                  "(flower.round_timeout)")
         missing = sorted(set(self.node_of) - set(scores))
         if missing:  # a node gone: the clients that answered are scored, and the log says who did not
-            print(f"fedfew: warning: client(s) {missing[:10]} did not return their {data.split} scores; "
-                  "the evaluation covers the others", flush=True)
+            logger.warning("client(s) %s did not return their %s scores; the evaluation covers the others",
+                           missing[:10], data.split)
         return {cid: scores[cid] for cid in sorted(scores)}
 
     def _log(self, kind: str, key: str, cid: int, content: RecordDict, sent: float | None = None) -> None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedfew.flower.engine import FlowerRunError
+from fedfew.flower.errors import FlowerPortError, FlowerRunError
 from fedfew.flower.security import make_node_key, make_tls
 
 HOST = "127.0.0.1"
@@ -77,7 +77,7 @@ def check_port(port: int, what: str) -> None:
         try:
             s.bind((HOST, port))
         except OSError:
-            raise FlowerRunError(f"{what} cannot start: port {port} on {HOST} is already in use (set flower.port "
+            raise FlowerPortError(f"{what} cannot start: port {port} on {HOST} is already in use (set flower.port "
                                  "to a free port, or 0 to pick one)") from None
 
 

@@ -30,14 +30,15 @@ from fedfew.data.dataset import LabelledDataset
 from fedfew.engine import serialize
 from fedfew.engine.algorithm import Algorithm, ClientData
 from fedfew.engine.compute import Compute
-from fedfew.engine.tasks import MAIN
+from fedfew.engine.protocol import MAIN
+from fedfew.errors import UsageError
 from fedfew.flower.records import from_records, to_records
 
 CONFIG_KEY = "fedfew.config"
 EPHEMERAL_KEY = "fedfew.ephemeral"
 
 
-class NodeConfigError(ValueError):
+class NodeConfigError(UsageError):
     """A SuperNode's --node-config lacks what fedfew needs."""
 
 

@@ -1,0 +1,14 @@
+"""fedfew on Flower, one engine beside the others (``runtime.engine: flower``).
+
+* :mod:`fedfew.flower.launch`: the registered engine; a run on this machine (SuperLink, SuperNodes
+  and ``flwr run`` as processes, :mod:`fedfew.flower.local`) followed through the run folder;
+* :mod:`fedfew.flower.server`: the ServerApp's work, a fedfew run with :class:`~fedfew.flower.engine.FlowerEngine`;
+* :mod:`fedfew.flower.apps`, :mod:`fedfew.flower.node`: the ServerApp and ClientApp, a SuperNode's side;
+* :mod:`fedfew.flower.records`, :mod:`fedfew.flower.security`: the state form as Flower records; TLS
+  certificates and node keys.
+
+This package's ``__init__`` and :mod:`~fedfew.flower.launch` import no flwr: registering the engine
+costs nothing when Flower is not installed. No module outside this package imports flwr.
+"""
+
+from fedfew.flower import launch as launch  # registers "flower"

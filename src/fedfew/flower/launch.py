@@ -1,0 +1,105 @@
+"""``runtime.engine: flower`` on this machine: the engine registered under that name.
+
+A run on Flower trains in the ServerApp (:mod:`fedfew.flower.server`), a process of its own; this
+process starts the federation (a SuperLink and one SuperNode per client, :mod:`fedfew.flower.local`),
+hands it the run folder, follows the folder's status for the progress bar and reads the summary back
+at the end. Every process is stopped at the end, on error or Ctrl-C too. Nothing here imports flwr:
+the engine is registered whether or not Flower is installed, and a run asks for it only when it starts.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from fedfew.engine.engines import ENGINES, Engine, Launch
+from fedfew.errors import ConfigError, RunInterrupted
+from fedfew.flower.errors import FlowerRunError
+from fedfew.progress import progress_bar
+
+if TYPE_CHECKING:
+    from fedfew.config import ExperimentConfig
+    from fedfew.runfolder import RunFolder
+
+__all__ = ["FlowerLaunch", "FlowerRunError", "flower_settings", "run_local_flower", "run_on_federation"]
+
+logger = logging.getLogger(__name__)
+
+
+def flower_settings(config: ExperimentConfig) -> Any:
+    """The ``flower:`` section as the local federation takes it (an error if Flower is missing)."""
+    if importlib.util.find_spec("flwr") is None:
+        raise ConfigError("runtime.engine=flower needs Flower: pip install 'fedfew[flower]'")
+    from fedfew.flower.local import FlowerSettings
+
+    f = config.flower
+    return FlowerSettings(f.round_timeout, f.startup_timeout, f.port, f.tls, f.node_auth)
+
+
+@ENGINES.register("flower", help="Flower's deployment runtime: a SuperLink and one SuperNode per client")
+class FlowerLaunch(Engine):
+    """The name ``flower`` in :data:`~fedfew.engine.engines.ENGINES`: the run goes to a local
+    federation; the engine that runs its rounds is :class:`fedfew.flower.engine.FlowerEngine`, built
+    by the ServerApp."""
+
+    name = "flower"
+    holds_states = False
+    runs_elsewhere = True
+
+    @classmethod
+    def launch(cls, run: Launch) -> dict[str, Any]:
+        return run_local_flower(run.folder, run.config, run.progress, run.label, run.resume)
+
+
+def run_local_flower(folder: RunFolder, config: ExperimentConfig, progress: bool | None, label: str | None,
+                     resume: bool = False) -> dict[str, Any]:
+    """``runtime.engine: flower`` on this machine: a SuperLink and a SuperNode per client as separate
+    processes, the ServerApp (started by the SuperLink) training in ``folder``; every process stopped
+    at the end, on error or Ctrl-C too."""
+    settings = flower_settings(config)
+    from fedfew.flower.local import LocalFederation
+
+    federation = LocalFederation(folder.path / "flower", config.partition.num_clients, settings, config.dataset.root)
+    try:
+        with federation:
+            return run_on_federation(federation, folder, config, progress, label, resume)
+    except KeyboardInterrupt:
+        status = folder.read_status()
+        if status.get("status") == "complete":
+            raise
+        folder.set_status("interrupted", round=status.get("round", 0))
+        raise RunInterrupted(folder.path, status.get("round", 0), config.federation.rounds) from None
+
+
+def run_on_federation(federation: Any, folder: RunFolder, config: ExperimentConfig, progress: bool | None = False,
+                      label: str | None = None, resume: bool = False) -> dict[str, Any]:
+    """Run ``config`` in ``folder`` on a started :class:`~fedfew.flower.local.LocalFederation` (the
+    ServerApp trains; this process follows the run folder) and return the summary."""
+    show = config.runtime.progress if progress is None else progress
+    bar = progress_bar(config, label, folder.read_status().get("round", 0) if resume else 0) if show else None
+    encoded = base64.b64encode(json.dumps(config.model_dump(mode="json")).encode()).decode()
+
+    def follow() -> None:
+        if bar is not None:
+            done = folder.read_status().get("round", 0)
+            if done > bar.n:
+                bar.update(done - bar.n)
+
+    try:
+        federation.run_app({"fedfew-config": encoded, "run-dir": str(folder.path)}, follow)
+    finally:
+        if bar is not None:
+            bar.close()
+    status = folder.read_status()
+    if status.get("status") == "failed":
+        raise FlowerRunError(f"the run failed on Flower: {status.get('error')} ({folder.path})")
+    if status.get("status") != "complete":
+        folder.set_status("failed", error="the ServerApp ended before the run finished")
+        raise FlowerRunError(f"the ServerApp ended before the run finished: see {federation.folder}/*.log")
+    summary = json.loads((folder.path / "summary.json").read_text())
+    history = [json.loads(line) for line in (folder.path / "metrics.jsonl").read_text().splitlines()]
+    summary.update({"history": history, "folder": str(folder.path), "label": label or config.name})
+    return summary

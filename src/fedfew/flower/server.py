@@ -1,0 +1,48 @@
+"""The ServerApp's work: a fedfew run whose rounds go to the SuperNodes through
+:class:`~fedfew.flower.engine.FlowerEngine`, in the run folder ``fedfew run`` made (or a new one),
+with the same checkpoints, evaluation and summary as any other engine."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from flwr.serverapp import Grid
+
+from fedfew.config import load_config
+from fedfew.engine.compute import Compute
+from fedfew.engine.engines import Faults
+from fedfew.engine.store import ClientStates
+from fedfew.experiment import Experiment
+from fedfew.flower.engine import FlowerEngine
+from fedfew.runfolder import RunFolder
+from fedfew.runner import _train, new_run
+
+logger = logging.getLogger(__name__)
+
+
+def run_on_flower(grid: Grid, config_data: dict[str, Any], run_dir: str | None) -> dict[str, Any]:
+    """Run ``config_data`` with the Flower engine in the run folder ``run_dir`` (made by ``fedfew
+    run``; or a new run folder under it, or under runtime.output_dir)."""
+    config = load_config(config_data)
+    if run_dir and (Path(run_dir) / "config.yaml").is_file():
+        folder = RunFolder(run_dir)
+    else:
+        folder = new_run(config, run_dir, engine="flower")
+    (folder.path / "flower").mkdir(exist_ok=True)
+    f = config.flower
+
+    def engine(experiment: Experiment, states: ClientStates, faults: Faults, compute: Compute) -> FlowerEngine:
+        return FlowerEngine(grid, experiment.algorithm, config.seed, config_data, len(experiment.clients), faults,
+                            compute, f.round_timeout, f.startup_timeout, folder.path / "flower" / "messages.jsonl")
+
+    resume = folder.has_checkpoint()
+    if resume:
+        logger.warning("resuming on Flower: the clients' private states were held by the nodes of the interrupted "
+                       "run and start again from their initial values")
+    folder.lock()
+    try:
+        return _train(folder, config, False, None, resume=resume, engine_factory=engine)
+    finally:
+        folder.unlock()

@@ -1,0 +1,51 @@
+"""``fedfew evaluate``: re-score a finished run's saved model(s) on the test data, without training."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from fedfew.config import ConfigError, load_config
+from fedfew.engine import serialize
+from fedfew.experiment import Experiment, build_experiment
+from fedfew.runfolder import RunFolder, RunFolderError
+
+__all__ = ["EVALUATE_KEYS", "evaluate_run"]
+
+
+#: What ``fedfew evaluate`` may change: how the trained model is scored, never what was trained.
+EVALUATE_KEYS = ("episodes.", "eval.", "runtime.", "classification.test_fraction", "algorithm.options.test_",
+                 "algorithm.options.deployment")
+
+
+def evaluate_run(path: str | Path, overrides: list[str] | None = None) -> dict[str, Any]:
+    """Score a complete run's saved model(s) on the test data again (with changed evaluation settings,
+    e.g. ``episodes.test_episodes``), without training. Appends the result to
+    ``RUN/evaluations.jsonl`` and returns it."""
+    folder = RunFolder(path)
+    if not (folder.path / "config.yaml").is_file():
+        raise RunFolderError(f"{folder.path} is not a fedfew run folder (no config.yaml)")
+    bad = [o for o in overrides or [] if not o.split("=", 1)[0].strip().startswith(EVALUATE_KEYS)]
+    if bad:
+        raise ConfigError(f"fedfew evaluate changes only how the model is scored ({', '.join(EVALUATE_KEYS)}); "
+                          f"got {bad[0]!r}")
+    config = load_config(folder.path / "config.yaml", overrides)
+    server, client_states, meta = folder.load_model()
+    experiment: Experiment = build_experiment(config)
+    simulator = experiment.simulator()
+    states = {cid: client_states.get(cid) for cid in (c.client_id for c in experiment.clients)}
+    start = time.perf_counter()
+    device = simulator.engine.compute.device
+    server = serialize.to_device(server, device)
+    states = {cid: serialize.to_device(state, device) for cid, state in states.items()}
+    try:
+        test = simulator.evaluate(experiment.test, server, states)
+    finally:
+        simulator.engine.close()
+    result = {"round": meta.get("round"), "overrides": list(overrides or []), "test": test,
+              "seconds": round(time.perf_counter() - start, 2)}
+    with open(folder.path / "evaluations.jsonl", "a") as f:
+        f.write(json.dumps(result) + "\n")
+    return result
