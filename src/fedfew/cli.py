@@ -223,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     from fedfew.engine.engines import EngineError
     from fedfew.engine.serialize import StateFormatError
     from fedfew.engine.simulator import NothingTrainedError
+    from fedfew.errors import RunFailedError
     from fedfew.registry import RegistryError
     from fedfew.runner import RunInterrupted
 
@@ -246,6 +247,10 @@ def main(argv: list[str] | None = None) -> int:
     except NothingTrainedError as err:
         print(f"fedfew: run failed: {_one_line(err)}", file=sys.stderr)
         return 2
+    except RunFailedError as err:  # the exit code belongs to the error's class (fedfew.errors)
+        message = _one_line(err)
+        print(f"fedfew: {message if message.startswith('run failed') else 'run failed: ' + message}", file=sys.stderr)
+        return err.exit_code
     except (ValueError, RegistryError, StateFormatError, EngineError, FileNotFoundError, OSError) as err:
         print(f"fedfew: error: {_one_line(err)}", file=sys.stderr)
         return 2

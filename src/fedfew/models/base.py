@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 
+from fedfew.errors import UsageError
 from fedfew.registry import Registry
 
 
@@ -29,6 +31,19 @@ class FewShotModel(nn.Module):
 
     def forward(self, x: torch.Tensor, *args: Any) -> torch.Tensor:
         return self.head(self.features(x, *args))
+
+
+class ModelBuildError(UsageError):
+    """A model cannot be built with the options given (``model.options.hidden: 0``); names the model."""
+
+
+def _shown(options: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in options.items() if not isinstance(v, torch.Tensor)}  # not pretrained vectors
+
+
+def _describe(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
 ModelFactory = Callable[..., FewShotModel]
@@ -55,7 +70,12 @@ def build_model(
     """Build a registered model; ``num_classes=None`` gives a head-less encoder."""
     factory = MODELS.get(name)
     try:
-        model = factory(tuple(input_shape), num_classes, **options)
+        with warnings.catch_warnings(record=True) as caught:  # shown below only if the model is usable
+            warnings.simplefilter("always")
+            model = factory(tuple(input_shape), num_classes, **options)
+        empty = [n for n, p in model.named_parameters() if p.numel() == 0]
+        if empty:
+            raise ValueError(f"parameter {empty[0]} has no elements (shape {tuple(model.get_parameter(empty[0]).shape)})")
     except TypeError as err:
         if "unexpected keyword argument" in str(err):
             import inspect
@@ -64,7 +84,13 @@ def build_model(
             raise ValueError(
                 f"model {name!r} got an unknown option ({err}); it takes: {', '.join(allowed) or 'none'}"
             ) from None
-        raise
+        raise ModelBuildError(f"model {name!r} (model.options {_shown(options)}) cannot be built: {_describe(err)}") \
+            from None
+    except Exception as err:  # the factory's own code (a plugin's too): any error means these options fail
+        raise ModelBuildError(f"model {name!r} (model.options {_shown(options)}) cannot be built: {_describe(err)}") \
+            from None
+    for warning in caught:
+        warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     return use_channels_last(model) if channels_last else model
 
 
