@@ -204,7 +204,25 @@ class ExperimentConfig(Section):
             )
         if isinstance(fpr, float) and fpr > 1.0:
             raise ValueError("federation.clients_per_round as a fraction must be in (0, 1]")
+        self._check_replies()
         return self
+
+    def _check_replies(self) -> None:
+        """Some client must reply in every round: the fault counts are rounded exactly as the fault
+        draw rounds them (engine.Faults.counts) for the round size the schedule uses."""
+        from fedfew.engine.engines import Faults
+        from fedfew.engine.simulator import round_size
+
+        f = self.federation
+        if f.dropout == 0 and f.stragglers == 0:
+            return
+        asked = round_size(self.partition.num_clients, f.clients_per_round)
+        failed, late = Faults(f.dropout, f.stragglers).counts(asked)
+        if asked - failed - late <= 0:
+            raise ValueError(
+                f"federation.dropout={f.dropout} and federation.stragglers={f.stragglers} leave no client to reply "
+                f"in a round of {asked} (federation.clients_per_round={f.clients_per_round}, partition.num_clients="
+                f"{self.partition.num_clients}): {failed} fail and {late} are late; lower them or ask more clients")
 
     def algorithm_options(self) -> BaseModel:
         from fedfew.engine import ALGORITHMS
