@@ -21,7 +21,7 @@ import yaml
 from fedfew.cli import demo_config_path, main
 from fedfew.config import ConfigError, load_config
 from fedfew.engine.engines import Faults
-from fedfew.runfolder import RunFolder
+from fedfew.runfolder import RunFolder, RunFolderError
 from fedfew.runner import RunInterrupted, resume_run, run_experiment
 from tests.tiny import tiny_config
 
@@ -139,6 +139,42 @@ def test_a_forked_worker_holds_no_copy_of_the_lock(tmp_path: Path) -> None:
         first.unlock()
     second.lock(orphans_grace=0)  # free once the owner lets go
     second.unlock()
+
+
+HOLD_LOCK = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def test_a_lock_whose_owner_died_is_taken_only_once_no_process_of_the_run_holds_it(tmp_path: Path) -> None:
+    folder = RunFolder(tmp_path)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    folder.set_status("running")
+    record = status(tmp_path)
+    (tmp_path / "status.json").write_text(json.dumps({**record, "pid": int(gone.stdout)}))  # the owner: dead
+    (tmp_path / ".lock").touch()
+
+    def orphan(seconds: float) -> subprocess.Popen[str]:  # one of the dead owner's processes, still holding it
+        holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(tmp_path / ".lock"), str(seconds)],
+                                  stdout=subprocess.PIPE, text=True)
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        return holder
+
+    holder = orphan(60)
+    try:
+        with pytest.raises(RunFolderError, match=rf"main process \(pid {int(gone.stdout)}\) is gone: {holder.pid}"):
+            folder.lock(orphans_grace=0.3)
+    finally:
+        holder.kill()
+        holder.wait()
+    holder = orphan(1.0)  # it exits within the grace period: then, and only then, the lock is taken
+    folder.lock(orphans_grace=30)
+    assert holder.poll() is not None
+    folder.unlock()
 
 
 # -- item 2: interrupts during the write-up -----------------------------------------------------------
