@@ -291,10 +291,15 @@ def _failed(folder: RunFolder, err: BaseException, where: str) -> RunFailedError
 def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experiment, simulator: Simulator,
               show: bool, label: str | None, resume: bool, start: float) -> dict[str, Any]:
     rounds = config.federation.rounds
-    if resume and folder.has_checkpoint():
-        folder.load_checkpoint(simulator)
-    folder.discard_results()  # what an earlier attempt's cut-short write-up left: this run is not complete
-    folder.rewrite_metrics(simulator.state.history)
+    try:
+        if resume and folder.has_checkpoint():
+            folder.load_checkpoint(simulator)
+        folder.discard_results()  # what an earlier attempt's cut-short write-up left: this run is not complete
+        folder.rewrite_metrics(simulator.state.history)
+    except KeyboardInterrupt:  # the checkpoint on disk is untouched: it stands
+        done = folder.read_status().get("round", 0)
+        folder.set_status("interrupted", round=done)
+        raise RunInterrupted(folder.path, done, rounds, "while the run was being set up") from None
     checkpointed = simulator.state.round
     bar = _progress_bar(config, label, simulator.state.round) if show else None
     every = config.runtime.checkpoint_every
@@ -439,7 +444,7 @@ def evaluate_run(path: str | Path, overrides: list[str] | None = None) -> dict[s
     result = {"round": meta.get("round"), "overrides": list(overrides or []), "test": test,
               "seconds": round(time.perf_counter() - start, 2)}
     with open(folder.path / "evaluations.jsonl", "a") as f:
-        f.write(json.dumps(result) + "\n")
+        f.write(strict_json(result) + "\n")
     return result
 
 
@@ -493,5 +498,5 @@ def write_comparison(summaries: list[dict[str, Any]], folder: Path, title: str) 
     plot_curves({s["label"]: s["history"] for s in summaries}, folder / "accuracy.png", title)
     with (folder / "summaries.jsonl").open("w") as f:
         for s in summaries:
-            f.write(json.dumps({k: v for k, v in s.items() if k not in ("history", "_simulator")}) + "\n")
+            f.write(strict_json({k: v for k, v in s.items() if k not in ("history", "_simulator")}) + "\n")
     return table
