@@ -4,7 +4,6 @@ bug) is a one-line config error naming the model, not a traceback after the run 
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import torch
@@ -20,8 +19,7 @@ def check_model_runs(experiment: Any) -> None:
     where = f"model {config.model.name!r} (model.options {config.model.options})"
     data = experiment.dataset
     take = slice(0, min(2, len(data)))
-    with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch's warnings on odd shapes: the run itself shows them, if it runs
+    with torch.random.fork_rng(devices=[]):
         model = experiment.context.make_model(None)  # a model that cannot be built: ModelBuildError
         args = (data.inputs[take],) if data.lengths is None else (data.inputs[take], data.lengths[take])
         was_training = model.training

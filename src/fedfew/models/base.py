@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -31,6 +32,28 @@ class FewShotModel(nn.Module):
 
     def forward(self, x: torch.Tensor, *args: Any) -> torch.Tensor:
         return self.head(self.features(x, *args))
+
+
+#: torch's warning for a layer of size 0: such a model is refused below with a one-line error instead.
+_ZERO_SIZE_WARNING = "Initializing zero-element tensors is a no-op"
+
+
+@contextlib.contextmanager
+def _zero_size_warning_hidden() -> Iterator[None]:
+    """Drop torch's zero-size warning while a model is built, by wrapping ``warnings.showwarning``
+    (not with a filter or ``catch_warnings``, which would reset Python's "warn once" memory and
+    repeat every other warning)."""
+    shown = warnings.showwarning
+
+    def show(message: Warning | str, *args: Any, **kwargs: Any) -> None:
+        if _ZERO_SIZE_WARNING not in str(message):
+            shown(message, *args, **kwargs)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
 
 
 class ModelBuildError(UsageError):
@@ -70,8 +93,7 @@ def build_model(
     """Build a registered model; ``num_classes=None`` gives a head-less encoder."""
     factory = MODELS.get(name)
     try:
-        with warnings.catch_warnings(record=True) as caught:  # shown below only if the model is usable
-            warnings.simplefilter("always")
+        with _zero_size_warning_hidden():
             model = factory(tuple(input_shape), num_classes, **options)
         empty = [n for n, p in model.named_parameters() if p.numel() == 0]
         if empty:
@@ -89,8 +111,6 @@ def build_model(
     except Exception as err:  # the factory's own code (a plugin's too): any error means these options fail
         raise ModelBuildError(f"model {name!r} (model.options {_shown(options)}) cannot be built: {_describe(err)}") \
             from None
-    for warning in caught:
-        warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     return use_channels_last(model) if channels_last else model
 
 
