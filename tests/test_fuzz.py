@@ -42,7 +42,8 @@ def run_cli(args: list[str], out: Path) -> tuple[int, str]:
 
 
 def check_outcome(kind: str, code: int, err: str, out: Path, names: list[str]) -> None:
-    """The contract: exit 0 and a complete run, or exit 2, one line naming one of ``names``."""
+    """The contract: exit 0 and a complete run; or exit 2 (bad input), one line naming one of
+    ``names``; or exit 1 (a run that failed: diverged, nothing trained), one line and status failed."""
     statuses = [json.loads(p.read_text())["status"] for p in out.glob("*/status.json")]
     counts = COUNTS.setdefault(kind, Counter())
     counts["inputs"] += 1
@@ -51,12 +52,16 @@ def check_outcome(kind: str, code: int, err: str, out: Path, names: list[str]) -
         counts["ran"] += 1
         assert statuses and all(s == "complete" for s in statuses)
         return
-    counts["rejected"] += 1
-    assert code == 2, err
     lines = [line for line in err.splitlines() if line.strip() and "warning" not in line]
     assert len(lines) == 1 and lines[0].startswith("fedfew:"), err
-    assert any(name in lines[0] for name in names), (names, lines[0])
     assert "complete" not in statuses
+    if code == 1:
+        counts["failed at runtime"] += 1
+        assert lines[0].startswith("fedfew: run failed") and statuses == ["failed"], (lines, statuses)
+        return
+    counts["rejected"] += 1
+    assert code == 2, err
+    assert any(name in lines[0] for name in names), (names, lines[0])
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -255,3 +260,101 @@ def test_fuzzed_data_files_run_or_fail_cleanly(dataset: str) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
 
     check()
+
+
+# -- the kinds of bad input of issue 25 ------------------------------------------------------------------
+NEW_KIND_SETTINGS = settings(max_examples=30, deadline=None, derandomize=True,
+                             suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+#: Every number in the schema that the base config or the options of its model, partition and algorithm
+#: hold: a boolean there must be refused (pydantic's lax mode would read true as 1).
+NUMBER_PATHS = [
+    "seed", "partition.num_clients", "federation.rounds", "federation.clients_per_round", "federation.dropout",
+    "federation.stragglers", "episodes.n_way", "episodes.k_shot", "episodes.q_query", "episodes.test_episodes",
+    "episodes.val_episodes", "eval.every", "runtime.threads", "runtime.workers", "runtime.checkpoint_every",
+    "model.options.hidden", "partition.options.alpha", "algorithm.options.local_steps", "algorithm.options.lr",
+    "classification.test_fraction", "flower.port", "flower.round_timeout",
+]
+
+
+def yaml_lines(config: dict[str, Any]) -> list[str]:
+    return yaml.safe_dump(config, default_flow_style=False, sort_keys=False).splitlines()
+
+
+@NEW_KIND_SETTINGS
+@given(line=st.integers(0, 10_000), value=st.one_of(st.integers(-2, 9), st.text("abc", max_size=3), st.booleans()))
+def test_fuzzed_duplicate_keys_are_refused_naming_key_and_file(line: int, value: Any) -> None:
+    lines = yaml_lines(BASE)
+    keyed = [i for i, text in enumerate(lines) if ":" in text and not text.lstrip().startswith("- ")]
+    at = keyed[line % len(keyed)]
+    indent = lines[at][: len(lines[at]) - len(lines[at].lstrip())]
+    key = lines[at].strip().split(":", 1)[0]
+    lines.insert(at, f"{indent}{key}: {json.dumps(value)}")  # the same key again, first, in the same mapping
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "duplicate.yaml"
+        path.write_text("\n".join(lines) + "\n")
+        code, err = run_cli(["run", str(path)], Path(tmp) / "out")
+        check_outcome("duplicate keys", code, err, Path(tmp) / "out", [f"{key!r} appears twice"])
+        assert code == 2 and str(path) in err
+
+
+@NEW_KIND_SETTINGS
+@given(path=st.sampled_from(NUMBER_PATHS), value=st.booleans(), how=st.sampled_from(["file", "--set"]))
+def test_fuzzed_booleans_for_numbers_are_refused(path: str, value: bool, how: str) -> None:
+    config, _ = mutate(json.loads(json.dumps(BASE)), [] if how == "--set" else [("set", path, "", value)])
+    with tempfile.TemporaryDirectory() as tmp:
+        file = Path(tmp) / "config.yaml"
+        file.write_text(yaml.safe_dump(config))
+        extra = ["--set", f"{path}={'true' if value else 'false'}"] if how == "--set" else []
+        code, err = run_cli(["run", str(file), *extra], Path(tmp) / "out")
+        check_outcome("booleans for numbers", code, err, Path(tmp) / "out", [path])
+        assert code == 2
+
+
+@NEW_KIND_SETTINGS
+@given(where=st.floats(0, 1), byte=st.integers(0x80, 0xFF), count=st.integers(1, 3))
+def test_fuzzed_non_utf8_configs_name_the_file(where: float, byte: int, count: int) -> None:
+    data = yaml.safe_dump(BASE).encode()
+    at = int(where * len(data))
+    data = data[:at] + bytes([byte]) * count + data[at:]  # a lone byte >= 0x80 in ASCII text: never UTF-8
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "latin.yaml"
+        path.write_bytes(data)
+        code, err = run_cli(["run", str(path)], Path(tmp) / "out")
+        check_outcome("non-UTF-8 configs", code, err, Path(tmp) / "out", [str(path)])
+        assert code == 2 and "UTF-8" in err
+
+
+FOLDER_TARGETS = ["config", "plugin", "test_tasks", *sorted(DATA_FORMATS)]
+
+
+@NEW_KIND_SETTINGS
+@given(target=st.sampled_from(FOLDER_TARGETS), which=st.integers(0, 3))
+def test_fuzzed_folders_where_files_belong_name_the_path(target: str, which: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        config = tmp / "config.yaml"
+        config.write_text(yaml.safe_dump(BASE))
+        folder = tmp / "a-folder.yaml"
+        args = ["run", str(config)]
+        if target == "config":
+            folder.mkdir()
+            args = ["run", str(folder)]
+        elif target == "plugin":
+            folder = tmp / "a-folder.py"
+            folder.mkdir()
+            args += ["--plugin", str(folder)]
+        elif target == "test_tasks":
+            folder = tmp / "tasks.json"
+            folder.mkdir()
+            args += ["--set", f"episodes.test_tasks={folder}"]
+        else:
+            writer, extra = DATA_FORMATS[target]
+            files = writer(tmp / "data")
+            folder = files[which % len(files)]
+            folder.unlink()
+            folder.mkdir()
+            args += ["--set", f"dataset.name={target}", "--set", f"dataset.root={tmp / 'data'}", *extra]
+        code, err = run_cli(args, tmp / "out")
+        names = [folder.name] if target in ("config", "plugin", "test_tasks") else [folder.name, target]
+        check_outcome("folders as files", code, err, tmp / "out", names)
+        assert code == 2

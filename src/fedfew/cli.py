@@ -315,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
                 return 130
             except FedfewError as err:
                 kind = "error" if err.exit_code == 2 else "run failed"
-                print(f"fedfew: {kind}: {_one_line(err)}", file=sys.stderr)
+                message = _one_line(err)
+                print(f"fedfew: {message if message.startswith(kind) else kind + ': ' + message}", file=sys.stderr)
                 return err.exit_code
             except Exception as err:  # a bug, or a failure fedfew did not foresee: keep the traceback
                 where = _traceback_file(err)

@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from fedfew.errors import ConfigError
+from fedfew.schema import NoBoolNumbers
 
 __all__ = ["ConfigError", "ExperimentConfig", "apply_override", "dump_config", "load_config"]
 
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class Section(BaseModel):
+class Section(NoBoolNumbers):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
@@ -242,12 +243,30 @@ class ExperimentConfig(Section):
             )
         if isinstance(fpr, float) and fpr > 1.0:
             raise ValueError("federation.clients_per_round as a fraction must be in (0, 1]")
+        self._check_replies()
         return self
 
     def engine_options(self) -> BaseModel:
         from fedfew.engines import ENGINES
 
         return ENGINES.get(self.runtime.engine).Options.model_validate(self.runtime.engine_options)
+
+    def _check_replies(self) -> None:
+        """Some client must reply in every round: the fault counts are rounded exactly as the fault
+        draw rounds them (engine.Faults.counts) for the round size the schedule uses."""
+        from fedfew.engine.engines import Faults
+        from fedfew.engine.simulator import round_size
+
+        f = self.federation
+        if f.dropout == 0 and f.stragglers == 0:
+            return
+        asked = round_size(self.partition.num_clients, f.clients_per_round)
+        failed, late = Faults(f.dropout, f.stragglers).counts(asked)
+        if asked - failed - late <= 0:
+            raise ValueError(
+                f"federation.dropout={f.dropout} and federation.stragglers={f.stragglers} leave no client to reply "
+                f"in a round of {asked} (federation.clients_per_round={f.clients_per_round}, partition.num_clients="
+                f"{self.partition.num_clients}): {failed} fail and {late} are late; lower them or ask more clients")
 
     def algorithm_options(self) -> BaseOptions:
         from fedfew.engine import ALGORITHMS
@@ -285,6 +304,54 @@ def _format(err: ValidationError, prefix: str = "", model: type[BaseModel] | Non
     return f"invalid configuration: {body}" if header else body
 
 
+class DuplicateKeyError(yaml.YAMLError):
+    """A mapping in YAML text names the same key twice (plain YAML keeps the last one silently)."""
+
+    def __init__(self, key: Any, line: int) -> None:
+        super().__init__(f"key {key!r} appears twice in one mapping (line {line})")
+        self.key, self.line = key, line
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.safe_load's loader, refusing a key given twice in the same mapping."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` may repeat what it merges
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                if key in seen:
+                    raise DuplicateKeyError(key, key_node.start_mark.line + 1)
+                seen.add(key)
+            except TypeError:  # an unhashable key: SafeLoader reports it
+                pass
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(text: str) -> Any:
+    """``yaml.safe_load`` that refuses duplicate keys (:class:`DuplicateKeyError`)."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+def read_config_text(path: Path) -> str:
+    """The text of the config file ``path``, or a :class:`ConfigError` saying what is wrong with it."""
+    if path.is_dir():
+        raise ConfigError(f"config file {path} is a folder, not a YAML file")
+    if not path.exists():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise ConfigError(f"config file {path} cannot be read: {err.strerror or err}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"config file {path} is not UTF-8 text (byte 0x{data[err.start]:02x} at position "
+                          f"{err.start}); save it as UTF-8") from None
+
+
 def _leaf_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
     paths = []
     for name, field in model.model_fields.items():
@@ -303,7 +370,9 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
     key, raw = assignment.split("=", 1)
     key = key.strip()
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = load_yaml(raw) if raw.strip() else None
+    except DuplicateKeyError as err:
+        raise ConfigError(f"--set {key.strip()}: value {raw!r}: {err}") from None
     except yaml.YAMLError as err:
         problem = str(getattr(err, "problem", None) or err).splitlines()[0]
         raise ConfigError(f"--set {key}: value {raw!r} is not valid YAML ({problem}); quote strings, "
@@ -333,10 +402,11 @@ def load_config(source: str | Path | dict[str, Any] | None = None, overrides: li
         data = yaml.safe_load(yaml.safe_dump(source))  # a deep copy
     else:
         path = Path(source)
-        if not path.is_file():
-            raise ConfigError(f"config file {path} does not exist")
+        text = read_config_text(path)
         try:
-            data = yaml.safe_load(path.read_text()) or {}
+            data = load_yaml(text) or {}
+        except DuplicateKeyError as err:
+            raise ConfigError(f"config file {path}: {err}; remove one of them") from None
         except yaml.YAMLError as err:
             raise ConfigError(f"config file {path} is not valid YAML: {err}") from None
         if not isinstance(data, dict):

@@ -34,6 +34,13 @@ class RunInterrupted(FedfewError):
 
     exit_code = 130
 
-    def __init__(self, folder: Path, round_done: int, rounds: int) -> None:
-        super().__init__(f"interrupted after round {round_done}/{rounds}; resume with: fedfew resume {folder}")
+    def __init__(self, folder: Path, round_done: int, rounds: int, stage: str = "") -> None:
+        # The message says what had finished: some rounds, every round (the write-up was cut short), or none.
+        if round_done >= rounds:
+            what = f"interrupted after all {rounds} rounds finished, {stage or 'before the results were written'}"
+        elif round_done == 0:
+            what = f"interrupted before any round finished{', ' + stage if stage else ''}"
+        else:
+            what = f"interrupted after round {round_done}/{rounds}"
+        super().__init__(f"{what}; resume with: fedfew resume {folder}")
         self.folder, self.round_done, self.rounds = folder, round_done, rounds

@@ -61,6 +61,9 @@ def load_plugin(path: str | Path) -> ModuleType:
     sys.modules[name] = module  # before running it: dataclasses and pickling look the module up
     try:
         spec.loader.exec_module(module)
+    except SystemExit as err:  # the plugin's own sys.exit(): not fedfew's exit code, and never silent
+        del sys.modules[name]
+        raise PluginError(f"plugin {file} called sys.exit({err.code!r}) while importing{_where(err, file)}") from None
     except Exception as err:  # the plugin's own code: any error is the plugin's
         del sys.modules[name]
         message = str(err).splitlines()[0] if str(err) else ""

@@ -10,7 +10,7 @@ from typing import Any
 from fedfew.config import ConfigError, load_config
 from fedfew.engine import serialize
 from fedfew.experiment import Experiment, build_experiment
-from fedfew.runfolder import RunFolder, RunFolderError
+from fedfew.runfolder import RunFolder, RunFolderError, strict_json
 
 __all__ = ["EVALUATE_KEYS", "evaluate_run"]
 
@@ -47,5 +47,5 @@ def evaluate_run(path: str | Path, overrides: list[str] | None = None) -> dict[s
     result = {"round": meta.get("round"), "overrides": list(overrides or []), "test": test,
               "seconds": round(time.perf_counter() - start, 2)}
     with open(folder.path / "evaluations.jsonl", "a") as f:
-        f.write(json.dumps(result) + "\n")
+        f.write(strict_json(result) + "\n")
     return result

@@ -50,6 +50,30 @@ def summarise(config: ExperimentConfig, outcome: dict[str, Any], seconds: float,
     return summary
 
 
+def participation(history: list[dict[str, Any]], client_ids: list[int],
+                  personal_states: Any = None) -> dict[str, Any]:
+    """Who trained: ``rounds_trained`` (client id -> rounds in which it trained), the clients that never
+    did, and for personalised scores (``personal_states``: the private models scored, None for none)
+    how many of the models averaged were ever trained."""
+    counts = {cid: 0 for cid in client_ids}
+    for record in history:
+        for cid in record.get("clients", {}).get("trained", []):
+            counts[cid] = counts.get(cid, 0) + 1
+    result: dict[str, Any] = {"rounds_trained": {str(c): n for c, n in sorted(counts.items())},
+                              "clients_never_trained": [c for c, n in sorted(counts.items()) if n == 0]}
+    if personal_states is not None:
+        scored = [c for c in client_ids if _has_state(personal_states, c)]
+        result["personalised"] = {"models": len(scored), "trained": sum(1 for c in scored if counts[c] > 0)}
+    return result
+
+
+def _has_state(states: Any, cid: int) -> bool:
+    try:
+        return states.get(cid) is not None
+    except Exception:  # states held elsewhere (Flower nodes): every client has its model there
+        return True
+
+
 def format_accuracy(test: dict[str, float]) -> str:
     if "accuracy" not in test:
         return "n/a"

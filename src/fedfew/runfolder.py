@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import fcntl
 import json
+import math
 import os
 import re
+import shutil
 import socket
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -37,6 +40,42 @@ from fedfew.engine.store import ClientStates, Entry
 from fedfew.errors import UsageError
 
 STATUSES = ("running", "interrupted", "failed", "complete")
+#: Written only when a run is complete (removed from a run that is not: a resumed or interrupted one).
+COMPLETE_ONLY = ("summary.json", "results.md", "accuracy.png")
+#: Bytes kept aside in RUN/.reserve while a run holds its folder: freed on a full disk so that the
+#: failed status and error.log can still be written.
+RESERVE_BYTES = 64 * 1024
+#: Lock descriptors this process holds: a forked child (a worker) closes its copies at once, so a
+#: worker that outlived its parent could never keep the folder locked.
+_HELD_LOCKS: set[int] = set()
+
+
+def _close_inherited_locks() -> None:
+    for fd in _HELD_LOCKS:
+        try:
+            os.close(fd)  # flock belongs to the open file: the parent's lock stays
+        except OSError:
+            pass
+    _HELD_LOCKS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_inherited_locks)
+
+
+def strict_json(obj: Any, **kwargs: Any) -> str:
+    """JSON that any parser reads: a non-finite float (NaN, inf) becomes null, never bare NaN."""
+    return json.dumps(_finite_or_none(obj), allow_nan=False, **kwargs)
+
+
+def _finite_or_none(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite_or_none(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite_or_none(v) for v in obj]
+    return obj
 
 
 class RunFolderError(UsageError):
@@ -60,7 +99,9 @@ def new_run_path(base: str | Path, name: str) -> Path:
 
 
 def check_output_base(base: Path) -> None:
-    """The output folder must be a writable folder, or creatable: checked before any work."""
+    """The output folder must be a writable folder, or creatable: checked before any work, by making
+    (and removing) a folder in the nearest one that exists, since permissions alone do not tell (root
+    may write almost anywhere, yet not in /proc)."""
     probe = base
     while not probe.exists():
         if probe.parent == probe:
@@ -70,6 +111,11 @@ def check_output_base(base: Path) -> None:
         raise ConfigError(f"output folder {base}: {probe} is a file, not a folder (set --out or runtime.output_dir)")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise ConfigError(f"output folder {base}: {probe} is not writable (set --out or runtime.output_dir)")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".fedfew-probe-", dir=probe))
+    except OSError as err:
+        raise ConfigError(f"output folder {base}: cannot create folders in {probe} ({err.strerror or err}; set "
+                          "--out or runtime.output_dir)") from None
 
 
 class RunFolder:
@@ -91,21 +137,64 @@ class RunFolder:
         return self.path / "model"
 
     # -- lock and status --------------------------------------------------------------------------
-    def lock(self) -> None:
-        """Hold the folder's lock for the life of this process; an error if a live run holds it."""
+    def lock(self, orphans_grace: float = 10.0) -> None:
+        """Hold the folder's lock for the life of this process; an error if a live run holds it. A
+        lock whose owner (the pid in status.json) is dead can only be held by processes it started
+        (worker processes die with it): it is waited for, up to ``orphans_grace`` seconds, and never
+        taken while any process of that run is alive."""
         fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            status = self.read_status()
-            raise RunFolderError(f"run folder {self.path} is in use by a live run (pid {status.get('pid')})") from None
+        deadline = time.monotonic() + orphans_grace
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                owner = self.read_status().get("pid")
+                if isinstance(owner, int) and _alive(owner):
+                    os.close(fd)
+                    raise RunFolderError(f"run folder {self.path} is in use by a live run (pid {owner})") from None
+                if time.monotonic() > deadline:
+                    os.close(fd)
+                    holders = _processes_holding(self.path / ".lock")
+                    raise RunFolderError(
+                        f"run folder {self.path} is locked by processes of a run whose main process (pid {owner}) is "
+                        f"gone: {', '.join(map(str, holders)) or 'unknown pids'}; stop them (kill PID) and resume"
+                    ) from None
+                time.sleep(0.1)
         self._lock_fd = fd
+        _HELD_LOCKS.add(fd)
+        self._keep_reserve()
 
     def unlock(self) -> None:
         if self._lock_fd is not None:
+            self.release_reserve()
+            _HELD_LOCKS.discard(self._lock_fd)
             os.close(self._lock_fd)
             self._lock_fd = None
+
+    def _keep_reserve(self) -> None:
+        reserve = self.path / ".reserve"
+        try:
+            if not reserve.is_file() or reserve.stat().st_size < RESERVE_BYTES:
+                with open(reserve, "wb") as f:
+                    f.write(bytes(RESERVE_BYTES))
+        except OSError:  # the disk is full already: the run will say so when it writes
+            reserve.unlink(missing_ok=True)
+
+    def release_reserve(self) -> None:
+        """Free the space kept aside (a full disk: room for the failed status and error.log)."""
+        try:
+            (self.path / ".reserve").unlink(missing_ok=True)
+        except OSError:
+            pass
+
+    def discard_results(self) -> None:
+        """Remove the complete-only files and the saved model that a cut-short write-up (an
+        interrupt, kill -9, a full disk) may have left: they must never describe an unfinished run."""
+        for name in COMPLETE_ONLY:
+            (self.path / name).unlink(missing_ok=True)
+        if self.model_dir.is_dir():
+            shutil.rmtree(self.model_dir, ignore_errors=True)
 
     def set_status(self, status: str, **info: Any) -> None:
         assert status in STATUSES
@@ -126,15 +215,20 @@ class RunFolder:
         serialize.atomic_write_text(self.path / "config.yaml", dump_config(config))
 
     def append_metrics(self, record: dict[str, Any]) -> None:
-        with open(self.path / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(record) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        """One line of strict JSON (non-finite numbers as null), flushed to disk."""
+        path = self.path / "metrics.jsonl"
+        try:
+            with open(path, "a") as f:
+                f.write(strict_json(record) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as err:  # a full disk: the error names the file
+            raise OSError(err.errno, err.strerror, str(path)) from None
 
     def rewrite_metrics(self, history: list[dict[str, Any]]) -> None:
         """metrics.jsonl exactly as the checkpoint's history (a resumed run drops rounds logged after
         its last checkpoint; they are run again)."""
-        serialize.atomic_write_text(self.path / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in history))
+        serialize.atomic_write_text(self.path / "metrics.jsonl", "".join(strict_json(r) + "\n" for r in history))
 
     # -- checkpoints ------------------------------------------------------------------------------
     def save_checkpoint(self, simulator: Simulator) -> None:
@@ -157,7 +251,7 @@ class RunFolder:
                     "states": current, "best": best, "history": st.history,
                     "comm": {"down": st.comm.down, "up": st.comm.up}, "last_test": st.last_test,
                     "seconds": st.seconds}
-        serialize.atomic_write_text(ck / "run.json", json.dumps(manifest) + "\n")
+        serialize.atomic_write_text(ck / "run.json", strict_json(manifest) + "\n")
         self._collect_garbage(manifest, store)
 
     def _collect_garbage(self, manifest: dict[str, Any], store: ClientStates) -> None:
@@ -221,6 +315,33 @@ class RunFolder:
             state, client_meta = serialize.load(path)
             clients[int(client_meta["client"])] = state
         return server, clients, meta
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie waiting to be reaped."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _processes_holding(path: Path) -> list[int]:
+    """Pids of the processes with ``path`` open (Linux /proc; empty elsewhere)."""
+    target, found = str(path.resolve()), []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if any(os.readlink(fd) == target for fd in (proc / "fd").iterdir()):
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return sorted(found)
 
 
 def _version() -> str:

@@ -6,7 +6,6 @@ resume and interrupts. The other commands have their own modules: re-scoring a f
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import signal
 import time
@@ -16,16 +15,19 @@ from pathlib import Path
 from typing import Any
 
 from fedfew.config import ConfigError, ExperimentConfig, load_config
+from fedfew.engine import serialize
 from fedfew.engine.engines import Launch
-from fedfew.engine.simulator import NothingTrainedError, Simulator
+from fedfew.engine.simulator import DivergedError, NothingTrainedError, Simulator
 from fedfew.engines import ENGINES
-from fedfew.errors import RunInterrupted
+from fedfew.errors import FedfewError, RunFailedError, RunInterrupted
 from fedfew.experiment import EngineFactory, Experiment, build_experiment, dataset_cache
+from fedfew.model_check import check_model_runs
 from fedfew.progress import progress_bar
-from fedfew.results import markdown_table, plot_curves, summarise
-from fedfew.runfolder import RunFolder, RunFolderError, check_output_base, new_run_path
+from fedfew.results import markdown_table, participation, plot_curves, summarise
+from fedfew.runfolder import RunFolder, RunFolderError, check_output_base, new_run_path, strict_json
 
 logger = logging.getLogger(__name__)
+
 
 #: Moved to their own modules (re-scoring: fedfew.rescore; sweeps: fedfew.sweep; Flower's
 #: orchestration: fedfew.flower); these names still import from here.
@@ -47,6 +49,11 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+class RunCrashedError(RunFailedError):
+    """The run stopped on an unexpected error (a bug, a plugin's exception or sys.exit, a full disk);
+    the message says what and where, the traceback is in RUN/error.log."""
+
+
 def warn(message: str) -> None:
     """Kept for callers of the old path: a warning through :mod:`logging`."""
     logger.warning("%s", message)
@@ -57,16 +64,19 @@ def interrupts_deferred() -> Iterator[None]:
     """Hold Ctrl-C while a checkpoint is written (a half-written checkpoint is harmless, but a
     status saying 'interrupted' must follow a whole one); the interrupt is raised right after."""
     pending: list[int] = []
-    previous = signal.getsignal(signal.SIGINT)
+    deferred = (signal.SIGINT, signal.SIGTERM)
+    previous = {signum: signal.getsignal(signum) for signum in deferred}
     try:
-        signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
+        for signum in deferred:
+            signal.signal(signum, lambda signum, frame: pending.append(signum))
     except ValueError:  # not the main thread: nothing to defer
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         if pending:
             raise KeyboardInterrupt
 
@@ -77,7 +87,7 @@ def preflight(config: ExperimentConfig, out_base: str | Path | None = None) -> N
     partition, the evaluation tasks and the algorithm's construction. Raises the same clean errors
     the run itself would, so a batch stops before its first run."""
     check_output_base(Path(out_base or config.runtime.output_dir))
-    build_experiment(config)
+    check_model_runs(build_experiment(config))
 
 
 def validate_all(configs: list[ExperimentConfig], out_base: str | Path | None = None) -> None:
@@ -156,14 +166,16 @@ def _train(folder: RunFolder, config: ExperimentConfig, progress: bool | None, l
     start = time.perf_counter()
     try:
         experiment = build_experiment(config)
-    except Exception as err:
-        folder.set_status("failed", error=str(err))
-        raise
-    try:
         simulator = experiment.simulator(states_dir=folder.states_dir, engine_factory=engine_factory)
-    except Exception as err:
+    except KeyboardInterrupt:  # while reading the data or starting the workers: nothing new finished
+        done = folder.read_status().get("round", 0)
+        folder.set_status("interrupted", round=done)
+        raise RunInterrupted(folder.path, done, config.federation.rounds, "while the run was being set up") from None
+    except FedfewError as err:
         folder.set_status("failed", error=str(err))
         raise
+    except (Exception, SystemExit) as err:
+        raise _failed(folder, err, "while the run was being set up") from err
     try:
         return _train_on(folder, config, experiment, simulator, show, label, resume, start)
     except Exception as err:
@@ -174,12 +186,36 @@ def _train(folder: RunFolder, config: ExperimentConfig, progress: bool | None, l
         simulator.engine.close()
 
 
+def _failed(folder: RunFolder, err: BaseException, where: str) -> RunFailedError:
+    """Record a run that stopped on an unexpected error (status failed, the traceback in error.log,
+    room made first if the disk is full) and the one-line error to raise."""
+    folder.release_reserve()  # a full disk: the few KiB kept for this record
+    if isinstance(err, SystemExit):
+        message = f"the run's code called sys.exit({err.code!r}) {where}"
+    elif isinstance(err, OSError) and err.filename and err.strerror:
+        message = f"cannot write {err.filename}: {err.strerror} ({where})"
+    else:
+        text = " ".join(str(err).split())
+        message = f"{type(err).__name__}{': ' + text if text else ''} ({where})"
+    with contextlib.suppress(OSError):
+        (folder.path / "error.log").write_text(f"{message}\n\n{traceback.format_exc()}")
+    with contextlib.suppress(OSError):
+        folder.set_status("failed", error=message)
+    return RunCrashedError(f"run failed: {message}; see {folder.path / 'error.log'}")
+
+
 def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experiment, simulator: Simulator,
               show: bool, label: str | None, resume: bool, start: float) -> dict[str, Any]:
     rounds = config.federation.rounds
-    if resume and folder.has_checkpoint():
-        folder.load_checkpoint(simulator)
-    folder.rewrite_metrics(simulator.state.history)
+    try:
+        if resume and folder.has_checkpoint():
+            folder.load_checkpoint(simulator)
+        folder.discard_results()  # what an earlier attempt's cut-short write-up left: this run is not complete
+        folder.rewrite_metrics(simulator.state.history)
+    except KeyboardInterrupt:  # the checkpoint on disk is untouched: it stands
+        done = folder.read_status().get("round", 0)
+        folder.set_status("interrupted", round=done)
+        raise RunInterrupted(folder.path, done, rounds, "while the run was being set up") from None
     checkpointed = simulator.state.round
     bar = progress_bar(config, label, simulator.state.round) if show else None
     every = config.runtime.checkpoint_every
@@ -200,22 +236,34 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
             bar.set_postfix(shown, refresh=False)
             bar.update(1)
 
-    try:
-        outcome = simulator.run(rounds, config.federation.clients_per_round, config.eval.every,
-                                config.eval.track_test, on_round, selection=config.eval.selection)
-    except KeyboardInterrupt:
+    def interrupted(stage: str = "") -> RunInterrupted:
+        folder.discard_results()
         with interrupts_deferred():
             if every and checkpointed != simulator.state.round:
                 folder.save_checkpoint(simulator)
             folder.set_status("interrupted", round=simulator.state.round)
-        raise RunInterrupted(folder.path, simulator.state.round, rounds) from None
+        return RunInterrupted(folder.path, simulator.state.round, rounds, stage)
+
+    try:
+        outcome = simulator.run(rounds, config.federation.clients_per_round, config.eval.every,
+                                config.eval.track_test, on_round, selection=config.eval.selection)
+    except KeyboardInterrupt:
+        raise interrupted("during the final evaluation" if simulator.state.round >= rounds else "") from None
+    except DivergedError as err:
+        with contextlib.suppress(OSError):
+            folder.append_metrics(err.record)  # the diverged round, for the record (never checkpointed)
+        folder.set_status("failed", error=str(err))
+        raise
     except NothingTrainedError as err:
         folder.set_status("failed", error=str(err))
         raise
-    except Exception as err:
-        (folder.path / "error.log").write_text(traceback.format_exc())
-        folder.set_status("failed", error=f"{type(err).__name__}: {err}")
+    except FedfewError as err:
+        with contextlib.suppress(OSError):
+            (folder.path / "error.log").write_text(traceback.format_exc())
+        folder.set_status("failed", error=str(err))
         raise
+    except (Exception, SystemExit) as err:
+        raise _failed(folder, err, f"in round {simulator.state.round + 1} of {rounds}") from err
     finally:
         if bar is not None:
             bar.close()
@@ -226,21 +274,43 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
         if summary.get("at_chance") and not summary.get("control"):
             logger.warning("%s: test accuracy %.2f%% is at chance (%.1f%%): the model learned nothing measurable at "
                            "this budget", config.name, 100 * summary["test"]["accuracy"], 100 * summary["chance"])
+        summary.update(participation(outcome["history"], [c.client_id for c in experiment.clients],
+                                     simulator.best_client_states if simulator.algorithm.evaluates_clients else None))
+        if simulator.algorithm.trains:
+            _warn_participation(config, summary)
         _write_results(folder, config, outcome, summary)
-    except Exception as err:
-        (folder.path / "error.log").write_text(traceback.format_exc())
-        folder.set_status("failed", error=f"{type(err).__name__}: {err}")
-        raise
-    folder.set_status("complete", round=rounds, selected_round=outcome["selected_round"])
+        folder.set_status("complete", round=rounds, selected_round=outcome["selected_round"])
+    except KeyboardInterrupt:
+        raise interrupted("while the results were being written") from None
+    except (Exception, SystemExit) as err:
+        folder.discard_results()
+        raise _failed(folder, err, "while the results were being written") from err
     summary.update({"history": outcome["history"], "folder": str(folder.path), "label": label or config.name})
     summary["_simulator"] = simulator
     return summary
 
 
+def _warn_participation(config: ExperimentConfig, summary: dict[str, Any]) -> None:
+    never = summary["clients_never_trained"]
+    if not never:
+        return
+    total = len(summary["rounds_trained"])
+    shown = ", ".join(map(str, never[:10])) + (", ..." if len(never) > 10 else "")
+    message = (f"{config.name}: {len(never)} of {total} clients never trained (clients {shown}): too few samples "
+               "per class for the episodes, never selected, or always failed; the result describes the others")
+    personal = summary.get("personalised")
+    if personal:
+        message += (f"; the personalised score averages {personal['models']} private models, of which only "
+                    f"{personal['trained']} were ever trained")
+    logger.warning(message)
+
+
 _progress_bar = progress_bar  # the old name
+
 
 def _write_results(folder: RunFolder, config: ExperimentConfig, outcome: dict[str, Any],
                    summary: dict[str, Any]) -> None:
-    (folder.path / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (folder.path / "results.md").write_text(f"# {config.name}\n\n" + markdown_table([summary]))
+    """The complete-run files, summary.json last: a script that finds it finds the others."""
+    serialize.atomic_write_text(folder.path / "results.md", f"# {config.name}\n\n" + markdown_table([summary]))
     plot_curves({config.algorithm.name: outcome["history"]}, folder.path / "accuracy.png", config.name)
+    serialize.atomic_write_text(folder.path / "summary.json", strict_json(summary, indent=2) + "\n")

@@ -13,6 +13,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, create_model
 
+from fedfew.schema import NoBoolNumbers
+
+
+class _OptionsBase(NoBoolNumbers):
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True, allow_inf_nan=False)
+
 
 @cache
 def _schema(func: Callable[..., Any], skip: tuple[str, ...]) -> type[BaseModel]:
@@ -26,8 +32,7 @@ def _schema(func: Callable[..., Any], skip: tuple[str, ...]) -> type[BaseModel]:
             continue
         default = ... if param.default is param.empty else param.default
         fields[name] = (hints.get(name, Any), default)
-    config = ConfigDict(extra="forbid", arbitrary_types_allowed=True, allow_inf_nan=False)
-    return create_model(f"{getattr(func, '__name__', 'function')}_options", __config__=config, **fields)
+    return create_model(f"{getattr(func, '__name__', 'function')}_options", __base__=_OptionsBase, **fields)
 
 
 def options_schema(func: Callable[..., Any], skip: Iterable[str] = ()) -> type[BaseModel]:

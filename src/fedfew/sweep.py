@@ -13,7 +13,7 @@ import yaml
 from fedfew.config import ConfigError, ExperimentConfig, load_config
 from fedfew.experiment import dataset_cache
 from fedfew.results import markdown_table, plot_curves
-from fedfew.runfolder import check_output_base
+from fedfew.runfolder import check_output_base, strict_json
 from fedfew.runner import run_experiment, validate_all
 
 __all__ = ["parse_grid", "sweep", "sweep_configs", "write_comparison"]
@@ -68,5 +68,5 @@ def write_comparison(summaries: list[dict[str, Any]], folder: Path, title: str) 
     plot_curves({s["label"]: s["history"] for s in summaries}, folder / "accuracy.png", title)
     with (folder / "summaries.jsonl").open("w") as f:
         for s in summaries:
-            f.write(json.dumps({k: v for k, v in s.items() if k not in ("history", "_simulator")}) + "\n")
+            f.write(strict_json({k: v for k, v in s.items() if k not in ("history", "_simulator")}) + "\n")
     return table

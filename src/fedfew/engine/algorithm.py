@@ -14,16 +14,17 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from fedfew.data.dataset import LabelledDataset
 from fedfew.episodes import FixedEpisodes
 from fedfew.models.base import FewShotModel
 from fedfew.registry import Registry
+from fedfew.schema import NoBoolNumbers
 
 
-class Options(BaseModel):
-    """Base for an algorithm's options: unknown keys are errors."""
+class Options(NoBoolNumbers):
+    """Base for an algorithm's options: unknown keys are errors, and so are booleans for numbers."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 

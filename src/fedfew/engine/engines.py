@@ -67,10 +67,15 @@ class Faults:
             return set(), set()
         rng = numpy_generator(seed, "faults", round_key)
         order = [clients[i] for i in rng.permutation(len(clients))]
-        n_failed = int(round(self.dropout * len(clients)))
-        n_late = int(round(self.stragglers * len(clients)))
-        n_late = min(n_late, len(clients) - n_failed)
+        n_failed, n_late = self.counts(len(clients))
         return set(order[:n_failed]), set(order[n_failed:n_failed + n_late])
+
+    def counts(self, asked: int) -> tuple[int, int]:
+        """(failed, late) of ``asked`` clients: round(fraction x asked) each, the late ones capped by
+        those left. Validation uses this too, to refuse settings that leave no client to reply."""
+        n_failed = int(round(self.dropout * asked))
+        n_late = min(int(round(self.stragglers * asked)), asked - n_failed)
+        return n_failed, n_late
 
 
 @dataclass

@@ -10,6 +10,7 @@ gives the same numbers as one never stopped.
 from __future__ import annotations
 
 import copy
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +32,15 @@ from fedfew.seeding import derive_seed, initial_model_seed, numpy_generator, tor
 
 class NothingTrainedError(RunFailedError):
     """No client trained in any round: the run has nothing to report."""
+
+
+class DivergedError(RunFailedError):
+    """A round produced a non-finite loss or parameter: the model diverged, so the run stops (status
+    failed) rather than report the accuracy of a broken model. ``record`` is that round's metrics."""
+
+    def __init__(self, message: str, record: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.record = record
 
 
 @dataclass
@@ -115,14 +125,18 @@ def simulate_round(algorithm: Algorithm, server: Any, clients: Sequence[ClientDa
 def client_schedule(num_clients: int, per_round: int | float, rounds: int, seed: int) -> list[list[int]]:
     """Which clients take part in each round, drawn once from the seed so that every algorithm run
     with the same seed sees the same clients. ``per_round`` is a count or a fraction in (0, 1]."""
-    if isinstance(per_round, float) and per_round <= 1.0:
-        count = max(1, round(per_round * num_clients))
-    else:
-        count = int(per_round)
+    count = round_size(num_clients, per_round)
     if not 1 <= count <= num_clients:
         raise ValueError(f"clients per round must be in 1..{num_clients}, got {per_round}")
     rng = numpy_generator(seed, "schedule")
     return [sorted(rng.choice(num_clients, count, replace=False).tolist()) for _ in range(rounds)]
+
+
+def round_size(num_clients: int, per_round: int | float) -> int:
+    """How many clients each round asks: ``per_round`` itself, or a fraction in (0, 1] of the clients."""
+    if isinstance(per_round, float) and per_round <= 1.0:
+        return max(1, round(per_round * num_clients))
+    return int(per_round)
 
 
 @dataclass
@@ -240,7 +254,11 @@ class Simulator:
             started = time.perf_counter()
             try:
                 outcome = self.play(schedule[r], r)
-                self.engine.end_round(r)
+                diverged = non_finite(outcome)
+                if diverged is None:
+                    self.engine.end_round(r)
+                else:
+                    self.engine.discard_round()  # the last finite round stands
             except BaseException:
                 self.engine.discard_round()
                 raise
@@ -250,6 +268,10 @@ class Simulator:
                                  "failed": outcome.failed, "late": outcome.late}
             if not outcome.trained:
                 record["no_training"] = True
+            if diverged is not None:
+                record["diverged"] = diverged
+                raise DivergedError(f"round {r + 1}: {diverged}: the model diverged (try a lower learning rate); "
+                                    "no accuracy is reported", record)
             server = outcome.server
             best, last_test = st.best, st.last_test
             last = r + 1 == rounds
@@ -292,6 +314,45 @@ class Simulator:
             final = self.evaluate(self.test, server, states) if self.test is not None else {}
         self.best_server, self.best_client_states = server, states
         return {"history": st.history, "selected_round": selected_round, "test": final, "comm": st.comm}
+
+
+def non_finite(outcome: RoundOutcome) -> str | None:
+    """What in a round is not a finite number, first by client (its training metrics, its upload, its
+    new private state, in client order), then the aggregated server state; None when all is finite."""
+    for cid, result in sorted(outcome.results.items()):
+        for key, value in sorted(result.metrics.items()):
+            if isinstance(value, (int, float)) and not math.isfinite(value):
+                return f"client {cid}'s training {key} is {value}"
+        for what, obj in (("upload", result.upload), ("model (private state)", result.state)):
+            where = _first_non_finite(obj)
+            if where is not None:
+                return f"client {cid}'s {what} holds non-finite values ({where})"
+    where = _first_non_finite(outcome.server)
+    if where is not None:
+        return f"the aggregated server model holds non-finite values ({where})"
+    return None
+
+
+def _first_non_finite(obj: Any, path: str = "") -> str | None:
+    """The path of the first floating-point tensor or number in ``obj`` (nested dicts, lists,
+    tuples) that is not finite."""
+    if isinstance(obj, torch.Tensor):
+        if obj.is_floating_point() or obj.is_complex():
+            return None if bool(torch.isfinite(obj).all()) else (path or "tensor")
+        return None
+    if isinstance(obj, float):
+        return None if math.isfinite(obj) else (path or "value")
+    if isinstance(obj, Mapping):
+        items: Any = obj.items()
+    elif isinstance(obj, (list, tuple)):
+        items = enumerate(obj)
+    else:
+        return None
+    for key, value in items:
+        found = _first_non_finite(value, f"{path}.{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None
 
 
 def _mean_metrics(results: dict[int, ClientResult]) -> dict[str, float]:

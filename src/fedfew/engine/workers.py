@@ -14,6 +14,8 @@ client order before aggregation, so N workers give exactly the numbers of one.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import logging
 import multiprocessing as mp
 import os
@@ -42,8 +44,28 @@ class WorkerError(EngineError):
     """A worker process failed; the message carries the client and the worker's error."""
 
 
+def _die_with_parent(parent_pid: int) -> None:
+    """Ask Linux to SIGKILL this worker when its parent dies (even by kill -9), and exit at once if
+    the parent is already gone (it died before the request was made). Elsewhere the worker still
+    ends when its pipe closes, since it holds no copy of the parent's end."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the closed pipe ends the worker
+        pass
+    if os.getppid() != parent_pid:
+        os._exit(0)
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
 def _worker_main(conn: Connection, algorithm: Algorithm, clients: Mapping[int, ClientData], seed: int,
-                 compute: Compute, evals: Mapping[str, EvalData]) -> None:
+                 compute: Compute, evals: Mapping[str, EvalData], parent_pid: int,
+                 not_mine: tuple[Connection, ...]) -> None:
+    _die_with_parent(parent_pid)
+    for other in not_mine:  # the parent's ends (this worker's and the earlier workers'): a copy kept
+        other.close()       # open here would hide the parent's death from recv()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops the workers
     torch.set_num_threads(1)
     payload_cache: dict[bytes, Any] = {}
@@ -112,8 +134,9 @@ class WorkersEngine(Engine):
         self._processes: list[Any] = []
         for _ in range(workers):
             parent, child = context.Pipe()
-            process = context.Process(target=_worker_main, args=(child, algorithm, by_id, seed, compute, dict(evals or {})),
-                                      daemon=True)
+            not_mine = (*self._connections, parent)
+            process = context.Process(target=_worker_main, args=(child, algorithm, by_id, seed, compute, dict(evals or {}),
+                                                                 os.getpid(), not_mine), daemon=True)
             process.start()
             child.close()
             self._connections.append(parent)

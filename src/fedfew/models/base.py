@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import warnings
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch import nn
 
+from fedfew.errors import UsageError
 from fedfew.registry import Registry
 
 
@@ -29,6 +32,41 @@ class FewShotModel(nn.Module):
 
     def forward(self, x: torch.Tensor, *args: Any) -> torch.Tensor:
         return self.head(self.features(x, *args))
+
+
+#: torch's warning for a layer of size 0: such a model is refused below with a one-line error instead.
+_ZERO_SIZE_WARNING = "Initializing zero-element tensors is a no-op"
+
+
+@contextlib.contextmanager
+def _zero_size_warning_hidden() -> Iterator[None]:
+    """Drop torch's zero-size warning while a model is built, by wrapping ``warnings.showwarning``
+    (not with a filter or ``catch_warnings``, which would reset Python's "warn once" memory and
+    repeat every other warning)."""
+    shown = warnings.showwarning
+
+    def show(message: Warning | str, *args: Any, **kwargs: Any) -> None:
+        if _ZERO_SIZE_WARNING not in str(message):
+            shown(message, *args, **kwargs)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
+
+
+class ModelBuildError(UsageError):
+    """A model cannot be built with the options given (``model.options.hidden: 0``); names the model."""
+
+
+def _shown(options: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in options.items() if not isinstance(v, torch.Tensor)}  # not pretrained vectors
+
+
+def _describe(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
 ModelFactory = Callable[..., FewShotModel]
@@ -55,7 +93,11 @@ def build_model(
     """Build a registered model; ``num_classes=None`` gives a head-less encoder."""
     factory = MODELS.get(name)
     try:
-        model = factory(tuple(input_shape), num_classes, **options)
+        with _zero_size_warning_hidden():
+            model = factory(tuple(input_shape), num_classes, **options)
+        empty = [n for n, p in model.named_parameters() if p.numel() == 0]
+        if empty:
+            raise ValueError(f"parameter {empty[0]} has no elements (shape {tuple(model.get_parameter(empty[0]).shape)})")
     except TypeError as err:
         if "unexpected keyword argument" in str(err):
             import inspect
@@ -64,7 +106,11 @@ def build_model(
             raise ValueError(
                 f"model {name!r} got an unknown option ({err}); it takes: {', '.join(allowed) or 'none'}"
             ) from None
-        raise
+        raise ModelBuildError(f"model {name!r} (model.options {_shown(options)}) cannot be built: {_describe(err)}") \
+            from None
+    except Exception as err:  # the factory's own code (a plugin's too): any error means these options fail
+        raise ModelBuildError(f"model {name!r} (model.options {_shown(options)}) cannot be built: {_describe(err)}") \
+            from None
     return use_channels_last(model) if channels_last else model
 
 
