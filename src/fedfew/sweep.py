@@ -4,7 +4,6 @@ that ``fedfew run`` writes for several configs."""
 from __future__ import annotations
 
 import itertools
-import json
 from pathlib import Path
 from typing import Any
 
