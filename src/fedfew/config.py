@@ -120,6 +120,10 @@ class RuntimeConfig(Section):
     #: "inprocess" (this process, or runtime.workers processes) or "flower" (Flower's deployment
     #: runtime: a SuperLink and one SuperNode per client as separate processes; docs/deployment.md).
     engine: Literal["inprocess", "flower"] = "inprocess"
+    #: Run the local updates of a round's clients as one batched computation in this process (one
+    #: device): the episodic family (fl-maml, fl-proto, fedfsl-prox) on stackable models (Conv4).
+    #: Equal to the sequential path up to floating-point summation order (tests/test_batched.py).
+    batch_clients: bool = False
 
 
 class FlowerConfig(Section):
@@ -193,6 +197,9 @@ class ExperimentConfig(Section):
         if self.runtime.engine == "flower" and self.runtime.workers > 0:
             raise ValueError("runtime.workers runs clients in worker processes of runtime.engine: inprocess; with "
                              "runtime.engine: flower every client is a SuperNode (set runtime.workers: 0)")
+        if self.runtime.batch_clients and (self.runtime.workers > 0 or self.runtime.engine == "flower"):
+            raise ValueError("runtime.batch_clients runs a round's clients together in this process: set "
+                             "runtime.workers: 0 and runtime.engine: inprocess")
         if self.runtime.device != "cpu" and (self.runtime.workers > 0 or self.runtime.engine == "flower"):
             raise ValueError("runtime.device=cuda/auto runs the clients in this process (one GPU): set "
                              "runtime.workers: 0 and runtime.engine: inprocess")

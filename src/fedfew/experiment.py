@@ -69,6 +69,10 @@ class Experiment:
             evals = {d.split: d for d in (self.val, self.test) if d is not None}
             engine = WorkersEngine(self.algorithm, self.clients, seed, states, faults, config.runtime.workers, compute,
                                    evals)
+        elif config.runtime.batch_clients:
+            from fedfew.engine.batched import BatchedEngine
+
+            engine = BatchedEngine(self.algorithm, by_id, seed, states, faults, compute)
         else:
             engine = InProcessEngine(self.algorithm, by_id, seed, states, faults, compute)
         return Simulator(self.algorithm, self.clients, seed, self.val, self.test, states=states, engine=engine,

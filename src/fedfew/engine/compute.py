@@ -15,9 +15,11 @@ from dataclasses import dataclass
 
 import torch
 
+from fedfew.errors import UsageError
 
-class DeviceError(ValueError):
-    """The device asked for is not available here."""
+
+class DeviceError(UsageError):
+    """The device asked for is not available here (a usage error: exit 2)."""
 
 
 def resolve_device(name: str) -> torch.device:
