@@ -21,7 +21,7 @@ import torch
 import yaml
 
 from fedfew.config import load_config
-from fedfew.engine.batched import BatchedEngine, BatchingUnsupportedError
+from fedfew.engine.batched import BatchingUnsupportedError
 from fedfew.episodes import Episode
 from fedfew.experiment import build_experiment
 from fedfew.meta.learners import MAML, ProtoNet
