@@ -194,3 +194,27 @@ def test_batched_clients_on_cuda_equal_the_cpu(name: str, options: dict[str, Any
         assert gpu_row["clients"] == cpu_row["clients"]
         assert gpu_row["train_loss"] == pytest.approx(cpu_row["train_loss"], rel=1e-3)
     assert gpu["test"]["accuracy"] == pytest.approx(cpu["test"]["accuracy"], abs=0.05)
+
+
+@pytest.mark.parametrize("extra", [[], ["--set", "runtime.batch_clients=true"]], ids=["sequential", "batched"])
+def test_cuda_without_a_gpu_is_one_line_and_exit_2(tmp_path: Path, extra: list[str]) -> None:
+    """The whole command, as a user runs it: no traceback, one line naming the key, exit 2."""
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    import os
+    import subprocess
+    import sys
+
+    from fedfew.cli import demo_config_path
+    from fedfew.engine.compute import DeviceError
+    from fedfew.errors import UsageError
+
+    assert issubclass(DeviceError, UsageError)
+    src = Path(__file__).resolve().parents[1] / "src"
+    env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    done = subprocess.run([sys.executable, "-m", "fedfew.cli", "run", str(demo_config_path()), "--set",
+                           "runtime.device=cuda", "--out", str(tmp_path), "--quiet", *extra],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "runtime.device=cuda" in lines[0] and "no CUDA GPU" in lines[0], done.stderr
