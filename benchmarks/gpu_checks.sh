@@ -23,6 +23,7 @@ START=$(date +%s)
 export PYTHONUNBUFFERED=1 FLWR_TELEMETRY_ENABLED=0
 LOG="$OUT/all.log"; SUMMARY="$OUT/summary.txt"; : >"$LOG"; : >"$SUMMARY"
 note() { echo "$*" | tee -a "$SUMMARY" >>"$LOG"; echo "$*"; }
+has() { [[ " $STEPS " == *" $1 "* ]]; }
 left() { echo $(( BUDGET - ($(date +%s) - START) )); }
 # step NAME CAP COMMAND...: run with min(CAP, time left - 5) seconds; record rc and seconds.
 step() {
@@ -55,7 +56,6 @@ export FEDFEW_SHARED="${FEDFEW_SHARED:-$PWD/.gpu/shared}" FEDFEW_SHARED_DATA="${
 note "env: $(tail -2 "$OUT/env.txt" | tr '\n' ' ')"
 
 # 2. the CUDA tests (skip cleanly without a GPU)
-has() { [[ " $STEPS " == *" $1 "* ]]; }
 has tests && step cuda-tests 150 "$PYTHON" -m pytest -rfE -p no:randomly -p no:cacheprovider tests/test_engines.py tests/test_batched.py \
   -k cuda --junitxml="$OUT/pytest.xml"
 has tests && note "$(grep -Eo '[0-9]+ (passed|failed|skipped|error)[^=]*' "$LOG" | tail -1)"
@@ -72,7 +72,7 @@ printf '#!/bin/sh\nexec "%s" "$@"\n' "$(command -v "$PYTHON" || echo "$PYTHON")"
 chmod +x "$PEERS_VENV/bin/python"
 export PEERS_VENV OMNIGLOT_DIR="${OMNIGLOT_DIR:-$FEDFEW_SHARED_DATA/omniglot}"
 UTIL_PID=""
-if command -v nvidia-smi >/dev/null 2>&1; then
+if has peers && command -v nvidia-smi >/dev/null 2>&1; then  # sampled over the whole benchmark, start-ups included
   nvidia-smi --query-gpu=timestamp,utilization.gpu,utilization.memory,memory.used --format=csv -lms 500 \
     >"$OUT/gpu_util.csv" 2>/dev/null &
   UTIL_PID=$!
