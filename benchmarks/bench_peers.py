@@ -5,10 +5,15 @@
     python benchmarks/bench_peers.py run --pairs 2 --peer flower_sim.py
     python benchmarks/bench_peers.py run --pairs 3 --set runtime.workers=0 --set runtime.threads=2
     python benchmarks/bench_peers.py peak                    # fp32 and bf16 matmul peak, 1 and 2 threads
+    python benchmarks/bench_peers.py run --pairs 3 --set runtime.precision=bf16 \
+        --variant workers2:runtime.workers=2 \
+        --variant batched:runtime.workers=0,runtime.batch_clients=true   # peer and two fedfew settings
 
 Each pair runs the peer and ``fedfew run benchmarks/peers.yaml`` as whole processes, one after the
 other (the order alternates between pairs), and times them from outside (interpreter start to exit).
-It prints, per run, the wall time, fedfew's steady per-round time and episodes per second, the
+With ``--variant LABEL:key=value,key=value`` (repeatable) each pair becomes a group of the peer and
+every variant, in an order that rotates between groups, and the ratios are printed per variant. It
+prints, per run, the wall time, fedfew's steady per-round time and episodes per second, the
 fraction of this machine's measured fp32 matmul peak that client compute reaches, and each side's
 accuracy on the same 100 test tasks; then the median fedfew/peer wall-time ratio with its min-max.
 The peers' venv is made by ``bash ../shared/peers/setup.sh`` (``PEERS_VENV``, default
@@ -30,7 +35,8 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-PEERS = REPO.parent / "shared" / "peers"
+SHARED = Path(os.environ.get("FEDFEW_SHARED", REPO.parent / "shared"))  # the peers and the data
+PEERS = Path(os.environ.get("PEERS_DIR", SHARED / "peers"))
 CONFIG = REPO / "benchmarks" / "peers.yaml"
 BACKGROUND_CHARACTERS, DRAWERS, N_WAY, SHOTS, QUERIES, TASKS = 964, 20, 5, 1, 15, 100
 
@@ -96,7 +102,7 @@ def timed(command: list[str], env: dict[str, str]) -> float:
 
 
 def run_fedfew(out: Path, seed: int, rounds: int, extra: list[str], data_root: Path) -> dict:
-    command = [str(REPO / ".venv" / "bin" / "fedfew"), "run", str(CONFIG), "--out", str(out), "--quiet",
+    command = [sys.executable, "-m", "fedfew.cli", "run", str(CONFIG), "--out", str(out), "--quiet",
                "--set", f"seed={seed}", "--set", f"federation.rounds={rounds}", "--set", f"eval.every={rounds}",
                "--set", f"partition.rng_entropy=[{seed}, 0]", "--set", f"dataset.root={data_root}"]
     for item in extra:
@@ -114,10 +120,10 @@ def run_fedfew(out: Path, seed: int, rounds: int, extra: list[str], data_root: P
             "round": statistics.median(steady), "episodes_per_round": statistics.median(episodes)}
 
 
-def run_peer(script: str, out: Path, seed: int, rounds: int, venv: Path) -> dict:
+def run_peer(script: str, out: Path, seed: int, rounds: int, venv: Path, device: str | None = None) -> dict:
     target = out / "peer.json"
     command = [str(venv / "bin" / "python"), str(PEERS / script), "--rounds", str(rounds), "--seed", str(seed),
-               "--json", str(target)]
+               "--json", str(target)] + (["--device", device] if device else [])
     env = {**os.environ, "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1"}
     wall = timed(command, env)
     result = json.loads(target.read_text())
@@ -138,6 +144,9 @@ def main() -> int:
     run.add_argument("--peer", default="loop_pfllib_style.py", choices=["loop_pfllib_style.py", "flower_sim.py"])
     run.add_argument("--set", action="append", default=[], help="extra fedfew overrides")
     run.add_argument("--json", type=Path, default=None, help="write every measurement here")
+    run.add_argument("--variant", action="append", default=[],
+                     help="LABEL:key=value,key=value: a fedfew setting to time beside the others (repeatable)")
+    run.add_argument("--peer-device", default=None, help="the loop's --device (cpu, cuda)")
     args = parser.parse_args()
     if args.command == "tasks":
         out = args.out or REPO / "benchmarks" / f"peers_tasks_seed{args.seed}.json"
@@ -153,43 +162,60 @@ def main() -> int:
     venv = Path(os.environ.get("PEERS_VENV", Path(os.environ.get("TMPDIR", "/tmp")) / "peers-venv"))
     if not (venv / "bin" / "python").exists():
         raise SystemExit(f"no peers venv at {venv}: run `bash ../shared/peers/setup.sh` first")
-    data_root = Path(os.environ.get("FEDFEW_SHARED_DATA", REPO.parent / "shared" / "data"))
+    data_root = Path(os.environ.get("FEDFEW_SHARED_DATA", SHARED / "data"))
     tasks_file = REPO / "benchmarks" / f"peers_tasks_seed{args.seed}.json"
     if not tasks_file.exists():
         tasks_file.write_text(json.dumps(peers_tasks(args.seed)) + "\n")
     extra = list(args.set)
     if args.seed != 0:
         extra.append(f"episodes.test_tasks={tasks_file}")
+    variants = {"fedfew": []}
+    if args.variant:
+        variants = {}
+        for spec in args.variant:
+            label, _, sets = spec.partition(":")
+            variants[label] = [item for item in sets.split(",") if item]
+    labels = ["peer", *variants]
     rows = []
     for pair in range(args.pairs):
-        order = ("peer", "fedfew") if pair % 2 == 0 else ("fedfew", "peer")
+        shift = pair % len(labels)
+        order = labels[shift:] + labels[:shift]
+        if len(labels) == 2 and pair % 2 == 1:
+            order = order[::-1]
         result = {}
         for who in order:
             load = os.getloadavg()[0]
             with tempfile.TemporaryDirectory() as tmp:
                 if who == "peer":
-                    result[who] = run_peer(args.peer, Path(tmp), args.seed, args.rounds, venv)
+                    result[who] = run_peer(args.peer, Path(tmp), args.seed, args.rounds, venv, args.peer_device)
                 else:
-                    result[who] = run_fedfew(Path(tmp), args.seed, args.rounds, extra, data_root)
+                    result[who] = run_fedfew(Path(tmp), args.seed, args.rounds, extra + variants[who], data_root)
             result[who]["load_before"] = load
             r = result[who]
-            print(f"pair {pair + 1} {who:6s} wall {r['wall']:6.2f} s  round {r['round']:5.2f} s  "
+            if args.json:  # after every run, so a benchmark cut short keeps what it measured
+                args.json.write_text(json.dumps({"rows": rows + [result], "variants": variants}, indent=2))
+            print(f"pair {pair + 1} {who:10s} wall {r['wall']:6.2f} s  round {r['round']:5.2f} s  "
                   f"acc {100 * r['acc']:5.2f} +- {100 * r['ci95']:4.2f}  (load {load:.2f})", flush=True)
         rows.append(result)
-    ratios = [r["fedfew"]["wall"] / r["peer"]["wall"] for r in rows]
+    print()
+    for label in variants:
+        ratios = [r[label]["wall"] / r["peer"]["wall"] for r in rows]
+        print(f"{label}/{args.peer} wall-time ratio: median {statistics.median(ratios):.2f} "
+              f"(min {min(ratios):.2f}, max {max(ratios):.2f}) over {len(ratios)} pairs; "
+              f"{label} steady round {statistics.median(r[label]['round'] for r in rows):.2f} s, "
+              f"peer {statistics.median(r['peer']['round'] for r in rows):.2f} s")
+    ratios = [r[labels[1]]["wall"] / r["peer"]["wall"] for r in rows]
 
     peak = matmul_peak(2)
     flop = episode_gflop()
-    f = rows[-1]["fedfew"]
+    f = rows[-1][labels[1]]
     client_rate = f["episodes_per_round"] / f["round"]
-    print(f"\nfedfew/{args.peer} wall-time ratio: median {statistics.median(ratios):.2f} "
-          f"(min {min(ratios):.2f}, max {max(ratios):.2f}) over {len(ratios)} pairs")
-    print(f"fedfew steady round {statistics.median(r['fedfew']['round'] for r in rows):.2f} s, "
+    print(f"{labels[1]} steady round {statistics.median(r[labels[1]]['round'] for r in rows):.2f} s, "
           f"{client_rate:.1f} episodes/s; one episode = {flop:.2f} GFLOP; measured fp32 matmul peak "
           f"{peak:.0f} GFLOP/s (2 threads): client compute reaches {100 * client_rate * flop / peak:.0f}% of it")
 
     if args.json:
-        args.json.write_text(json.dumps({"ratios": ratios, "rows": rows, "peak_gflops": peak,
+        args.json.write_text(json.dumps({"ratios": ratios, "rows": rows, "variants": variants, "peak_gflops": peak,
                                          "episode_gflop": flop, "extra": extra}, indent=2))
     return 0
 

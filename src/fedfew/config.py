@@ -132,6 +132,11 @@ class RuntimeConfig(Section):
     engine: str = "inprocess"
     #: The engine's options, e.g. ``{workers: 4}`` for the workers engine (unknown keys are errors).
     engine_options: dict[str, Any] = Field(default_factory=dict)
+    #: Run the local updates of a round's clients as one batched computation in this process (one
+    #: device; runtime.engine: inprocess): the episodic family (fl-maml, fl-proto, fedfsl-prox) on
+    #: stackable models (Conv4). Equal to the sequential path up to floating-point summation order
+    #: (tests/test_batched.py).
+    batch_clients: bool = False
 
     @model_validator(mode="before")
     @classmethod
@@ -233,6 +238,9 @@ class ExperimentConfig(Section):
             engine_options.model_validate(self.runtime.engine_options)
         except ValidationError as err:
             raise ValueError(_format(err, prefix="runtime.engine_options", model=engine_options, header=False)) from None
+        if self.runtime.batch_clients and self.runtime.engine != "inprocess":
+            raise ValueError("runtime.batch_clients runs a round's clients together in this process: set "
+                             "runtime.engine: inprocess")
         if self.runtime.device != "cpu" and self.runtime.engine != "inprocess":
             raise ValueError("runtime.device=cuda/auto runs the clients in this process (one GPU): set "
                              "runtime.engine: inprocess")

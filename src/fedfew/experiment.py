@@ -65,6 +65,10 @@ class Experiment:
         engine: Engine
         if engine_factory is not None:  # an engine made by its own runtime (the Flower ServerApp)
             engine = engine_factory(self, states, faults, compute)
+        elif config.runtime.batch_clients:  # validated: only with runtime.engine: inprocess
+            from fedfew.engine.batched import BatchedEngine
+
+            engine = BatchedEngine(self.algorithm, by_id, seed, states, faults, compute)
         else:
             evals = {d.split: d for d in (self.val, self.test) if d is not None}
             setup = EngineSetup(self.algorithm, by_id, seed, states, faults, compute, evals)

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import torch
 from pydantic import Field
 
+from fedfew.algorithms.batched_episodic import episodic_update_batch, why_not_batched
 from fedfew.algorithms.common import local_sampler, make_optimizer
 from fedfew.engine.aggregation import weighted_average, weights_for
 from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, Context, EvalData, Options
@@ -106,6 +107,14 @@ class EpisodicFedAvg(Algorithm):
             num_samples=data.num_samples,
             num_episodes=episodes,
         )
+
+    def batching_unsupported(self) -> str | None:
+        return why_not_batched(self)
+
+    def client_update_batch(self, payloads: Sequence[dict[str, Any]], states: Sequence[Any],
+                            data: Sequence[ClientData], generators: Sequence[torch.Generator]) -> list[ClientResult]:
+        """:meth:`client_update` of many clients as one computation (``runtime.batch_clients``)."""
+        return episodic_update_batch(self, payloads, states, data, generators)
 
     # -- server ---------------------------------------------------------------------------
     def aggregate(self, server: dict[str, Any], results: dict[int, ClientResult],

@@ -169,6 +169,19 @@ class Algorithm:
     ) -> ClientResult:
         raise NotImplementedError
 
+    # -- many clients as one computation (runtime.batch_clients) ------------------------------
+    def batching_unsupported(self) -> str | None:
+        """None when :meth:`client_update_batch` can run this algorithm's client updates together;
+        otherwise why not, in words for the user."""
+        return f"{self.name} has no batched client update"
+
+    def client_update_batch(self, payloads: Sequence[dict[str, Any]], states: Sequence[Any],
+                            data: Sequence[ClientData], generators: Sequence[torch.Generator]) -> list[ClientResult]:
+        """:meth:`client_update` of several clients as one computation on one device: the i-th result
+        is client ``data[i]``'s update from ``payloads[i]``, ``states[i]`` and its own generator
+        ``generators[i]``, equal to :meth:`client_update`'s up to floating-point summation order."""
+        raise NotImplementedError(f"{self.name} has no batched client update")
+
     # -- evaluation --------------------------------------------------------------------------
     def evaluate(self, server: Any, data: EvalData, generator: torch.Generator) -> dict[str, float]:
         """The metrics of the server's model(s) on ``data`` (an evaluation split: fixed episodes or a

@@ -19,7 +19,7 @@ from fedfew.errors import UsageError
 
 
 class DeviceError(UsageError):
-    """The device asked for is not available here."""
+    """The device asked for is not available here (a usage error: exit 2)."""
 
 
 def resolve_device(name: str) -> torch.device:

@@ -17,6 +17,8 @@ from torch import nn
 from torch.func import functional_call
 
 from fedfew.episodes import Episode
+from fedfew.meta.stacked import StackedEpisodes, per_client_cross_entropy, stacked_forward
+from fedfew.models.base import FewShotModel
 from fedfew.models.heads import class_prototypes, prototype_logits
 
 Params = dict[str, torch.Tensor]
@@ -34,6 +36,13 @@ class EpisodicLearner:
 
     def predict(self, model: nn.Module, episode: Episode) -> torch.Tensor:
         raise NotImplementedError
+
+    def stacked_loss(self, model: FewShotModel, params: Params,
+                     episodes: StackedEpisodes) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`loss` of many clients at once (``runtime.batch_clients``): client ``c`` with its
+        parameters ``params[name][c]`` on its episode; returns (query losses ``[C]``, query logits
+        ``[C, N*Q, N]``). Only learners that define it can batch clients."""
+        raise NotImplementedError(f"{type(self).__name__} has no stacked form")
 
 
 def strided_like(reference: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
@@ -73,6 +82,19 @@ class MAML(EpisodicLearner):
         logits = functional_call(model, adapted, episode.query_args())
         return F.cross_entropy(logits, episode.query_labels), logits
 
+    def stacked_loss(self, model: FewShotModel, params: Params,
+                     episodes: StackedEpisodes) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`loss` for every client at once. The support losses of the clients are summed
+        before differentiating: client ``c``'s loss depends on its own parameters alone, so the
+        gradient of the sum holds each client's own gradient (eq. 5 per client)."""
+        for _ in range(self.inner_steps):
+            logits = stacked_forward(model, params, episodes.support)
+            loss = per_client_cross_entropy(logits, episodes.support_labels).sum()
+            grads = torch.autograd.grad(loss, list(params.values()), create_graph=not self.first_order)
+            params = {name: p - self.inner_lr * g for (name, p), g in zip(params.items(), grads)}
+        logits = stacked_forward(model, params, episodes.query)
+        return per_client_cross_entropy(logits, episodes.query_labels), logits
+
     def predict(self, model: nn.Module, episode: Episode) -> torch.Tensor:
         params = {name: p.detach().requires_grad_() for name, p in model.named_parameters() if p.requires_grad}
         with torch.enable_grad():
@@ -107,6 +129,19 @@ class ProtoNet(EpisodicLearner):
     def predict(self, model: nn.Module, episode: Episode) -> torch.Tensor:
         with torch.no_grad():
             return self.logits(model, episode)
+
+    def stacked_loss(self, model: FewShotModel, params: Params,
+                     episodes: StackedEpisodes) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`loss` for every client at once: support and query through the encoder in one batch
+        per client (as :meth:`logits`), prototypes as the mean of each class's support features."""
+        n_support = episodes.support_labels.shape[1]
+        features = stacked_forward(model, params, torch.cat([episodes.support, episodes.query], dim=1), features=True)
+        support, query = features[:, :n_support], features[:, n_support:]
+        one_hot = F.one_hot(episodes.support_labels, episodes.n_way).to(support.dtype)  # [C, N*K, N]
+        counts = one_hot.sum(1).clamp_min(1).unsqueeze(-1)  # [C, N, 1]
+        prototypes = torch.bmm(one_hot.transpose(1, 2), support) / counts
+        logits = -torch.cdist(query, prototypes).pow(2)
+        return per_client_cross_entropy(logits, episodes.query_labels), logits
 
 
 def proximal_term(model: nn.Module, anchor: dict[str, torch.Tensor], mu: float) -> torch.Tensor:

@@ -1,0 +1,97 @@
+"""The batched form of :meth:`EpisodicFedAvg.client_update` (``runtime.batch_clients``): the local
+updates of many clients as one computation.
+
+Each client keeps everything the sequential update has: its own episode sampler, its own generator
+(drawn in the same order, so it samples exactly the sequential path's episodes), its own parameters
+(one slice of each stacked parameter, :mod:`fedfew.meta.stacked`), its own optimiser state (Adam and
+SGD act element by element, so one optimiser over the stacked parameters is one per client) and its
+own proximal anchor. Per outer step the clients' episodic losses are summed and differentiated once:
+no client's loss depends on another's parameters, so each slice of the gradient is that client's own
+gradient. Clients whose episodes have different shapes (a non-IID client with fewer classes gets a
+smaller N or Q, :func:`~fedfew.algorithms.common.local_sampler`) run in separate groups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fedfew.algorithms.common import local_sampler, make_optimizer
+from fedfew.engine.algorithm import ClientData, ClientResult
+from fedfew.episodes import EpisodeSampler
+from fedfew.meta.learners import EpisodicLearner
+from fedfew.meta.stacked import StackedEpisodes, stack_states, unstack, why_not_stackable
+
+if TYPE_CHECKING:
+    from fedfew.algorithms.episodic import EpisodicFedAvg
+
+
+def why_not_batched(algorithm: EpisodicFedAvg) -> str | None:
+    """None when :func:`episodic_update_batch` computes ``algorithm``'s client update."""
+    from fedfew.algorithms.episodic import EpisodicFedAvg
+
+    cls = type(algorithm)
+    if cls.client_update is not EpisodicFedAvg.client_update or cls.local_objective is not EpisodicFedAvg.local_objective:
+        return f"{algorithm.name} changes the episodic client update and has no batched form"
+    if type(algorithm.learner).stacked_loss is EpisodicLearner.stacked_loss:
+        return f"{algorithm.name}'s learner {type(algorithm.learner).__name__} has no stacked form"
+    reason = why_not_stackable(algorithm.model)
+    return None if reason is None else f"{algorithm.name}'s model cannot be stacked: {reason}"
+
+
+def episodic_update_batch(algorithm: EpisodicFedAvg, payloads: Sequence[dict[str, Any]], states: Sequence[Any],
+                          data: Sequence[ClientData], generators: Sequence[torch.Generator]) -> list[ClientResult]:
+    results: list[ClientResult | None] = [None] * len(data)
+    groups: dict[tuple[Any, ...], list[tuple[int, EpisodeSampler]]] = {}
+    for i, client in enumerate(data):
+        sampler = local_sampler(client.train, algorithm.context.episode)
+        if sampler is None:  # too little data for any episode: sit this round out
+            results[i] = ClientResult.sat_out(states[i], client.num_samples)
+            continue
+        shape = (sampler.n_way, sampler.k_shot, sampler.q_query, tuple(client.train.inputs.shape[1:]))
+        groups.setdefault(shape, []).append((i, sampler))
+    for members in groups.values():
+        indices = [i for i, _ in members]
+        trained = _train_group(algorithm, [payloads[i] for i in indices], [s for _, s in members],
+                               [generators[i] for i in indices])
+        for i, (upload, metrics) in zip(indices, trained):
+            episodes = algorithm.options.local_steps * algorithm.options.meta_batch
+            results[i] = ClientResult(upload={"model": upload}, state=states[i], metrics=metrics,
+                                      num_samples=data[i].num_samples, num_episodes=episodes)
+    return [r for r in results if r is not None]
+
+
+def _train_group(algorithm: EpisodicFedAvg, payloads: list[dict[str, Any]], samplers: list[EpisodeSampler],
+                 generators: list[torch.Generator]) -> list[tuple[dict[str, torch.Tensor], dict[str, float]]]:
+    """The sequential update's loop (episodic.py, ``client_update``) over stacked clients of one
+    episode shape: per outer step ``meta_batch`` episodes per client, Adam on the summed losses."""
+    opts, model, learner = algorithm.options, algorithm.model, algorithm.learner
+    names = [name for name, _ in model.named_parameters()]
+    params = {name: p.requires_grad_() for name, p in stack_states([p["model"] for p in payloads], names).items()}
+    anchor = stack_states([p["model"] for p in payloads], names) if opts.mu > 0 else None
+    optimizer = make_optimizer(opts.optimizer, list(params.values()), opts.lr, weight_decay=opts.weight_decay)
+    clients = len(payloads)
+    sums = {"loss": torch.zeros(clients, dtype=torch.float64), "accuracy": torch.zeros(clients, dtype=torch.float64)}
+    for _ in range(opts.local_steps):
+        optimizer.zero_grad(set_to_none=True)
+        total = torch.zeros(())
+        for _ in range(opts.meta_batch):
+            episodes = StackedEpisodes([s.sample(g) for s, g in zip(samplers, generators)])
+            losses, logits = learner.stacked_loss(model, params, episodes)
+            total = total + losses.sum() / opts.meta_batch
+            sums["loss"] += losses.detach().double().cpu()
+            sums["accuracy"] += (logits.argmax(-1) == episodes.query_labels).float().mean(-1).double().cpu()
+        if anchor is not None:  # FedProx's mu/2 ||w_c - w^t||^2 of every client, summed
+            total = total + 0.5 * opts.mu * sum((params[n] - anchor[n]).pow(2).sum() for n in names)
+        total.backward()
+        optimizer.step()
+    episodes_run = opts.local_steps * opts.meta_batch
+    state_names = list(payloads[0]["model"])
+    out = []
+    for c in range(clients):
+        own = unstack(params, c)
+        upload = {name: own[name] if name in own else payloads[c]["model"][name].clone() for name in state_names}
+        out.append((upload, {k: float(v[c]) / episodes_run for k, v in sums.items()}))
+    return out
