@@ -117,13 +117,26 @@ class RuntimeConfig(Section):
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     #: "bf16" autocasts convolutions and matrix products to bfloat16 (parameters stay float32).
     precision: Literal["fp32", "bf16"] = "fp32"
-    #: "inprocess" (this process, or runtime.workers processes) or "flower" (Flower's deployment
-    #: runtime: a SuperLink and one SuperNode per client as separate processes; docs/deployment.md).
-    engine: Literal["inprocess", "flower"] = "inprocess"
+    #: "inprocess" (this process, or runtime.workers processes), "flower" (Flower's deployment
+    #: runtime: a SuperLink and one SuperNode per client as separate processes; docs/deployment.md)
+    #: or "flower-sim" (Flower's Simulation Engine on Ray; flower.sim.*).
+    engine: Literal["inprocess", "flower", "flower-sim"] = "inprocess"
+
+
+class FlowerSimConfig(Section):
+    """Flower's Simulation Engine on Ray (runtime.engine: flower-sim)."""
+
+    #: CPUs (and GPU fraction) Ray reserves per ClientApp actor: how many clients run at once.
+    num_cpus: float = Field(1.0, gt=0)
+    num_gpus: float = Field(0.0, ge=0)
+    #: A Ray cluster to join ("HOST:PORT" of `ray start --head`); None: a private Ray instance.
+    address: str | None = None
+    #: More ray.init arguments (e.g. num_cpus for the private instance, _temp_dir).
+    init_args: dict[str, Any] = Field(default_factory=dict)
 
 
 class FlowerConfig(Section):
-    """Flower's deployment runtime (runtime.engine: flower)."""
+    """Flower's deployment runtime (runtime.engine: flower) and Simulation Engine (flower.sim)."""
 
     #: Seconds the server waits for a round's replies; a node that has not replied by then failed.
     round_timeout: float = Field(600.0, gt=0)
@@ -135,6 +148,7 @@ class FlowerConfig(Section):
     tls: bool = True
     #: SuperNode authentication: only SuperNodes whose key was registered may join.
     node_auth: bool = True
+    sim: FlowerSimConfig = Field(default_factory=FlowerSimConfig)
 
 
 class ExperimentConfig(Section):
@@ -190,10 +204,10 @@ class ExperimentConfig(Section):
                 schema.model_validate(options)
             except ValidationError as err:
                 raise ValueError(_format(err, prefix=key, model=schema, header=False)) from None
-        if self.runtime.engine == "flower" and self.runtime.workers > 0:
+        if self.runtime.engine in ("flower", "flower-sim") and self.runtime.workers > 0:
             raise ValueError("runtime.workers runs clients in worker processes of runtime.engine: inprocess; with "
                              "runtime.engine: flower every client is a SuperNode (set runtime.workers: 0)")
-        if self.runtime.device != "cpu" and (self.runtime.workers > 0 or self.runtime.engine == "flower"):
+        if self.runtime.device != "cpu" and (self.runtime.workers > 0 or self.runtime.engine != "inprocess"):
             raise ValueError("runtime.device=cuda/auto runs the clients in this process (one GPU): set "
                              "runtime.workers: 0 and runtime.engine: inprocess")
         fpr = self.federation.clients_per_round

@@ -59,6 +59,8 @@ class Experiment:
         faults = Faults(config.federation.dropout, config.federation.stragglers)
         compute = Compute.from_runtime(config.runtime.device, config.runtime.precision)
         engine: Engine
+        if engine_factory is None and config.runtime.engine == "flower-sim":
+            engine_factory = _flower_sim_factory(states_dir)
         if engine_factory is not None:
             engine = engine_factory(self, states, faults, compute)
             if engine.states is None:  # the clients keep their states themselves (Flower nodes)
@@ -73,6 +75,19 @@ class Experiment:
             engine = InProcessEngine(self.algorithm, by_id, seed, states, faults, compute)
         return Simulator(self.algorithm, self.clients, seed, self.val, self.test, states=states, engine=engine,
                          init_seed=config.model.init_seed)
+
+
+def _flower_sim_factory(states_dir: Path | None) -> EngineFactory:
+    """runtime.engine: flower-sim (Flower's Simulation Engine on Ray; fedfew.flower.simulation)."""
+    try:
+        import ray  # noqa: F401
+
+        from fedfew.flower.simulation import start_simulation_engine
+    except ImportError:
+        raise ConfigError("runtime.engine=flower-sim needs Flower's simulation extra: "
+                          "pip install 'fedfew[flower-sim]'") from None
+    return lambda experiment, states, faults, compute: start_simulation_engine(experiment, states, faults, compute,
+                                                                               states_dir)
 
 
 @dataclass

@@ -20,6 +20,8 @@ from __future__ import annotations
 import base64
 import json
 import os
+import socket
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -59,6 +61,15 @@ PROCESS_STARTED, IMPORTED_AT = _process_started(), time.time()
 
 server_app = ServerApp()
 client_app = ClientApp()
+
+
+def where_this_runs() -> dict[str, Any]:
+    """Which machine and process answered (and, on Ray, which Ray node): recorded with each reply."""
+    where: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid()}
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        where["ray_node"] = ray.get_runtime_context().get_node_id()
+    return where
 
 
 # -- the server ------------------------------------------------------------------------------------
@@ -123,7 +134,7 @@ def train(msg: Message, context: Context) -> Message:
         write_state(context.state, task.namespace, task.round, result.state)  # stays on this node
         arrays, meta = to_records(result.upload)
         summary = {"metrics": result.metrics, "num_samples": result.num_samples, "num_episodes": result.num_episodes,
-                   "skipped": result.skipped,
+                   "skipped": result.skipped, "where": where_this_runs(),
                    "timing": {"process": PROCESS_STARTED, "imported": IMPORTED_AT, "started": started,
                               "finished": time.time()}}
         return Message(RecordDict({"upload": arrays, "upload.meta": meta,

@@ -89,10 +89,12 @@ class FlowerEngine(Engine):
 
     def _exchange(self, messages: list[tuple[int, Message]], timeout: float) -> list[tuple[int, Message]]:
         """Send (client, message) pairs and collect the replies that arrive within ``timeout`` seconds,
-        each paired with the client it answers (by the id of the message it replies to)."""
+        each paired with the client it answers (by the id of the message it replies to). Each reply's
+        arrival time (when this side pulled it) is kept in ``self.arrived`` by client."""
         ids = list(self.grid.push_messages([m for _, m in messages]))
         client_of = {mid: cid for mid, (cid, _) in zip(ids, messages)}
         pending, replies = set(ids), []
+        self.arrived: dict[int, float] = {}
         deadline = time.monotonic() + timeout
         while pending:
             for reply in self.grid.pull_messages(list(pending)):
@@ -100,6 +102,7 @@ class FlowerEngine(Engine):
                 if mid in pending:
                     pending.discard(mid)
                     replies.append((client_of[mid], reply))
+                    self.arrived[client_of[mid]] = time.time()
             if pending:
                 if time.monotonic() > deadline:
                     break
@@ -196,7 +199,9 @@ class FlowerEngine(Engine):
             "records": {name: sorted(record.keys()) for name, record in content.items()},
             "array_bytes": {name: array_bytes(record) for name, record in content.array_records.items()}}
         if sent is not None and "result" in content:
-            timing = json.loads(str(content["result"]["json"])).get("timing", {})
-            entry["timing"] = {"sent": sent, **timing, "received": time.time()}
+            result = json.loads(str(content["result"]["json"]))
+            entry["timing"] = {"sent": sent, **result.get("timing", {}), "received": self.arrived.get(cid, time.time())}
+            if "where" in result:
+                entry["where"] = result["where"]
         with open(self.message_log, "a") as f:
             f.write(json.dumps(entry) + "\n")
