@@ -107,6 +107,8 @@ def hello(msg: Message, context: Context) -> Message:
     try:
         client_id, data_root, cache_dir = node_settings(dict(context.node_config))
         config = json.loads(str(msg.content["fedfew"]["config"]))
+        for key in [k for k in context.state if k.startswith("fedfew.")]:  # a run starts: nothing from before
+            del context.state[key]
         store_config(context.state, config)
         torch.set_num_threads(1)
         node_setup(stored_config(context.state), client_id, data_root, cache_dir)  # build and cache now

@@ -110,6 +110,7 @@ def _init_ray(settings: Any, env: dict[str, str]) -> None:
     if ray.is_initialized():
         raise SimulationSetupError("Ray is already initialised in this process: runtime.engine=flower-sim starts "
                                    "(or joins) its own; set flower.sim.address to join a cluster")
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # quiet: no GPU env override asked
     pythonpath = os.pathsep.join([p for p in sys.path if p] + [os.environ.get("PYTHONPATH", "")])
     args: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": False,
                             **settings.init_args}
@@ -119,14 +120,19 @@ def _init_ray(settings: Any, env: dict[str, str]) -> None:
         ray.init(**args)
     except (ConnectionError, TimeoutError, ValueError, RuntimeError) as err:
         raise SimulationSetupError(f"flower.sim: Ray did not start or connect: {str(err).splitlines()[0]}") from None
-    total = ray.cluster_resources()
+    total, free = ray.cluster_resources(), ray.available_resources()
     needs = {"CPU": settings.num_cpus, "GPU": settings.num_gpus}
     for resource, need in needs.items():
+        key = "num_cpus" if resource == "CPU" else "num_gpus"
         if need > 0 and total.get(resource, 0.0) < need:
             ray.shutdown()
-            key = "num_cpus" if resource == "CPU" else "num_gpus"
             raise SimulationSetupError(f"flower.sim.{key}: each client needs {need:g} {resource}, but the Ray "
                                        f"cluster has {total.get(resource, 0.0):g}")
+        if need > 0 and free.get(resource, 0.0) < need:  # its actors would wait for ever
+            ray.shutdown()
+            raise SimulationSetupError(f"flower.sim.{key}: each client needs {need:g} {resource}, but only "
+                                       f"{free.get(resource, 0.0):g} of the cluster's {total.get(resource, 0.0):g} "
+                                       "are free now (another job holds them)")
 
 
 def _descendants(pid: int) -> set[int]:
@@ -169,27 +175,24 @@ def _zombie(pid: int) -> bool:
         return True
 
 
-# -- the engine ------------------------------------------------------------------------------------
-class FlowerSimEngine(FlowerEngine):
-    """The Flower engine talking to virtual SuperNodes of Flower's Simulation Engine in this process."""
+# -- a running simulation ---------------------------------------------------------------------------
+class Simulation:
+    """Ray (started or joined), and Flower's Simulation Engine with ``num_nodes`` virtual SuperNodes
+    running in a thread of this process, whose ServerApp hands over its Grid and waits until
+    :meth:`close`. Several runs may use one in turn (each run's ``query`` starts the nodes afresh)."""
 
-    name = "flower-sim"
-
-    def __init__(self, experiment: Any, faults: Faults | None, compute: Compute, run_dir: Path | None) -> None:
+    def __init__(self, num_nodes: int, settings: Any, data_root: str | None = None,
+                 startup_timeout: float = 300.0) -> None:
         from flwr.simulation import run_simulation
 
-        config = experiment.config
-        settings = config.flower.sim
-        self._cache = Path(tempfile.mkdtemp(prefix="fedfew-sim-cache-"))
+        self.cache_dir = Path(tempfile.mkdtemp(prefix="fedfew-sim-cache-"))
+        self.data_root = data_root
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
         self._errors: Queue[BaseException] = Queue()
         self._before = _descendants(os.getpid())
-        root = config.dataset.root
         try:
-            for client in experiment.clients:  # the virtual nodes read these instead of the dataset
-                cache_client(config, experiment, client.client_id, root, self._cache)
-            _init_ray(settings, {CACHE_ENV: str(self._cache), **({ROOT_ENV: root} if root else {})})
+            _init_ray(settings, {CACHE_ENV: str(self.cache_dir), **({ROOT_ENV: data_root} if data_root else {})})
             grids: Queue[Grid] = Queue()
             server = ServerApp()
 
@@ -202,24 +205,16 @@ class FlowerSimEngine(FlowerEngine):
 
             def simulate() -> None:
                 try:
-                    run_simulation(server, sim_client_app, len(experiment.clients),
-                                   backend_config={"client_resources": resources})
+                    run_simulation(server, sim_client_app, num_nodes, backend_config={"client_resources": resources})
                 except BaseException as err:  # reported to the waiting side
                     self._errors.put(err)
                 finally:
                     self._done.set()
 
-            with _quiet_flower():
-                self._thread = threading.Thread(target=simulate, name="flower-sim", daemon=True)
-                self._thread.start()
-            grid = self._wait_for_grid(grids, config.flower.startup_timeout)
-            log_path = None
-            if run_dir is not None:
-                (run_dir / "flower").mkdir(parents=True, exist_ok=True)
-                log_path = run_dir / "flower" / "messages.jsonl"
-            f = config.flower
-            super().__init__(grid, experiment.algorithm, config.seed, config.model_dump(mode="json"),
-                             len(experiment.clients), faults, compute, f.round_timeout, f.startup_timeout, log_path)
+            logging.getLogger("flwr").setLevel(logging.ERROR)  # its INFO lines and deprecation banner
+            self._thread = threading.Thread(target=simulate, name="flower-sim", daemon=True)
+            self._thread.start()
+            self.grid = self._wait_for_grid(grids, startup_timeout)
         except BaseException:
             self.close()
             raise
@@ -235,7 +230,7 @@ class FlowerSimEngine(FlowerEngine):
                     raise FlowerRunError(f"Flower's Simulation Engine did not start: {err}") from err
                 if self._done.is_set() or time.monotonic() > deadline:
                     raise FlowerRunError("Flower's Simulation Engine did not start within "
-                                         f"{timeout:.0f} s (flower.startup_timeout)")
+                                         f"{timeout:.0f} s (flower.startup_timeout)") from None
 
     def close(self) -> None:
         """End the ServerApp thread (the simulation then stops its actors and shuts Ray down), then end
@@ -249,19 +244,47 @@ class FlowerSimEngine(FlowerEngine):
         if ray.is_initialized():
             ray.shutdown()
         _end(started | (_descendants(os.getpid()) - self._before))
-        shutil.rmtree(self._cache, ignore_errors=True)
+        shutil.rmtree(self.cache_dir, ignore_errors=True)
 
-
-class _quiet_flower:
-    """Flower's own console logging (INFO lines, the deprecation banner) off while the engine starts."""
-
-    def __enter__(self) -> None:
-        self._logger = logging.getLogger("flwr")
-        self._level = self._logger.level
-        self._logger.setLevel(logging.WARNING)
+    def __enter__(self) -> Simulation:
+        return self
 
     def __exit__(self, *exc: object) -> None:
-        pass  # left at WARNING for the run: the rounds' progress is fedfew's to report
+        self.close()
+
+
+# -- the engine ------------------------------------------------------------------------------------
+class FlowerSimEngine(FlowerEngine):
+    """The Flower engine talking to the virtual SuperNodes of a :class:`Simulation`: its own, started
+    here and stopped by :meth:`close`, unless one is given."""
+
+    name = "flower-sim"
+
+    def __init__(self, experiment: Any, faults: Faults | None, compute: Compute, run_dir: Path | None,
+                 simulation: Simulation | None = None) -> None:
+        config = experiment.config
+        self._owned = simulation is None
+        self.simulation = simulation
+        try:
+            if simulation is None:
+                self.simulation = simulation = Simulation(len(experiment.clients), config.flower.sim,
+                                                          config.dataset.root, config.flower.startup_timeout)
+            for client in experiment.clients:  # the virtual nodes read these instead of the dataset
+                cache_client(config, experiment, client.client_id, simulation.data_root, simulation.cache_dir)
+            log_path = None
+            if run_dir is not None:
+                (run_dir / "flower").mkdir(parents=True, exist_ok=True)
+                log_path = run_dir / "flower" / "messages.jsonl"
+            f = config.flower
+            super().__init__(simulation.grid, experiment.algorithm, config.seed, config.model_dump(mode="json"),
+                             len(experiment.clients), faults, compute, f.round_timeout, f.startup_timeout, log_path)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self._owned and self.simulation is not None:
+            self.simulation.close()
 
 
 def start_simulation_engine(experiment: Any, states: Any, faults: Faults, compute: Compute,
