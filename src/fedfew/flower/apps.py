@@ -32,6 +32,7 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
+from fedfew.engine.static import static_tensors
 from fedfew.engine.tasks import ClientTask, run_client_task
 from fedfew.flower.node import (
     node_evaluation_data,
@@ -126,7 +127,8 @@ def train(msg: Message, context: Context) -> Message:
         client_id, data_root, cache_dir = node_settings(dict(context.node_config))
         setup = node_setup(stored_config(context.state), client_id, data_root, cache_dir)
         task = ClientTask.from_json(json.loads(str(msg.content["task"]["task"])))
-        payload = from_records(msg.content["payload"], msg.content["payload.meta"])
+        static = static_tensors(setup.algorithm)  # frozen parameters: this node's own copy
+        payload = from_records(msg.content["payload"], msg.content["payload.meta"], static)
         state = read_state(context.state, task.namespace, task.round)
         if state is None and task.namespace == "main":  # first contact: the client's initial state
             state = setup.algorithm.init_client_state(setup.client, torch_generator(setup.config.seed, "client-init",
@@ -134,7 +136,7 @@ def train(msg: Message, context: Context) -> Message:
         with setup.compute.scope():
             result = run_client_task(setup.algorithm, task, setup.client, payload, state, setup.config.seed)
         write_state(context.state, task.namespace, task.round, result.state)  # stays on this node
-        arrays, meta = to_records(result.upload)
+        arrays, meta = to_records(result.upload, static)
         summary = {"metrics": result.metrics, "num_samples": result.num_samples, "num_episodes": result.num_episodes,
                    "skipped": result.skipped, "where": where_this_runs(),
                    "timing": {"process": PROCESS_STARTED, "imported": IMPORTED_AT, "started": started,
@@ -154,7 +156,7 @@ def evaluate(msg: Message, context: Context) -> Message:
         setup = node_setup(stored_config(context.state), client_id, data_root, cache_dir)
         split = str(msg.content["task"]["split"])
         data = node_evaluation_data(setup.config, data_root, split)
-        payload = from_records(msg.content["payload"], msg.content["payload.meta"])
+        payload = from_records(msg.content["payload"], msg.content["payload.meta"], static_tensors(setup.algorithm))
         state = read_state(context.state, "main", -1)
         if state is None:  # never trained: its initial state, as the server side would create it
             state = setup.algorithm.init_client_state(setup.client, torch_generator(setup.config.seed, "client-init",

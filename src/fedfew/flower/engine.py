@@ -24,6 +24,7 @@ from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, EvalData
 from fedfew.engine.compute import CPU_FP32, Compute
 from fedfew.engine.engines import Engine, EngineError, Faults, Replies
+from fedfew.engine.static import static_tensors
 from fedfew.engine.store import ClientStates
 from fedfew.engine.tasks import ClientTask
 from fedfew.flower.records import array_bytes, from_records, to_records
@@ -133,7 +134,7 @@ class FlowerEngine(Engine):
         for cid in asked:
             if cid in failed:
                 continue
-            arrays, meta = to_records(payloads[cid])
+            arrays, meta = to_records(payloads[cid], static_tensors(self.algorithm))
             down += array_bytes(arrays)
             content = RecordDict({"payload": arrays, "payload.meta": meta,
                                   "task": ConfigRecord({"task": json.dumps(task.to_json()), "client": cid})})
@@ -152,7 +153,7 @@ class FlowerEngine(Engine):
             self._log("train", task.round_key, cid, content, sent)
             if cid in late:
                 continue  # a simulated straggler: it trained, its reply comes after the deadline
-            upload = from_records(content["upload"], content["upload.meta"])
+            upload = from_records(content["upload"], content["upload.meta"], static_tensors(self.algorithm))
             up += array_bytes(content["upload"])
             result = json.loads(str(content["result"]["json"]))
             results[cid] = ClientResult(upload, None, result["metrics"], result["num_samples"], result["num_episodes"],
@@ -166,7 +167,7 @@ class FlowerEngine(Engine):
                          data: EvalData) -> dict[int, dict[str, Any]]:
         messages = []
         for client in sorted(clients, key=lambda c: c.client_id):
-            arrays, meta = to_records(self.algorithm.broadcast(server, client.client_id))
+            arrays, meta = to_records(self.algorithm.broadcast(server, client.client_id), static_tensors(self.algorithm))
             content = RecordDict({"payload": arrays, "payload.meta": meta,
                                   "task": ConfigRecord({"split": data.split, "client": client.client_id})})
             messages.append((client.client_id, Message(content, dst_node_id=self.node_of[client.client_id],
