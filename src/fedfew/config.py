@@ -121,6 +121,8 @@ class RuntimeConfig(Section):
     #: runtime: a SuperLink and one SuperNode per client as separate processes; docs/deployment.md)
     #: or "flower-sim" (Flower's Simulation Engine on Ray; flower.sim.*).
     engine: Literal["inprocess", "flower", "flower-sim"] = "inprocess"
+    #: Experiment trackers writing into the run folder: "tensorboard", "mlflow" (fedfew.tracking).
+    loggers: list[str] = Field(default_factory=list)
 
 
 class FlowerSimConfig(Section):
@@ -204,6 +206,9 @@ class ExperimentConfig(Section):
                 schema.model_validate(options)
             except ValidationError as err:
                 raise ValueError(_format(err, prefix=key, model=schema, header=False)) from None
+        from fedfew.tracking import check_loggers
+
+        check_loggers(self.runtime.loggers)
         if self.runtime.engine in ("flower", "flower-sim") and self.runtime.workers > 0:
             raise ValueError("runtime.workers runs clients in worker processes of runtime.engine: inprocess; with "
                              "runtime.engine: flower every client is a SuperNode (set runtime.workers: 0)")

@@ -22,6 +22,7 @@ from fedfew.engine.simulator import NothingTrainedError, Simulator
 from fedfew.experiment import Experiment, build_experiment, dataset_cache
 from fedfew.results import markdown_table, plot_curves, summarise
 from fedfew.runfolder import RunFolder, RunFolderError, check_output_base, new_run_path
+from fedfew.tracking import Trackers
 
 
 class RunInterrupted(Exception):
@@ -257,10 +258,12 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
     checkpointed = simulator.state.round
     bar = _progress_bar(config, label, simulator.state.round) if show else None
     every = config.runtime.checkpoint_every
+    trackers = Trackers(folder.path, config)  # runtime.loggers (TensorBoard, MLflow)
 
     def on_round(r: int, record: dict[str, Any], sim: Simulator) -> None:
         nonlocal checkpointed
         folder.append_metrics(record)
+        trackers.log_round(r, record)
         if every and (r % every == 0 or r == rounds):
             with interrupts_deferred():
                 folder.save_checkpoint(sim)
@@ -274,9 +277,11 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
             bar.set_postfix(shown, refresh=False)
             bar.update(1)
 
+    trained = False
     try:
         outcome = simulator.run(rounds, config.federation.clients_per_round, config.eval.every,
                                 config.eval.track_test, on_round)
+        trained = True
     except KeyboardInterrupt:
         with interrupts_deferred():
             if every and checkpointed != simulator.state.round:
@@ -293,6 +298,8 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
     finally:
         if bar is not None:
             bar.close()
+        if not trained:
+            trackers.close(failed=True)
     try:
         folder.save_model(simulator, outcome["selected_round"])
         seconds = time.perf_counter() - start + (simulator.state.seconds if resume else 0.0)
@@ -301,9 +308,12 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
             warn(f"{config.name}: test accuracy {100 * summary['test']['accuracy']:.2f}% is at chance "
                  f"({100 * summary['chance']:.1f}%): the model learned nothing measurable at this budget")
         _write_results(folder, config, outcome, summary)
+        trackers.finish(summary)
+        trackers.close()
     except Exception as err:
         (folder.path / "error.log").write_text(traceback.format_exc())
         folder.set_status("failed", error=f"{type(err).__name__}: {err}")
+        trackers.close(failed=True)
         raise
     folder.set_status("complete", round=rounds, selected_round=outcome["selected_round"])
     summary.update({"history": outcome["history"], "folder": str(folder.path), "label": label or config.name})
