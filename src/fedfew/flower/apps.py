@@ -103,7 +103,9 @@ def _error_reply(msg: Message, cid: Any, err: BaseException) -> Message:
 
 
 @client_app.query()
-def hello(msg: Message, context: Context) -> Message:
+def hello(msg: Message, context: Context, prepare: bool = True) -> Message:
+    """Store the run's config; with ``prepare``, build and cache the node's algorithm and data now (a
+    simulated node's cache was written by the server: it skips this)."""
     cid: Any = context.node_config.get("client-id")
     try:
         client_id, data_root, cache_dir = node_settings(dict(context.node_config))
@@ -111,8 +113,9 @@ def hello(msg: Message, context: Context) -> Message:
         for key in [k for k in context.state if k.startswith("fedfew.")]:  # a run starts: nothing from before
             del context.state[key]
         store_config(context.state, config)
-        torch.set_num_threads(1)
-        node_setup(stored_config(context.state), client_id, data_root, cache_dir)  # build and cache now
+        if prepare:
+            torch.set_num_threads(1)
+            node_setup(stored_config(context.state), client_id, data_root, cache_dir)  # build and cache now
         return Message(RecordDict({"fedfew": ConfigRecord({"client-id": client_id})}), reply_to=msg)
     except Exception as err:  # the server reports it and stops the run
         return _error_reply(msg, cid, err)

@@ -75,7 +75,8 @@ sim_client_app = ClientApp()
 
 @sim_client_app.query()
 def _query(msg: Message, context: Context) -> Message:
-    return apps.hello(msg, _as_fedfew_node(context))
+    # The server wrote this node's cache; a node of a cluster without it builds it at its first task.
+    return apps.hello(msg, _as_fedfew_node(context), prepare=False)
 
 
 @sim_client_app.train()
