@@ -37,6 +37,23 @@ def marked_pids(marker: str) -> set[int]:
     return found
 
 
+def pids_using(folder: str) -> set[int]:
+    """PIDs of live processes with a file open under ``folder`` (Ray's processes keep their logs in
+    their session folder, whatever their environment or process title)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            for fd in (entry / "fd").iterdir():
+                if os.readlink(fd).startswith(folder):
+                    found.add(int(entry.name))
+                    break
+        except OSError:
+            continue
+    return found
+
+
 def _alive(pids: set[int]) -> set[int]:
     from fedfew.flower.simulation import _zombie
 
@@ -67,11 +84,11 @@ class RayCluster:
             raise
 
     def pids(self) -> set[int]:
-        """Its processes: those carrying the marker, and everything below them (Ray's agents start with
-        an environment of their own)."""
+        """Its processes: those carrying the marker or holding files in its temp folder, and everything
+        below them (Ray's agents start with an environment of their own)."""
         from fedfew.flower.simulation import _descendants
 
-        marked = marked_pids(self.marker)
+        marked = marked_pids(self.marker) | pids_using(self.temp)
         return marked.union(*(_descendants(pid) for pid in marked))
 
     def stop(self) -> None:
@@ -84,7 +101,7 @@ class RayCluster:
                     os.kill(pid, sig)
                 except ProcessLookupError:
                     pass
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + 3  # Ray's agents ignore SIGTERM: SIGKILL follows
             while _alive(known) and time.monotonic() < deadline:
                 time.sleep(0.2)
         self.left = _alive(known)

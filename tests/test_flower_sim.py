@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ pytest.importorskip("flwr")
 from fedfew.config import load_config  # noqa: E402
 from fedfew.experiment import build_experiment  # noqa: E402
 from fedfew.flower.simulation import FlowerSimEngine, Simulation, _descendants  # noqa: E402
-from tests.raycluster import MARKER, RayCluster, marked_pids  # noqa: E402
+from tests.raycluster import MARKER, RayCluster, marked_pids, pids_using  # noqa: E402
 from tests.tiny import ALGORITHM_SETUPS, tiny_config  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -105,21 +106,21 @@ def test_a_run_on_the_cluster_uses_both_nodes(cluster: RayCluster, tmp_path: Pat
     entries = [json.loads(line) for line in (folder / "flower" / "messages.jsonl").read_text().splitlines()]
     nodes = {e["where"]["ray_node"] for e in entries if e["type"] == "train"}
     assert len(nodes) == 2, nodes  # the head's raylet and the second one
-    assert not marked_pids(marker)
+    assert not marked_pids(marker)  # the run's own processes; the cluster stays up for the next test
 
 
 def test_a_private_ray_from_the_command_line_leaves_no_process(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(tiny_config("f2l", federation={"rounds": 1})))
-    marker = uuid.uuid4().hex
+    marker, temp = uuid.uuid4().hex, tempfile.mkdtemp(prefix="fr", dir="/tmp")  # short: Ray's socket paths
     done = fedfew_run([str(path), "--set", "runtime.engine=flower-sim", "--set", "flower.sim.init_args.num_cpus=2",
-                       "--out", str(tmp_path / "out")], marker)
+                       "--set", f"flower.sim.init_args._temp_dir={temp}", "--out", str(tmp_path / "out")], marker)
     assert done.returncode == 0, done.stderr[-2000:]
     (folder,) = list((tmp_path / "out").iterdir())
     summary = json.loads((folder / "summary.json").read_text())
     inprocess = run(tiny_config("f2l", federation={"rounds": 1}))
     assert summary["test"] == inprocess["test"]
-    assert not marked_pids(marker)
+    assert not marked_pids(marker) and not pids_using(temp)
 
 
 @pytest.mark.parametrize("setting, message", [
@@ -138,3 +139,34 @@ def test_bad_ray_settings_are_one_line_and_exit_2(setting: str, message: str, cl
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0], done.stderr[-2000:]
     assert not marked_pids(marker)
+
+
+def test_an_interrupted_run_leaves_no_process(tmp_path: Path) -> None:
+    """SIGTERM (as Ctrl-C) after the first round: exit 130, checkpointed, and no Ray process left."""
+    import signal
+    import time
+
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(tiny_config("fl-proto", federation={"rounds": 200})))
+    marker, temp = uuid.uuid4().hex, tempfile.mkdtemp(prefix="fr", dir="/tmp")
+    run = subprocess.Popen([sys.executable, "-m", "fedfew.cli", "run", str(path), "--set", "runtime.engine=flower-sim",
+                            "--set", "flower.sim.init_args.num_cpus=2", "--set", f"flower.sim.init_args._temp_dir={temp}",
+                            "--out", str(tmp_path / "out"), "--quiet"],
+                           cwd=REPO, env={**os.environ, MARKER: marker}, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline and run.poll() is None:
+            rows = list((tmp_path / "out").glob("*/metrics.jsonl"))
+            if rows and rows[0].read_text().strip():
+                break
+            time.sleep(0.5)
+        assert run.poll() is None, run.stderr.read() if run.stderr else ""
+        run.send_signal(signal.SIGTERM)
+        _, err = run.communicate(timeout=300)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 130, err[-2000:]
+    (folder,) = list((tmp_path / "out").iterdir())
+    assert json.loads((folder / "status.json").read_text())["status"] == "interrupted"
+    assert not marked_pids(marker) and not pids_using(temp)
