@@ -117,10 +117,18 @@ def _init_ray(settings: Any, env: dict[str, str]) -> None:
                             **settings.init_args}
     args["address"] = settings.address or "local"
     args["runtime_env"] = {"env_vars": {"PYTHONPATH": pythonpath, "OMP_NUM_THREADS": "1", **env}}
+    # ray.init installs its own SIGTERM/SIGINT handlers in this process (which abort it): keep ours,
+    # so that a SIGTERM or Ctrl-C stops the run as on every other engine (checkpointed, exit 130).
+    main_thread = threading.current_thread() is threading.main_thread()
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)} if main_thread else {}
     try:
         ray.init(**args)
     except (ConnectionError, TimeoutError, ValueError, RuntimeError) as err:
         raise SimulationSetupError(f"flower.sim: Ray did not start or connect: {str(err).splitlines()[0]}") from None
+    finally:
+        for sig, handler in handlers.items():
+            if handler is not None:
+                signal.signal(sig, handler)
     total, free = ray.cluster_resources(), ray.available_resources()
     needs = {"CPU": settings.num_cpus, "GPU": settings.num_gpus}
     for resource, need in needs.items():
