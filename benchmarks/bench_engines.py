@@ -9,8 +9,9 @@ load hits every engine alike): ``runtime.workers=0`` in process, ``runtime.worke
 ``workers``, ``runtime.engine=flower-sim`` (a private Ray instance, one CPU per actor) and
 ``runtime.engine=flower`` (a SuperLink and one SuperNode per client on 127.0.0.1, TLS and node
 authentication on). The table gives the median seconds per round over rounds 2..R (round 1 includes
-each engine's start: Ray, SuperNodes, data loading; evaluation runs only at the end, after the last
-round's clock) and the wall time of the whole ``fedfew run`` (start-up and test included).
+each engine's start: Ray, SuperNodes, data loading; ``eval.every`` is set past the last round, so no
+round's clock includes an evaluation: the test runs after) and the wall time of the whole ``fedfew
+run`` (start-up and test included).
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ ENGINE_SETTINGS = {
 
 
 def one_run(config: str, engine: str, rounds: int, out: Path, extra: list[str]) -> dict:
-    sets = [f"federation.rounds={rounds}", f"eval.every={rounds}", "runtime.checkpoint_every=0",
+    # eval.every past the last round: no round's clock includes an evaluation (the test runs after).
+    sets = [f"federation.rounds={rounds}", f"eval.every={rounds + 1}", "runtime.checkpoint_every=0",
             *ENGINE_SETTINGS[engine], *extra]
     args = [sys.executable, "-m", "fedfew.cli", "run", config, "--out", str(out), "--quiet"]
     for item in sets:
