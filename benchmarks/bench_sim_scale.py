@@ -8,7 +8,8 @@ whatever N is. fl-proto (no private state: what grows with N is the engine's boo
 states). Each (engine, N) runs in its own process; its peak memory is the largest sum of resident
 memory of that process and every process below it (worker processes, Ray's raylet and actors),
 sampled every 0.5 s. ``workers`` uses 2 worker processes; ``flower-sim`` a private Ray instance with
-one CPU per client actor (2 actors here). Round 1 (start-up) is left out of the median.
+one CPU per client actor (2 actors here). Round 1 (start-up) is left out of the median; no round's
+clock includes an evaluation (``eval.every`` past the last round).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ def config(engine: str, clients: int, data: Path, rounds: int) -> dict:
     cfg = scale_config("fl-proto", clients, data, rounds)
     cfg["algorithm"] = {"name": "fl-proto", "options": {"local_steps": 2}}
     cfg["federation"]["clients_per_round"] = 100
+    cfg["eval"]["every"] = rounds + 1  # no round's clock includes an evaluation (the test runs after)
     cfg["runtime"].update(checkpoint_every=0, client_states="auto")
     if engine == "workers":
         cfg["runtime"]["workers"] = 2
