@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -121,6 +122,7 @@ def test_a_private_ray_from_the_command_line_leaves_no_process(tmp_path: Path) -
     inprocess = run(tiny_config("f2l", federation={"rounds": 1}))
     assert summary["test"] == inprocess["test"]
     assert not marked_pids(marker) and not pids_using(temp)
+    shutil.rmtree(temp, ignore_errors=True)
 
 
 @pytest.mark.parametrize("setting, message", [
@@ -170,3 +172,4 @@ def test_an_interrupted_run_leaves_no_process(tmp_path: Path) -> None:
     (folder,) = list((tmp_path / "out").iterdir())
     assert json.loads((folder / "status.json").read_text())["status"] == "interrupted"
     assert not marked_pids(marker) and not pids_using(temp)
+    shutil.rmtree(temp, ignore_errors=True)
