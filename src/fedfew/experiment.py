@@ -51,6 +51,7 @@ class Experiment:
         ``states_dir`` when ``runtime.client_states`` says so ("auto": above 100 clients)."""
         config, seed = self.config, self.config.seed
         by_id = {c.client_id: c for c in self.clients}
+        run_states_dir = states_dir  # the run folder's (an engine's logs go beside it), before any spill folder
 
         def init_state(cid: int) -> Any:
             return self.algorithm.init_client_state(by_id[cid], init_generator(seed, cid))
@@ -71,7 +72,7 @@ class Experiment:
             engine = BatchedEngine(self.algorithm, by_id, seed, states, faults, compute)
         else:
             evals = {d.split: d for d in (self.val, self.test) if d is not None}
-            setup = EngineSetup(self.algorithm, by_id, seed, states, faults, compute, evals)
+            setup = EngineSetup(self.algorithm, by_id, seed, states, faults, compute, evals, self, run_states_dir)
             engine = ENGINES.get(config.runtime.engine).build(setup, config.engine_options())
         if not engine.holds_states:  # the clients keep their states themselves (Flower nodes)
             states = RemoteClientStates([c.client_id for c in self.clients])

@@ -25,6 +25,7 @@ from fedfew.model_check import check_model_runs
 from fedfew.progress import progress_bar
 from fedfew.results import markdown_table, participation, plot_curves, summarise
 from fedfew.runfolder import RunFolder, RunFolderError, check_output_base, new_run_path, strict_json
+from fedfew.tracking import Trackers
 
 logger = logging.getLogger(__name__)
 
@@ -219,10 +220,12 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
     checkpointed = simulator.state.round
     bar = progress_bar(config, label, simulator.state.round) if show else None
     every = config.runtime.checkpoint_every
+    trackers = Trackers(folder.path, config)  # runtime.loggers (TensorBoard, MLflow)
 
     def on_round(r: int, record: dict[str, Any], sim: Simulator) -> None:
         nonlocal checkpointed
         folder.append_metrics(record)
+        trackers.log_round(r, record)
         if every and (r % every == 0 or r == rounds):
             with interrupts_deferred():
                 folder.save_checkpoint(sim)
@@ -244,9 +247,11 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
             folder.set_status("interrupted", round=simulator.state.round)
         return RunInterrupted(folder.path, simulator.state.round, rounds, stage)
 
+    trained = False
     try:
         outcome = simulator.run(rounds, config.federation.clients_per_round, config.eval.every,
                                 config.eval.track_test, on_round, selection=config.eval.selection)
+        trained = True
     except KeyboardInterrupt:
         raise interrupted("during the final evaluation" if simulator.state.round >= rounds else "") from None
     except DivergedError as err:
@@ -267,6 +272,8 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
     finally:
         if bar is not None:
             bar.close()
+        if not trained:
+            trackers.close(failed=True)
     try:
         folder.save_model(simulator, outcome["selected_round"])
         seconds = time.perf_counter() - start + (simulator.state.seconds if resume else 0.0)
@@ -279,10 +286,14 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
         if simulator.algorithm.trains:
             _warn_participation(config, summary)
         _write_results(folder, config, outcome, summary)
+        trackers.finish(summary)
+        trackers.close()
         folder.set_status("complete", round=rounds, selected_round=outcome["selected_round"])
     except KeyboardInterrupt:
+        trackers.close(failed=True)
         raise interrupted("while the results were being written") from None
     except (Exception, SystemExit) as err:
+        trackers.close(failed=True)
         folder.discard_results()
         raise _failed(folder, err, "while the results were being written") from err
     summary.update({"history": outcome["history"], "folder": str(folder.path), "label": label or config.name})

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
@@ -122,6 +123,10 @@ class EngineSetup:
     faults: Faults
     compute: Compute = CPU_FP32
     evals: Mapping[str, EvalData] = field(default_factory=dict)
+    #: The experiment being built and its run folder's states folder (None outside a run folder):
+    #: for an engine that starts its own runtime around the experiment (flower-sim).
+    experiment: Any = None
+    states_dir: Path | None = None
 
 
 @dataclass

@@ -23,6 +23,7 @@ from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, EvalDat
 from fedfew.engine.engines import Engine, Faults, InProcessEngine
 from fedfew.engine.protocol import init_generator
 from fedfew.engine.state import payload_bytes
+from fedfew.engine.static import crossing_bytes, static_tensors
 from fedfew.engine.store import ClientStates, Entry
 from fedfew.engine.tasks import MAIN, ClientTask, resolve_part
 from fedfew.errors import RunFailedError
@@ -97,12 +98,14 @@ def run_round(
     actor = resolve_part(algorithm, task)
     payloads = {cid: actor.broadcast(server, cid) for cid in sorted(selected)}
     replies = engine.execute(task, payloads)
+    static = static_tensors(algorithm)  # frozen parameters: both sides hold them, they do not cross
+    count = (lambda obj: crossing_bytes(obj, static)) if static else payload_bytes
     down = replies.bytes_down
     if down is None:
-        down = sum(payload_bytes(p) for cid, p in payloads.items() if cid not in replies.failed)
+        down = sum(count(p) for cid, p in payloads.items() if cid not in replies.failed)
     up = replies.bytes_up
     if up is None:
-        up = sum(payload_bytes(r.upload) for r in replies.results.values())
+        up = sum(count(r.upload) for r in replies.results.values())
     if replies.results:
         torch.manual_seed(derive_seed(engine.seed, "aggregate-global", task.round_key))
         server = actor.aggregate(server, replies.results, torch_generator(engine.seed, "aggregate", task.round_key))

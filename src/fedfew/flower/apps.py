@@ -20,6 +20,8 @@ from __future__ import annotations
 import base64
 import json
 import os
+import socket
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -31,6 +33,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from fedfew.engine.protocol import MAIN, evaluate_generator, init_generator
+from fedfew.engine.static import static_tensors
 from fedfew.engine.tasks import ClientTask, run_client_task
 from fedfew.flower.node import (
     node_evaluation_data,
@@ -59,6 +62,15 @@ PROCESS_STARTED, IMPORTED_AT = _process_started(), time.time()
 
 server_app = ServerApp()
 client_app = ClientApp()
+
+
+def where_this_runs() -> dict[str, Any]:
+    """Which machine and process answered (and, on Ray, which Ray node): recorded with each reply."""
+    where: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid()}
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        where["ray_node"] = ray.get_runtime_context().get_node_id()
+    return where
 
 
 # -- the server ------------------------------------------------------------------------------------
@@ -91,14 +103,19 @@ def _error_reply(msg: Message, cid: Any, err: BaseException) -> Message:
 
 
 @client_app.query()
-def hello(msg: Message, context: Context) -> Message:
+def hello(msg: Message, context: Context, prepare: bool = True) -> Message:
+    """Store the run's config; with ``prepare``, build and cache the node's algorithm and data now (a
+    simulated node's cache was written by the server: it skips this)."""
     cid: Any = context.node_config.get("client-id")
     try:
         client_id, data_root, cache_dir = node_settings(dict(context.node_config))
         config = json.loads(str(msg.content["fedfew"]["config"]))
+        for key in [k for k in context.state if k.startswith("fedfew.")]:  # a run starts: nothing from before
+            del context.state[key]
         store_config(context.state, config)
-        torch.set_num_threads(1)
-        node_setup(stored_config(context.state), client_id, data_root, cache_dir)  # build and cache now
+        if prepare:
+            torch.set_num_threads(1)
+            node_setup(stored_config(context.state), client_id, data_root, cache_dir)  # build and cache now
         return Message(RecordDict({"fedfew": ConfigRecord({"client-id": client_id})}), reply_to=msg)
     except Exception as err:  # the server reports it and stops the run
         return _error_reply(msg, cid, err)
@@ -113,15 +130,16 @@ def train(msg: Message, context: Context) -> Message:
         client_id, data_root, cache_dir = node_settings(dict(context.node_config))
         setup = node_setup(stored_config(context.state), client_id, data_root, cache_dir)
         task = ClientTask.from_json(json.loads(str(msg.content["task"]["task"])))
-        payload = from_records(msg.content["payload"], msg.content["payload.meta"])
+        static = static_tensors(setup.algorithm)  # frozen parameters: this node's own copy
+        payload = from_records(msg.content["payload"], msg.content["payload.meta"], static)
         state = read_state(context.state, task.namespace, task.round)
         if state is None and task.namespace == MAIN:  # first contact: the client's initial state
             state = setup.algorithm.init_client_state(setup.client, init_generator(setup.config.seed, client_id))
         with setup.compute.scope():
             result = run_client_task(setup.algorithm, task, setup.client, payload, state, setup.config.seed)
         write_state(context.state, task.namespace, task.round, result.state)  # stays on this node
-        arrays, meta = to_records(result.upload)
-        summary = {**result.summary(),
+        arrays, meta = to_records(result.upload, static)
+        summary = {**result.summary(), "where": where_this_runs(),
                    "timing": {"process": PROCESS_STARTED, "imported": IMPORTED_AT, "started": started,
                               "finished": time.time()}}
         return Message(RecordDict({"upload": arrays, "upload.meta": meta,
@@ -139,7 +157,7 @@ def evaluate(msg: Message, context: Context) -> Message:
         setup = node_setup(stored_config(context.state), client_id, data_root, cache_dir)
         split = str(msg.content["task"]["split"])
         data = node_evaluation_data(setup.config, data_root, split)
-        payload = from_records(msg.content["payload"], msg.content["payload.meta"])
+        payload = from_records(msg.content["payload"], msg.content["payload.meta"], static_tensors(setup.algorithm))
         state = read_state(context.state, MAIN, -1)
         if state is None:  # never trained: its initial state, as the server side would create it
             state = setup.algorithm.init_client_state(setup.client, init_generator(setup.config.seed, client_id))

@@ -26,6 +26,7 @@ from flwr.serverapp import Grid
 from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, EvalData
 from fedfew.engine.compute import CPU_FP32, Compute
 from fedfew.engine.engines import Delivery, Engine, Faults
+from fedfew.engine.static import static_tensors
 from fedfew.engine.store import ClientStates, RemoteClientStates
 from fedfew.engine.tasks import ClientTask
 from fedfew.flower.errors import FlowerRunError as FlowerRunError
@@ -79,10 +80,12 @@ class FlowerEngine(Engine):
 
     def _exchange(self, messages: list[tuple[int, Message]], timeout: float) -> list[tuple[int, Message]]:
         """Send (client, message) pairs and collect the replies that arrive within ``timeout`` seconds,
-        each paired with the client it answers (by the id of the message it replies to)."""
+        each paired with the client it answers (by the id of the message it replies to). Each reply's
+        arrival time (when this side pulled it) is kept in ``self.arrived`` by client."""
         ids = list(self.grid.push_messages([m for _, m in messages]))
         client_of = {mid: cid for mid, (cid, _) in zip(ids, messages)}
         pending, replies = set(ids), []
+        self.arrived: dict[int, float] = {}
         deadline = time.monotonic() + timeout
         while pending:
             for reply in self.grid.pull_messages(list(pending)):
@@ -90,6 +93,7 @@ class FlowerEngine(Engine):
                 if mid in pending:
                     pending.discard(mid)
                     replies.append((client_of[mid], reply))
+                    self.arrived[client_of[mid]] = time.time()
             if pending:
                 if time.monotonic() > deadline:
                     break
@@ -116,7 +120,7 @@ class FlowerEngine(Engine):
     def deliver(self, task: ClientTask, payloads: Mapping[int, dict[str, Any]]) -> Delivery:
         messages, down = [], 0
         for cid in sorted(payloads):
-            arrays, meta = to_records(payloads[cid])
+            arrays, meta = to_records(payloads[cid], static_tensors(self.algorithm))
             down += array_bytes(arrays)
             content = RecordDict({"payload": arrays, "payload.meta": meta,
                                   "task": ConfigRecord({"task": json.dumps(task.to_json()), "client": cid})})
@@ -132,15 +136,16 @@ class FlowerEngine(Engine):
             content = self._content(reply, doing)
             self._log("train", task.round_key, cid, content, sent)
             up[cid] = array_bytes(content["upload"])
-            results[cid] = ClientResult.from_summary(upload=from_records(content["upload"], content["upload.meta"]),
-                                                     state=None, summary=json.loads(str(content["result"]["json"])))
+            upload = from_records(content["upload"], content["upload.meta"], static_tensors(self.algorithm))
+            results[cid] = ClientResult.from_summary(upload=upload, state=None,
+                                                     summary=json.loads(str(content["result"]["json"])))
         return Delivery(results, bytes_up=up, bytes_down=down)
 
     def evaluate_clients(self, server: Any, client_states: Mapping[int, Any], clients: list[ClientData],
                          data: EvalData) -> dict[int, dict[str, Any]]:
         messages = []
         for client in sorted(clients, key=lambda c: c.client_id):
-            arrays, meta = to_records(self.algorithm.broadcast(server, client.client_id))
+            arrays, meta = to_records(self.algorithm.broadcast(server, client.client_id), static_tensors(self.algorithm))
             content = RecordDict({"payload": arrays, "payload.meta": meta,
                                   "task": ConfigRecord({"split": data.split, "client": client.client_id})})
             messages.append((client.client_id, Message(content, dst_node_id=self.node_of[client.client_id],
@@ -173,7 +178,9 @@ class FlowerEngine(Engine):
             "records": {name: sorted(record.keys()) for name, record in content.items()},
             "array_bytes": {name: array_bytes(record) for name, record in content.array_records.items()}}
         if sent is not None and "result" in content:
-            timing = json.loads(str(content["result"]["json"])).get("timing", {})
-            entry["timing"] = {"sent": sent, **timing, "received": time.time()}
+            result = json.loads(str(content["result"]["json"]))
+            entry["timing"] = {"sent": sent, **result.get("timing", {}), "received": self.arrived.get(cid, time.time())}
+            if "where" in result:
+                entry["where"] = result["where"]
         with open(self.message_log, "a") as f:
             f.write(json.dumps(entry) + "\n")

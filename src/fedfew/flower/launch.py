@@ -15,7 +15,9 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
-from fedfew.engine.engines import ENGINES, Engine, Launch
+from pydantic import BaseModel
+
+from fedfew.engine.engines import ENGINES, Engine, EngineSetup, Launch
 from fedfew.errors import ConfigError, RunInterrupted
 from fedfew.flower.errors import FlowerRunError
 from fedfew.progress import progress_bar
@@ -52,6 +54,24 @@ class FlowerLaunch(Engine):
     @classmethod
     def launch(cls, run: Launch) -> dict[str, Any]:
         return run_local_flower(run.folder, run.config, run.progress, run.label, run.resume)
+
+
+@ENGINES.register("flower-sim", help="Flower's Simulation Engine on Ray: one virtual SuperNode per client (flower.sim.*)")
+class FlowerSimLaunch(Engine):
+    """The name ``flower-sim``: the run trains in this process with
+    :class:`fedfew.flower.simulation.FlowerSimEngine`, whose virtual SuperNodes run as Ray actors."""
+
+    name = "flower-sim"
+    holds_states = False
+
+    @classmethod
+    def build(cls, setup: EngineSetup, options: BaseModel) -> Engine:
+        if importlib.util.find_spec("ray") is None or importlib.util.find_spec("flwr") is None:
+            raise ConfigError("runtime.engine=flower-sim needs Flower's simulation extra: "
+                              "pip install 'fedfew[flower-sim]'")
+        from fedfew.flower.simulation import start_simulation_engine
+
+        return start_simulation_engine(setup.experiment, setup.states, setup.faults, setup.compute, setup.states_dir)
 
 
 def run_local_flower(folder: RunFolder, config: ExperimentConfig, progress: bool | None, label: str | None,

@@ -148,7 +148,7 @@ def with_data_root(config: ExperimentConfig, data_root: str | None) -> Experimen
 
 def node_setup(config: ExperimentConfig, client_id: int, data_root: str | None, cache_dir: Path) -> NodeSetup:
     """This client's algorithm and data: from the cache file, or built from the dataset (and cached)."""
-    from fedfew.experiment import AlgorithmInputs, build_algorithm, build_experiment, text_model_options
+    from fedfew.experiment import AlgorithmInputs, build_algorithm, build_experiment
 
     config = with_data_root(config, data_root)
     compute = Compute.from_runtime(config.runtime.device, config.runtime.precision)
@@ -167,6 +167,18 @@ def node_setup(config: ExperimentConfig, client_id: int, data_root: str | None, 
     experiment = build_experiment(config)
     if not 0 <= client_id < len(experiment.clients):
         raise NodeConfigError(f"client-id {client_id} is outside 0..{len(experiment.clients) - 1} for this config")
+    cache_client(config, experiment, client_id, data_root, cache_dir)
+    return NodeSetup(config, experiment.algorithm, experiment.clients[client_id], compute)
+
+
+def cache_client(config: ExperimentConfig, experiment: Any, client_id: int, data_root: str | None,
+                 cache_dir: Path) -> Path:
+    """Write client ``client_id``'s cache file from a built experiment (what :func:`node_setup` reads):
+    the simulation engine writes every client's once, so that its virtual nodes never load the dataset."""
+    from fedfew.experiment import text_model_options
+
+    config = with_data_root(config, data_root)
+    path = cache_dir / f"node-{_cache_key(config, client_id, data_root)}.safetensors"
     client = experiment.clients[client_id]
     ctx = experiment.context
     options = text_model_options(experiment.dataset, config.model.name)
@@ -174,7 +186,7 @@ def node_setup(config: ExperimentConfig, client_id: int, data_root: str | None, 
             "train_classes": list(ctx.train_classes), "dataset_name": experiment.dataset.name,
             "model_options": options, "num_clients": ctx.num_clients}
     serialize.save(path, {"train": _dataset_dict(client.train), "val": _dataset_dict(client.val), "meta": meta})
-    return NodeSetup(config, experiment.algorithm, client, compute)
+    return path
 
 
 def node_evaluation_data(config: ExperimentConfig, data_root: str | None, split: str) -> Any:

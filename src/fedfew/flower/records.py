@@ -10,12 +10,14 @@ a payload that holds a tensor twice sends it twice, as it is counted.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord
 
 from fedfew.engine.serialize import flatten, unflatten
+from fedfew.engine.static import StaticMismatchError, digest, is_static, leaf_name
 
 STYPE = "fedfew.raw"
 _DTYPES = {str(d).removeprefix("torch."): d for d in (
@@ -38,15 +40,30 @@ def array_to_tensor(array: Array) -> torch.Tensor:
     return torch.frombuffer(bytearray(array.data), dtype=dtype).reshape(tuple(array.shape))
 
 
-def to_records(obj: Any) -> tuple[ArrayRecord, ConfigRecord]:
-    """(arrays, skeleton) for any state-form object."""
+def to_records(obj: Any, static: Mapping[str, torch.Tensor] | None = None) -> tuple[ArrayRecord, ConfigRecord]:
+    """(arrays, skeleton) for any state-form object. Tensors equal to one of ``static`` (frozen
+    parameters the receiver holds too) are left out and named, with their digest, in the skeleton's
+    record."""
     tensors, skeleton = flatten(obj, dedup=False)
-    arrays = ArrayRecord({key: tensor_to_array(t) for key, t in tensors.items()})
-    return arrays, ConfigRecord({"skeleton": json.dumps(skeleton)})
+    kept = {key: t for key, t in tensors.items() if not (static and is_static(key, t, static))}
+    arrays = ArrayRecord({key: tensor_to_array(t) for key, t in kept.items()})
+    meta = {"skeleton": json.dumps(skeleton)}
+    left_out = {key: digest(t) for key, t in tensors.items() if key not in kept}
+    if left_out:
+        meta["static"] = json.dumps(left_out)
+    return arrays, ConfigRecord(meta)
 
 
-def from_records(arrays: ArrayRecord, meta: ConfigRecord) -> Any:
+def from_records(arrays: ArrayRecord, meta: ConfigRecord, static: Mapping[str, torch.Tensor] | None = None) -> Any:
     tensors = {key: array_to_tensor(array) for key, array in arrays.items()}
+    if "static" in meta:
+        for key, sent_digest in json.loads(str(meta["static"])).items():
+            ref = (static or {}).get(leaf_name(key))
+            if ref is None or digest(ref) != sent_digest:
+                raise StaticMismatchError(f"{leaf_name(key)!r} was left out as a frozen tensor both sides hold, "
+                                          "but this side's copy differs (or it has none): the sides built their "
+                                          "models from different files")
+            tensors[key] = ref.clone()
     return unflatten(tensors, json.loads(str(meta["skeleton"])))
 
 

@@ -1,0 +1,302 @@
+"""``runtime.engine: flower-sim``: fedfew's Flower apps on Flower's Simulation Engine (Ray backend).
+
+The same ClientApp handlers as the deployment runtime (:mod:`fedfew.flower.apps`) and the same
+server-side engine (:class:`~fedfew.flower.engine.FlowerEngine`), but the SuperNodes are virtual: one
+per fedfew client (Flower's ``partition-id`` is the client id), their ClientApps run in long-lived Ray
+actors (``flower.sim.num_cpus`` / ``num_gpus`` per actor decide how many run at once), and each
+node's private state stays in its ``context.state``, which the Simulation Engine keeps for the node.
+
+Why ``run_simulation`` and not ``flwr run``: ``flwr run`` on a simulation federation goes through a
+SuperLink that installs the app's dependencies at run time (PyPI; offline it fails and still exits 0)
+and hands the ServerApp a separate process, so this process could not drive the rounds. ``run_simulation``
+(deprecated in 1.42, still the Python entry point of the same engine) runs the ServerApp in a thread of
+this process. The ServerApp here does no work of its own: it hands its Grid to this engine and waits,
+so the training loop, checkpoints and evaluation are exactly those of every other engine.
+
+Ray: a private instance (``address`` unset), or a cluster joined at ``flower.sim.address``
+(``ray start --head`` / ``ray start --address``). The client data is written once to a cache folder
+the virtual nodes read (on other machines of a cluster a node builds it from its own copy of the data
+at the same path). When the run ends, fails or is interrupted, the simulation is stopped, Ray is shut
+down (for a cluster: this driver disconnects; its actors end with it) and every process this one
+started is ended by PID.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from queue import Empty, Queue
+from typing import Any
+
+from flwr.app import Context, Message
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+
+from fedfew.engine.compute import Compute
+from fedfew.engine.engines import Faults
+from fedfew.errors import UsageError
+from fedfew.flower import apps
+from fedfew.flower.engine import FlowerEngine, FlowerRunError
+from fedfew.flower.node import cache_client
+
+log = logging.getLogger(__name__)
+
+CACHE_ENV, ROOT_ENV = "FEDFEW_SIM_CACHE", "FEDFEW_SIM_DATA_ROOT"
+
+
+class SimulationSetupError(UsageError):
+    """The Simulation Engine cannot start with these settings (Ray unreachable, resources not there)."""
+
+
+# -- the ClientApp: fedfew's handlers, each virtual SuperNode one client --------------------------------
+def _as_fedfew_node(context: Context) -> Context:
+    """A virtual SuperNode's node config says ``partition-id``; fedfew's handlers read ``client-id``,
+    ``data-root`` and ``cache-dir``."""
+    node = context.node_config
+    if "client-id" not in node:
+        node["client-id"] = int(node["partition-id"])
+    if os.environ.get(CACHE_ENV):
+        node.setdefault("cache-dir", os.environ[CACHE_ENV])
+    if os.environ.get(ROOT_ENV):
+        node.setdefault("data-root", os.environ[ROOT_ENV])
+    return context
+
+
+sim_client_app = ClientApp()
+
+
+@sim_client_app.query()
+def _query(msg: Message, context: Context) -> Message:
+    # The server wrote this node's cache; a node of a cluster without it builds it at its first task.
+    return apps.hello(msg, _as_fedfew_node(context), prepare=False)
+
+
+@sim_client_app.train()
+def _train(msg: Message, context: Context) -> Message:
+    return apps.train(msg, _as_fedfew_node(context))
+
+
+@sim_client_app.evaluate()
+def _evaluate(msg: Message, context: Context) -> Message:
+    return apps.evaluate(msg, _as_fedfew_node(context))
+
+
+# -- Ray -----------------------------------------------------------------------------------------------
+def _check_reachable(address: str) -> None:
+    if address in ("local", "auto") or address.startswith("ray://"):
+        return
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=3):
+            pass
+    except (OSError, ValueError):
+        raise SimulationSetupError(f"flower.sim.address: no Ray cluster answers at {address!r} (start one with "
+                                   "`ray start --head --port=PORT`, or leave the address unset for a private "
+                                   "Ray instance)") from None
+
+
+def _init_ray(settings: Any, env: dict[str, str]) -> None:
+    import ray
+
+    if settings.address:
+        _check_reachable(settings.address)
+    if ray.is_initialized():
+        raise SimulationSetupError("Ray is already initialised in this process: runtime.engine=flower-sim starts "
+                                   "(or joins) its own; set flower.sim.address to join a cluster")
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # quiet: no GPU env override asked
+    pythonpath = os.pathsep.join([p for p in sys.path if p] + [os.environ.get("PYTHONPATH", "")])
+    args: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": False,
+                            **settings.init_args}
+    args["address"] = settings.address or "local"
+    args["runtime_env"] = {"env_vars": {"PYTHONPATH": pythonpath, "OMP_NUM_THREADS": "1", **env}}
+    # ray.init installs its own SIGTERM/SIGINT handlers in this process (which abort it): keep ours,
+    # so that a SIGTERM or Ctrl-C stops the run as on every other engine (checkpointed, exit 130).
+    main_thread = threading.current_thread() is threading.main_thread()
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)} if main_thread else {}
+    try:
+        ray.init(**args)
+    except (ConnectionError, TimeoutError, ValueError, RuntimeError) as err:
+        raise SimulationSetupError(f"flower.sim: Ray did not start or connect: {str(err).splitlines()[0]}") from None
+    finally:
+        for sig, handler in handlers.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+    total, free = ray.cluster_resources(), ray.available_resources()
+    needs = {"CPU": settings.num_cpus, "GPU": settings.num_gpus}
+    for resource, need in needs.items():
+        key = "num_cpus" if resource == "CPU" else "num_gpus"
+        if need > 0 and total.get(resource, 0.0) < need:
+            ray.shutdown()
+            raise SimulationSetupError(f"flower.sim.{key}: each client needs {need:g} {resource}, but the Ray "
+                                       f"cluster has {total.get(resource, 0.0):g}")
+        if need > 0 and free.get(resource, 0.0) < need:  # its actors would wait for ever
+            ray.shutdown()
+            raise SimulationSetupError(f"flower.sim.{key}: each client needs {need:g} {resource}, but only "
+                                       f"{free.get(resource, 0.0):g} of the cluster's {total.get(resource, 0.0):g} "
+                                       "are free now (another job holds them)")
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _end(pids: set[int], grace: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL what is still alive after ``grace`` seconds."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() and not _zombie(p) for p in pids):
+            time.sleep(0.1)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+# -- a running simulation ---------------------------------------------------------------------------
+class Simulation:
+    """Ray (started or joined), and Flower's Simulation Engine with ``num_nodes`` virtual SuperNodes
+    running in a thread of this process, whose ServerApp hands over its Grid and waits until
+    :meth:`close`. Several runs may use one in turn (each run's ``query`` starts the nodes afresh)."""
+
+    def __init__(self, num_nodes: int, settings: Any, data_root: str | None = None,
+                 startup_timeout: float = 300.0) -> None:
+        from flwr.simulation import run_simulation
+
+        self.cache_dir = Path(tempfile.mkdtemp(prefix="fedfew-sim-cache-"))
+        self.data_root = data_root
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._errors: Queue[BaseException] = Queue()
+        self._before = _descendants(os.getpid())
+        try:
+            _init_ray(settings, {CACHE_ENV: str(self.cache_dir), **({ROOT_ENV: data_root} if data_root else {})})
+            grids: Queue[Grid] = Queue()
+            server = ServerApp()
+
+            @server.main()
+            def _serve(grid: Grid, context: Context) -> None:  # hands the Grid over, waits for the end
+                grids.put(grid)
+                self._done.wait()
+
+            resources = {"num_cpus": settings.num_cpus, "num_gpus": settings.num_gpus}
+
+            def simulate() -> None:
+                try:
+                    run_simulation(server, sim_client_app, num_nodes, backend_config={"client_resources": resources})
+                except BaseException as err:  # reported to the waiting side
+                    self._errors.put(err)
+                finally:
+                    self._done.set()
+
+            logging.getLogger("flwr").setLevel(logging.ERROR)  # its INFO lines and deprecation banner
+            self._thread = threading.Thread(target=simulate, name="flower-sim", daemon=True)
+            self._thread.start()
+            self.grid = self._wait_for_grid(grids, startup_timeout)
+        except BaseException:
+            self.close()
+            raise
+
+    def _wait_for_grid(self, grids: Queue[Grid], timeout: float) -> Grid:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return grids.get(timeout=0.2)
+            except Empty:
+                if not self._errors.empty():
+                    err = self._errors.get()
+                    raise FlowerRunError(f"Flower's Simulation Engine did not start: {err}") from err
+                if self._done.is_set() or time.monotonic() > deadline:
+                    raise FlowerRunError("Flower's Simulation Engine did not start within "
+                                         f"{timeout:.0f} s (flower.startup_timeout)") from None
+
+    def close(self) -> None:
+        """End the ServerApp thread (the simulation then stops its actors and shuts Ray down), then end
+        by PID every process started since (Ray's actors can outlive the simulation)."""
+        import ray
+
+        self._done.set()
+        started = _descendants(os.getpid()) - self._before
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+        if ray.is_initialized():
+            ray.shutdown()
+        _end(started | (_descendants(os.getpid()) - self._before))
+        shutil.rmtree(self.cache_dir, ignore_errors=True)
+
+    def __enter__(self) -> Simulation:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# -- the engine ------------------------------------------------------------------------------------
+class FlowerSimEngine(FlowerEngine):
+    """The Flower engine talking to the virtual SuperNodes of a :class:`Simulation`: its own, started
+    here and stopped by :meth:`close`, unless one is given."""
+
+    name = "flower-sim"
+
+    def __init__(self, experiment: Any, faults: Faults | None, compute: Compute, run_dir: Path | None,
+                 simulation: Simulation | None = None) -> None:
+        config = experiment.config
+        self._owned = simulation is None
+        self.simulation = simulation
+        try:
+            if simulation is None:
+                self.simulation = simulation = Simulation(len(experiment.clients), config.flower.sim,
+                                                          config.dataset.root, config.flower.startup_timeout)
+            for client in experiment.clients:  # the virtual nodes read these instead of the dataset
+                cache_client(config, experiment, client.client_id, simulation.data_root, simulation.cache_dir)
+            log_path = None
+            if run_dir is not None:
+                (run_dir / "flower").mkdir(parents=True, exist_ok=True)
+                log_path = run_dir / "flower" / "messages.jsonl"
+            f = config.flower
+            super().__init__(simulation.grid, experiment.algorithm, config.seed, config.model_dump(mode="json"),
+                             len(experiment.clients), faults, compute, f.round_timeout, f.startup_timeout, log_path)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self._owned and self.simulation is not None:
+            self.simulation.close()
+
+
+def start_simulation_engine(experiment: Any, states: Any, faults: Faults, compute: Compute,
+                            states_dir: Path | None = None) -> FlowerSimEngine:
+    """The engine factory for ``runtime.engine: flower-sim`` (the run folder is ``states_dir``'s parent)."""
+    return FlowerSimEngine(experiment, faults, compute, states_dir.parent if states_dir is not None else None)

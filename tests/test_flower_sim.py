@@ -1,0 +1,175 @@
+"""fedfew on Flower's Simulation Engine (``runtime.engine: flower-sim``), with a real Ray cluster of two
+nodes on 127.0.0.1 (a head and a second raylet, started once for the module and stopped by PID).
+
+* every algorithm gives exactly the in-process metrics (one simulation, joined to the cluster, serves
+  every algorithm's run in turn: Ray and its actors start once);
+* the full path (``--set runtime.engine=flower-sim --set flower.sim.address=...``) runs its clients on
+  both nodes (each reply records the Ray node it ran on) and leaves no process behind;
+* a private Ray instance from the command line, and bad input (an unreachable address, a GPU the
+  cluster lacks): one line, exit 2, no process left.
+
+Marked ``flower``: ``make test-flower`` (CI) runs them; a few minutes in all."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+pytest.importorskip("ray")
+pytest.importorskip("flwr")
+
+from fedfew.config import load_config  # noqa: E402
+from fedfew.experiment import build_experiment  # noqa: E402
+from fedfew.flower.simulation import FlowerSimEngine, Simulation, _descendants  # noqa: E402
+from tests.raycluster import MARKER, RayCluster, marked_pids, pids_using  # noqa: E402
+from tests.tiny import ALGORITHM_SETUPS, tiny_config  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.flower
+
+
+def without_seconds(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in row.items() if k != "seconds"} for row in history]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Any:
+    with RayCluster(cpus_per_node=1) as c:
+        yield c
+    assert not c.left
+
+
+@pytest.fixture(scope="class")
+def simulation(cluster: RayCluster) -> Any:
+    """One Simulation Engine (4 virtual SuperNodes) on the cluster, for every algorithm's run (its
+    actors hold the cluster's CPUs until the class is done)."""
+    before = _descendants(os.getpid())
+    settings = load_config({}, [f"flower.sim.address={cluster.address}"]).flower.sim
+    with Simulation(4, settings, None, startup_timeout=300) as sim:
+        yield sim
+    assert not (_descendants(os.getpid()) - before)
+
+
+def run(config: dict[str, Any], factory: Any = None) -> dict[str, Any]:
+    cfg = load_config(config)
+    experiment = build_experiment(cfg)
+    simulator = experiment.simulator(engine_factory=factory)
+    try:
+        return simulator.run(cfg.federation.rounds, cfg.federation.clients_per_round, cfg.eval.every,
+                             track_test=cfg.eval.track_test)
+    finally:
+        simulator.engine.close()
+
+
+class TestEveryAlgorithm:
+    @pytest.mark.parametrize("name", sorted(ALGORITHM_SETUPS))
+    def test_flower_sim_equals_inprocess(self, name: str, simulation: Simulation, tmp_path: Path) -> None:
+        config = tiny_config(name)
+
+        def engine(experiment: Any, states: Any, faults: Any, compute: Any) -> FlowerSimEngine:
+            return FlowerSimEngine(experiment, faults, compute, tmp_path, simulation=simulation)
+
+        on_sim = run(config, engine)
+        inprocess = run(config)
+        assert without_seconds(on_sim["history"]) == without_seconds(inprocess["history"])  # bytes, who replied too
+        assert on_sim["test"] == inprocess["test"] and on_sim["selected_round"] == inprocess["selected_round"]
+        log = tmp_path / "flower" / "messages.jsonl"  # none where nothing is sent (frl-scratch)
+        entries = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+        for entry in entries:  # what left the nodes: uploads, metrics and scores, never a private state
+            assert set(entry["records"]) in ({"upload", "upload.meta", "result"}, {"scores"}), entry["records"]
+
+
+def fedfew_run(args: list[str], marker: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, MARKER: marker}
+    return subprocess.run([sys.executable, "-m", "fedfew.cli", "run", *args, "--quiet"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_a_run_on_the_cluster_uses_both_nodes(cluster: RayCluster, tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(tiny_config("fl-proto")))
+    marker = uuid.uuid4().hex
+    done = fedfew_run([str(path), "--set", "runtime.engine=flower-sim", "--set", f"flower.sim.address={cluster.address}",
+                       "--out", str(tmp_path / "out")], marker)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (folder,) = list((tmp_path / "out").iterdir())
+    assert json.loads((folder / "status.json").read_text())["status"] == "complete"
+    entries = [json.loads(line) for line in (folder / "flower" / "messages.jsonl").read_text().splitlines()]
+    nodes = {e["where"]["ray_node"] for e in entries if e["type"] == "train"}
+    assert len(nodes) == 2, nodes  # the head's raylet and the second one
+    assert not marked_pids(marker)  # the run's own processes; the cluster stays up for the next test
+
+
+def test_a_private_ray_from_the_command_line_leaves_no_process(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(tiny_config("f2l", federation={"rounds": 1})))
+    marker, temp = uuid.uuid4().hex, tempfile.mkdtemp(prefix="fr", dir="/tmp")  # short: Ray's socket paths
+    done = fedfew_run([str(path), "--set", "runtime.engine=flower-sim", "--set", "flower.sim.init_args.num_cpus=2",
+                       "--set", f"flower.sim.init_args._temp_dir={temp}", "--out", str(tmp_path / "out")], marker)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (folder,) = list((tmp_path / "out").iterdir())
+    summary = json.loads((folder / "summary.json").read_text())
+    inprocess = run(tiny_config("f2l", federation={"rounds": 1}))
+    assert summary["test"] == inprocess["test"]
+    assert not marked_pids(marker) and not pids_using(temp)
+    shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("flower.sim.address=127.0.0.1:9", "flower.sim.address: no Ray cluster answers at '127.0.0.1:9'"),
+    ("flower.sim.num_gpus=1", "flower.sim.num_gpus: each client needs 1 GPU, but the Ray cluster has 0"),
+])
+def test_bad_ray_settings_are_one_line_and_exit_2(setting: str, message: str, cluster: RayCluster,
+                                                  tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(tiny_config("fl-proto")))
+    marker = uuid.uuid4().hex
+    sets = ["--set", setting] + ([] if "address" in setting else ["--set", f"flower.sim.address={cluster.address}"])
+    done = fedfew_run([str(path), "--set", "runtime.engine=flower-sim", *sets, "--out", str(tmp_path / "out")],
+                      marker, timeout=300)
+    assert done.returncode == 2, done.stderr[-2000:]
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0], done.stderr[-2000:]
+    assert not marked_pids(marker)
+
+
+def test_an_interrupted_run_leaves_no_process(tmp_path: Path) -> None:
+    """SIGTERM (as Ctrl-C) after the first round: exit 130, checkpointed, and no Ray process left."""
+    import signal
+    import time
+
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(tiny_config("fl-proto", federation={"rounds": 200})))
+    marker, temp = uuid.uuid4().hex, tempfile.mkdtemp(prefix="fr", dir="/tmp")
+    run = subprocess.Popen([sys.executable, "-m", "fedfew.cli", "run", str(path), "--set", "runtime.engine=flower-sim",
+                            "--set", "flower.sim.init_args.num_cpus=2", "--set", f"flower.sim.init_args._temp_dir={temp}",
+                            "--out", str(tmp_path / "out"), "--quiet"],
+                           cwd=REPO, env={**os.environ, MARKER: marker}, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline and run.poll() is None:
+            rows = list((tmp_path / "out").glob("*/metrics.jsonl"))
+            if rows and rows[0].read_text().strip():
+                break
+            time.sleep(0.5)
+        assert run.poll() is None, run.stderr.read() if run.stderr else ""
+        run.send_signal(signal.SIGTERM)
+        _, err = run.communicate(timeout=300)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 130, err[-2000:]
+    (folder,) = list((tmp_path / "out").iterdir())
+    assert json.loads((folder / "status.json").read_text())["status"] == "interrupted"
+    assert not marked_pids(marker) and not pids_using(temp)
+    shutil.rmtree(temp, ignore_errors=True)
