@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from fedfew.config import ConfigError
+from fedfew.errors import ConfigError
 from fedfew.registry import Registry
 
 

@@ -29,12 +29,8 @@ if TYPE_CHECKING:
 
 
 def why_not_batched(algorithm: EpisodicFedAvg) -> str | None:
-    """None when :func:`episodic_update_batch` computes ``algorithm``'s client update."""
-    from fedfew.algorithms.episodic import EpisodicFedAvg
-
-    cls = type(algorithm)
-    if cls.client_update is not EpisodicFedAvg.client_update or cls.local_objective is not EpisodicFedAvg.local_objective:
-        return f"{algorithm.name} changes the episodic client update and has no batched form"
+    """None when :func:`episodic_update_batch` computes the client update of ``algorithm`` (whose
+    class keeps :class:`EpisodicFedAvg`'s update: :meth:`EpisodicFedAvg.batching_unsupported` checks it)."""
     if type(algorithm.learner).stacked_loss is EpisodicLearner.stacked_loss:
         return f"{algorithm.name}'s learner {type(algorithm.learner).__name__} has no stacked form"
     reason = why_not_stackable(algorithm.model)

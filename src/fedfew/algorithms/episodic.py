@@ -109,6 +109,9 @@ class EpisodicFedAvg(Algorithm):
         )
 
     def batching_unsupported(self) -> str | None:
+        cls = type(self)  # a subclass that changes the update has no batched form of it
+        if cls.client_update is not EpisodicFedAvg.client_update or cls.local_objective is not EpisodicFedAvg.local_objective:
+            return f"{self.name} changes the episodic client update and has no batched form"
         return why_not_batched(self)
 
     def client_update_batch(self, payloads: Sequence[dict[str, Any]], states: Sequence[Any],

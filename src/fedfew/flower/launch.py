@@ -10,6 +10,7 @@ the engine is registered whether or not Flower is installed, and a run asks for 
 from __future__ import annotations
 
 import base64
+import importlib
 import importlib.util
 import json
 import logging
@@ -69,9 +70,10 @@ class FlowerSimLaunch(Engine):
         if importlib.util.find_spec("ray") is None or importlib.util.find_spec("flwr") is None:
             raise ConfigError("runtime.engine=flower-sim needs Flower's simulation extra: "
                               "pip install 'fedfew[flower-sim]'")
-        from fedfew.flower.simulation import start_simulation_engine
-
-        return start_simulation_engine(setup.experiment, setup.states, setup.faults, setup.compute, setup.states_dir)
+        # Loaded by name, as Flower loads "module:attr" apps: the simulated nodes build experiments
+        # (fedfew.flower.node), a layer above this registry, which the config validation imports.
+        simulation = importlib.import_module("fedfew.flower.simulation")
+        return simulation.start_simulation_engine(setup.experiment, setup.states, setup.faults, setup.compute, setup.states_dir)
 
 
 def run_local_flower(folder: RunFolder, config: ExperimentConfig, progress: bool | None, label: str | None,

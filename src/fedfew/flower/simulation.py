@@ -40,6 +40,7 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
+from fedfew.data.offline import offline_environment
 from fedfew.engine.compute import Compute
 from fedfew.engine.engines import Faults
 from fedfew.errors import UsageError
@@ -63,10 +64,10 @@ def _as_fedfew_node(context: Context) -> Context:
     node = context.node_config
     if "client-id" not in node:
         node["client-id"] = int(node["partition-id"])
-    if os.environ.get(CACHE_ENV):
-        node.setdefault("cache-dir", os.environ[CACHE_ENV])
-    if os.environ.get(ROOT_ENV):
-        node.setdefault("data-root", os.environ[ROOT_ENV])
+    for key, variable in (("cache-dir", CACHE_ENV), ("data-root", ROOT_ENV)):  # set by _init_ray's runtime_env
+        value = os.environ.get(variable)
+        if value:
+            node.setdefault(key, value)
     return context
 
 
@@ -111,7 +112,6 @@ def _init_ray(settings: Any, env: dict[str, str]) -> None:
     if ray.is_initialized():
         raise SimulationSetupError("Ray is already initialised in this process: runtime.engine=flower-sim starts "
                                    "(or joins) its own; set flower.sim.address to join a cluster")
-    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # quiet: no GPU env override asked
     pythonpath = os.pathsep.join([p for p in sys.path if p] + [os.environ.get("PYTHONPATH", "")])
     args: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": False,
                             **settings.init_args}
@@ -122,7 +122,8 @@ def _init_ray(settings: Any, env: dict[str, str]) -> None:
     main_thread = threading.current_thread() is threading.main_thread()
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)} if main_thread else {}
     try:
-        ray.init(**args)
+        with offline_environment(RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO="0"):  # quiet: no GPU env override asked
+            ray.init(**args)
     except (ConnectionError, TimeoutError, ValueError, RuntimeError) as err:
         raise SimulationSetupError(f"flower.sim: Ray did not start or connect: {str(err).splitlines()[0]}") from None
     finally:
