@@ -215,6 +215,13 @@ def test_study_run_stores_skips_resumes_and_reports(tmp_path: Path, capsys: pyte
     assert "(control) untrained, round 0" in out
     assert "| fl-proto > (control) untrained, round 0 | IID 1-shot |" in out
 
+    # a metric some stored runs do not write (FML's local accuracy at round 0): the cells are in the
+    # store (not "not yet run", nothing to run again), their values are "—"
+    other = write_study(tmp_path, {**DIGITS_STUDY, "metric": "test.nonesuch"}, name="other-metric.yaml")
+    code, out, _ = run_cli(["study", "report", str(other), "--store", str(store_dir), "--budget", "smoke"], capsys)
+    assert code == 0 and "6/6 cells in the store" in out and "Incomplete" not in out
+    assert "6 stored cells have no `test.nonesuch`" in out and "| fl-proto | — | 63.40 |" in out
+
 
 def test_a_store_from_other_code_is_refused_and_left_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = write_study(tmp_path, {**DIGITS_STUDY, "control": None, "claims": [],
