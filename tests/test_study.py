@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import yaml
 
 from fedfew.cli import main
 from fedfew.config import ConfigError, load_config
+from fedfew.errors import UsageError
 from fedfew.study.docs import render_pages, study_files
 from fedfew.study.grid import cells, config_hash
 from fedfew.study.schema import CONTROL, load_study
@@ -140,6 +142,35 @@ def test_cells_are_the_grid_in_table_order_with_the_control_last(tmp_path: Path)
         "name": "renamed", "runtime": iid.runtime.model_copy(update={"threads": 2, "workers": 2})}))
 
 
+def test_a_settings_per_method_overrides_reach_only_that_method_after_its_own_set(tmp_path: Path) -> None:
+    """A column can mean the same budget in each method's own unit (FRL's Fig. 2: an FRL episode is
+    R + 1 rounds): its per_method overrides apply to that method only, after the method's own set and
+    before the budget's; the control (the control method's cell at round 0) gets them too."""
+    data = {**DIGITS_STUDY, "settings": {
+        "short": {"per_method": {"fl-proto": {"federation.rounds": 3, "algorithm.options.local_steps": 2}}},
+        "long": {"set": {"federation.rounds": 5}, "per_method": {"fl-maml": {"episodes.k_shot": 2}}}}}
+    data["budgets"] = {"smoke": {}, "cpu": {"set": {"eval.every": 7}}}
+    data["claims"] = [{"setting": "short", "order": ["fl-proto", CONTROL]}]
+    data["paper"] = []
+    study, root = load_study(write_study(tmp_path, data))
+    grid = {(c.method, c.setting, c.seed): c.config for c in cells(study, root, "cpu")}
+    proto_short, maml_short = grid[("fl-proto", "short", 0)], grid[("fl-maml", "short", 0)]
+    # the method's own set says local_steps 1: the column's per_method (later) wins, for fl-proto only
+    assert proto_short.federation.rounds == 3 and proto_short.algorithm.options["local_steps"] == 2
+    assert maml_short.federation.rounds == 30 and maml_short.algorithm.options["local_steps"] == 1  # demo's rounds
+    assert grid[("fl-maml", "long", 0)].episodes.k_shot == 2 and grid[("fl-proto", "long", 0)].episodes.k_shot == 1
+    assert grid[("fl-maml", "long", 0)].federation.rounds == 5 and proto_short.eval.every == 7  # budget after
+    control = grid[(CONTROL, "long", 0)]
+    assert control.episodes.k_shot == 2 and control.federation.rounds == 0
+    for where, change, expected in (
+            ("settings", {"short": {"per_method": {"fedavg": {}}}}, "settings.short.per_method: 'fedavg' is not one of"),
+            ("methods", {**DIGITS_STUDY["methods"], "fl-maml": {"per_method": {"fl-proto": {}}}},
+             "only a setting takes per-method overrides")):
+        path = write_study(tmp_path, {**data, where: change}, name="bad.yaml")
+        with pytest.raises(UsageError, match=expected):
+            load_study(path)
+
+
 # -- a whole study through the command line -----------------------------------------------------------
 def test_study_run_stores_skips_resumes_and_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = write_study(tmp_path, DIGITS_STUDY)
@@ -183,6 +214,13 @@ def test_study_run_stores_skips_resumes_and_reports(tmp_path: Path, capsys: pyte
     assert "paper (Table 9 (made up for the test))" in out and "| FL-MAML |" in out
     assert "(control) untrained, round 0" in out
     assert "| fl-proto > (control) untrained, round 0 | IID 1-shot |" in out
+
+    # a metric some stored runs do not write (FML's local accuracy at round 0): the cells are in the
+    # store (not "not yet run", nothing to run again), their values are "—"
+    other = write_study(tmp_path, {**DIGITS_STUDY, "metric": "test.nonesuch"}, name="other-metric.yaml")
+    code, out, _ = run_cli(["study", "report", str(other), "--store", str(store_dir), "--budget", "smoke"], capsys)
+    assert code == 0 and "6/6 cells in the store" in out and "Incomplete" not in out
+    assert "6 stored cells have no `test.nonesuch`" in out and "| fl-proto | — | 63.40 |" in out
 
 
 def test_a_store_from_other_code_is_refused_and_left_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -300,6 +338,10 @@ def test_every_committed_study_runs_at_the_smoke_budget(study_path: str, tmp_pat
     missing = [name for name in needed if name in DATA_FOLDERS and not (shared_data / DATA_FOLDERS[name]).exists()]
     if missing:
         pytest.skip(f"{study_path}: no {', '.join(missing)} data in {shared_data}")
+    encoders = {c.config.dataset.options.get("sentence_encoder") for c in cells(study, root, "smoke")} - {None}
+    uncached = [e for e in encoders if not any((cache_dir() / "sentence").glob(f"*{e}*.npy"))]
+    if uncached:  # the first load encodes every text (minutes): not a smoke run
+        pytest.skip(f"{study_path}: no cached {', '.join(uncached)} sentence vectors in {cache_dir()}")
     monkeypatch.setenv("FEDFEW_DATA", str(shared_data))
     store = tmp_path / "store"
     code, _, err = run_cli(["study", "run", str(REPO / study_path), "--budget", "smoke", "--store", str(store),
@@ -309,6 +351,11 @@ def test_every_committed_study_runs_at_the_smoke_budget(study_path: str, tmp_pat
                            capsys)
     total = len(cells(study, root, "smoke"))
     assert code == 0 and f"{total}/{total} cells in the store" in out
+
+
+def cache_dir() -> Path:
+    """fedfew's cache of computed files (as fedfew.data.text says: $FEDFEW_CACHE, else ~/.cache/fedfew)."""
+    return Path(os.environ.get("FEDFEW_CACHE") or Path.home() / ".cache" / "fedfew").expanduser()
 
 
 #: Where each dataset the studies use lives under the data folder (for a clean skip without it).

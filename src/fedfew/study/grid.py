@@ -98,7 +98,8 @@ def _config(study: Study, root: Path, method: str, setting: str, seed: int, budg
         raise StudyError(f"study {study.name}: method {method!r} has no config (set `config` on the study, "
                          "the setting or the method)")
     path = Path(base) if Path(base).is_absolute() else root / base
-    overrides = [*assignments(study.set), *assignments(s.set), *assignments(m.set), *assignments(budget_set),
+    overrides = [*assignments(study.set), *assignments(s.set), *assignments(m.set),
+                 *assignments(s.per_method.get(method, {})), *assignments(budget_set),
                  *(extra or []), f"seed={seed}"]
     if control or m.untrained:
         overrides.append("federation.rounds=0")

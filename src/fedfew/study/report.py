@@ -23,6 +23,9 @@ class StudyResults:
     values: dict[tuple[str, str], dict[int, float]] = field(default_factory=dict)
     cells_total: int = 0
     cells_found: int = 0
+    #: Stored cells whose run has no value at the study's metric (e.g. a round-0 control of a metric
+    #: only training writes): in the store, so not "not yet run", but shown as "—".
+    cells_without_metric: int = 0
     wall_seconds: float = 0.0
     methods: list[str] = field(default_factory=list)
     settings: list[str] = field(default_factory=list)
@@ -49,11 +52,12 @@ def collect(study: Study, root: Path, store_base: Path, budget: str | None = Non
         record = records.get(cell.config_hash)
         if record is None:
             continue
-        value = metric(record, study.metric)
-        if value is None:
-            continue
         results.cells_found += 1
         results.wall_seconds += float(record.get("wall_seconds", 0.0))
+        value = metric(record, study.metric)
+        if value is None:
+            results.cells_without_metric += 1
+            continue
         results.values.setdefault((cell.method, cell.setting), {})[cell.seed] = 100.0 * value
     return results
 
@@ -126,6 +130,9 @@ def markdown(results: StudyResults, study_path: str) -> str:
               f"seeds (Student's t). Made by `{command}` and `fedfew study report {study_path}`.")
     if results.cells_found < results.cells_total:
         status += f" **Incomplete**: {results.cells_total - results.cells_found} cells not yet run."
+    if results.cells_without_metric:
+        status += (f" {results.cells_without_metric} stored cells have no `{study.metric}` in their run's summary "
+                   "(shown as —).")
     parts = [status, "", table(results)]
     verdicts = claims_table(results)
     if verdicts:

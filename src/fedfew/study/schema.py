@@ -1,8 +1,8 @@
 """The study file: one YAML file per paper table or figure, under ``studies/``.
 
 A study is a grid of ordinary runs. Every cell's config is the base config with overrides applied in
-this order: the study's ``set``, the setting's ``set``, the method's ``set``, the budget's ``set``,
-the command line's ``--set``, then ``seed``. The untrained control of a setting is the control
+this order: the study's ``set``, the setting's ``set``, the method's ``set``, the setting's
+``per_method`` entry for the method, the budget's ``set``, the command line's ``--set``, then ``seed``. The untrained control of a setting is the control
 method's cell with ``federation.rounds: 0``. Unknown keys are errors naming the key and the file.
 
 ::
@@ -64,6 +64,10 @@ class Row(_Strict):
     #: An untrained row (a method only): ``federation.rounds: 0`` after every other override, as the
     #: study's ``control`` row is made; for a second control (another network).
     untrained: bool = False
+    #: A setting only: overrides for one method in this column, applied after the method's own ``set``
+    #: (a column that means the same budget in each method's own unit, e.g. FRL's Fig. 2, where an FRL
+    #: episode is R + 1 communication rounds and fine-tuning's round is one).
+    per_method: dict[str, Overrides] = Field(default_factory=dict)
 
 
 class Budget(_Strict):
@@ -133,6 +137,13 @@ class Study(_Strict):
                 for name in names or []:
                     if name not in known:
                         raise ValueError(f"budgets.{budget_name}.{kind}: {name!r} is not one of {list(known)}")
+        for name, method in self.methods.items():
+            if method.per_method:
+                raise ValueError(f"methods.{name}.per_method: only a setting takes per-method overrides")
+        for name, setting in self.settings.items():
+            for method in setting.per_method:
+                if method not in self.methods:
+                    raise ValueError(f"settings.{name}.per_method: {method!r} is not one of {list(self.methods)}")
         if self.control is not None and self.control.method not in self.methods:
             raise ValueError(f"control.method: {self.control.method!r} is not one of {list(self.methods)}")
         for i, columns in enumerate(self.paper):
