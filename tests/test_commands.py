@@ -72,14 +72,17 @@ def test_resume_from_a_checkpoint_two_rounds_back_equals_uninterrupted(tmp_path:
     whole = run_experiment(config, tmp_path / "whole", progress=False)
     original = RunFolder.append_metrics
 
+    class MachineLost(BaseException):
+        """Neither an Exception nor SystemExit (which a run records as a crash): nothing runs on the way out."""
+
     def lost_after_round_3(self: RunFolder, record: dict[str, Any]) -> None:
         original(self, record)
         if record["round"] == 3:
-            raise SystemExit("the machine went away")  # not an Exception: nothing is saved on the way out
+            raise MachineLost("the machine went away")
 
     with monkeypatch.context() as patch:
         patch.setattr(RunFolder, "append_metrics", lost_after_round_3)
-        with pytest.raises(SystemExit):
+        with pytest.raises(MachineLost):
             run_experiment(config, tmp_path / "cut", progress=False)
     (folder,) = (tmp_path / "cut").iterdir()
     assert len(metrics(folder)) == 3
