@@ -71,7 +71,8 @@ class AlgorithmConfig(Section):
 
 
 class FederationConfig(Section):
-    rounds: int = Field(50, ge=1)
+    #: 0 is the untrained control: the initial model, scored exactly as a trained one would be.
+    rounds: int = Field(50, ge=0)
     clients_per_round: int | float = Field(1.0, gt=0)
     #: Fraction of the clients asked each round that fail (no reply; their state is unchanged).
     dropout: float = Field(0.0, ge=0, lt=1)

@@ -29,7 +29,7 @@ def at_chance(test: dict[str, float], chance: float | None) -> bool:
 def summarise(config: ExperimentConfig, outcome: dict[str, Any], seconds: float, context: Any = None) -> dict[str, Any]:
     comm = outcome["comm"]
     chance = chance_level(config, context)
-    return {
+    summary = {
         "name": config.name,
         "algorithm": config.algorithm.name,
         "dataset": config.dataset.name,
@@ -45,6 +45,9 @@ def summarise(config: ExperimentConfig, outcome: dict[str, Any], seconds: float,
         "at_chance": at_chance(outcome["test"], chance),
         "rounds_without_training": sum(1 for h in outcome["history"] if h.get("no_training")),
     }
+    if config.federation.rounds == 0:  # a control by design, not a run in which nothing trained
+        summary["control"] = "untrained"
+    return summary
 
 
 def format_accuracy(test: dict[str, float]) -> str:

@@ -297,7 +297,7 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
         folder.save_model(simulator, outcome["selected_round"])
         seconds = time.perf_counter() - start + (simulator.state.seconds if resume else 0.0)
         summary = summarise(config, outcome, seconds, experiment.context)
-        if summary.get("at_chance"):
+        if summary.get("at_chance") and not summary.get("control"):
             warn(f"{config.name}: test accuracy {100 * summary['test']['accuracy']:.2f}% is at chance "
                  f"({100 * summary['chance']:.1f}%): the model learned nothing measurable at this budget")
         _write_results(folder, config, outcome, summary)
