@@ -46,3 +46,60 @@ def test_zero_rounds_from_the_command_line(tmp_path: Path, capsys: pytest.Captur
     (folder,) = (tmp_path / "runs").iterdir()
     assert json.loads((folder / "summary.json").read_text())["control"] == "untrained"
     assert "run failed" not in capsys.readouterr().err
+
+
+# -- round 0 is a selection candidate; below-untrained warns -----------------------------------
+WITH_VAL = {
+    "dataset": {"name": "digits", "options": {"class_split": {"base": [0, 1, 2, 3], "val": [4, 5, 6],
+                                                              "novel": [7, 8, 9]}}},
+    "splits": {"train": "base", "val": "val", "test": "novel"},
+    "episodes": {"n_way": 3, "k_shot": 1, "q_query": 3, "test_episodes": 20, "val_episodes": 20},
+}
+
+
+def wrecking(rounds: int = 3, **sections) -> dict:
+    """fl-proto whose SGD step (lr 3) wrecks the encoder in every round, yet stays finite."""
+    config = tiny_config("fl-proto", federation={"rounds": rounds}, **sections)
+    config["algorithm"]["options"].update(optimizer="sgd", lr=3.0)
+    return config
+
+
+def test_round_0_is_selected_when_training_only_hurts(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING"):
+        summary = run_experiment(load_config(wrecking(**WITH_VAL)), tmp_path / "a", progress=False)
+    history = summary["history"]
+    assert all(h["train_loss"] < float("inf") for h in history)  # wrecked, not diverged to inf/nan
+    initial = summary["initial_score"]
+    assert initial["split"] == "val"
+    assert all(h["val_accuracy"] < initial["accuracy"] for h in history)
+    assert summary["selected_round"] == 0 and summary["below_initial"] is True
+    assert summary["final_score"] == history[-1]["val_accuracy"] < initial["accuracy"]
+    # The selected model is the untrained one: the control run's test score exactly.
+    control = run_experiment(load_config(wrecking(0, **WITH_VAL)), tmp_path / "b",
+                             progress=False)
+    assert summary["test"] == control["test"]
+    lines = [r.getMessage() for r in caplog.records if "below the untrained" in r.getMessage()]
+    assert len(lines) == 1 and "\n" not in lines[0] and "round 0" in lines[0]
+    written = json.loads((Path(summary["folder"]) / "summary.json").read_text())
+    assert written["below_initial"] is True and written["initial_score"]["accuracy"] == initial["accuracy"]
+
+
+def test_without_validation_the_final_model_is_compared_on_test(tmp_path: Path,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING"):
+        summary = run_experiment(load_config(wrecking()), tmp_path, progress=False)
+    assert summary["initial_score"]["split"] == "test" and summary["selected_round"] == 3
+    assert summary["final_score"] == summary["test"]["accuracy"] < summary["initial_score"]["accuracy"]
+    assert summary["below_initial"] is True
+    assert any("below the untrained" in r.getMessage() and "on test" in r.getMessage() for r in caplog.records)
+
+
+def test_a_run_that_beats_round_0_does_not_warn(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    config = tiny_config("fl-proto", federation={"rounds": 3}, **WITH_VAL)
+    config["algorithm"]["options"].update(lr=0.01)
+    with caplog.at_level("WARNING"):
+        summary = run_experiment(load_config(config), tmp_path, progress=False)
+    assert summary["selected_round"] > 0 and summary["selected_score"] > summary["initial_score"]["accuracy"]
+    assert summary["below_initial"] is (summary["final_score"] < summary["initial_score"]["accuracy"])
+    if not summary["below_initial"]:
+        assert not any("below the untrained" in r.getMessage() for r in caplog.records)

@@ -47,7 +47,36 @@ def summarise(config: ExperimentConfig, outcome: dict[str, Any], seconds: float,
     }
     if config.federation.rounds == 0:  # a control by design, not a run in which nothing trained
         summary["control"] = "untrained"
+    summary.update(against_initial(outcome))
     return summary
+
+
+def against_initial(outcome: dict[str, Any]) -> dict[str, Any]:
+    """The initial (round-0) model's score and whether the selected or the final model scores below
+    it on the same split (validation, or test without one): training that made things worse."""
+    initial = outcome.get("initial")
+    if not initial or "accuracy" not in initial:
+        return {}
+    report: dict[str, Any] = {"initial_score": {k: v for k, v in initial.items()}}
+    scores = {k: outcome[k] for k in ("selected_score", "final_score") if k in outcome}
+    if scores:
+        report.update(scores)
+        report["below_initial"] = min(scores.values()) < initial["accuracy"]
+    return report
+
+
+def below_initial_message(summary: dict[str, Any]) -> str:
+    """One line saying which model scored below the untrained one, on which split, by how much."""
+    initial = summary["initial_score"]
+    split = "validation" if initial["split"] == "val" else "test"
+    worse = [f"the {which} model ({'round ' + str(summary['selected_round']) if which == 'selected' else 'last round'}) "
+             f"{100 * summary[f'{which}_score']:.2f}%"
+             for which in ("selected", "final") if summary.get(f"{which}_score", 1.0) < initial["accuracy"]]
+    text = (f"{summary['name']}: {' and '.join(worse)} scored below the untrained initial model "
+            f"({100 * initial['accuracy']:.2f}%) on {split}")
+    if initial["split"] == "val" and summary["selected_round"] == 0:
+        text += "; round 0 (the untrained model) is the selected one"
+    return text
 
 
 def format_accuracy(test: dict[str, float]) -> str:

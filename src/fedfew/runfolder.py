@@ -155,7 +155,7 @@ class RunFolder:
         manifest = {"format": "fedfew-checkpoint/1", "round": st.round, "server": server_file,
                     "states": current, "best": best, "history": st.history,
                     "comm": {"down": st.comm.down, "up": st.comm.up}, "last_test": st.last_test,
-                    "seconds": st.seconds}
+                    "seconds": st.seconds, "initial": st.initial}
         serialize.atomic_write_text(ck / "run.json", json.dumps(manifest) + "\n")
         self._collect_garbage(manifest, store)
 
@@ -193,7 +193,7 @@ class RunFolder:
                 best = Best(b["accuracy"], b["round"], best_server, _read_entries(b["states"]))
             simulator.state = RunState(manifest["round"], server, manifest["history"],
                                        CommLog(manifest["comm"]["down"], manifest["comm"]["up"]), best,
-                                       manifest["last_test"], manifest["seconds"])
+                                       manifest["last_test"], manifest["seconds"], manifest.get("initial"))
             simulator.states.restore(_read_entries(manifest["states"]))
         except (OSError, json.JSONDecodeError, KeyError, TypeError, serialize.StateFormatError) as err:
             raise RunFolderError(f"checkpoint in {self.checkpoint_dir} is unreadable or incomplete: {err}") from None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import logging
 import signal
 import sys
 import time
@@ -20,8 +21,10 @@ from fedfew.config import ConfigError, ExperimentConfig, load_config
 from fedfew.engine import serialize
 from fedfew.engine.simulator import NothingTrainedError, Simulator
 from fedfew.experiment import Experiment, build_experiment, dataset_cache
-from fedfew.results import markdown_table, plot_curves, summarise
+from fedfew.results import below_initial_message, markdown_table, plot_curves, summarise
 from fedfew.runfolder import RunFolder, RunFolderError, check_output_base, new_run_path
+
+logger = logging.getLogger(__name__)
 
 
 class RunInterrupted(Exception):
@@ -300,6 +303,8 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
         if summary.get("at_chance") and not summary.get("control"):
             warn(f"{config.name}: test accuracy {100 * summary['test']['accuracy']:.2f}% is at chance "
                  f"({100 * summary['chance']:.1f}%): the model learned nothing measurable at this budget")
+        if summary.get("below_initial"):
+            logger.warning(below_initial_message(summary))
         _write_results(folder, config, outcome, summary)
     except Exception as err:
         (folder.path / "error.log").write_text(traceback.format_exc())

@@ -144,6 +144,9 @@ class RunState:
     best: Best | None = None
     last_test: dict[str, float] | None = None
     seconds: float = 0.0
+    #: The initial model's score before any round ({"split": "val" | "test", "accuracy", ...}): round 0,
+    #: a selection candidate and the untrained baseline every run is compared with.
+    initial: dict[str, Any] | None = None
 
 
 RoundHook = Callable[[int, dict[str, Any], "Simulator"], None]
@@ -232,6 +235,8 @@ class Simulator:
         they were after the last finished round."""
         schedule = client_schedule(len(self.clients), clients_per_round, rounds, self.seed)
         st = self.state
+        if st.round == 0 and st.initial is None:
+            self.score_initial(rounds)
         for r in range(st.round, rounds):
             started = time.perf_counter()
             try:
@@ -269,6 +274,21 @@ class Simulator:
                 on_round(r + 1, record, self)
         return self.finish()
 
+    def score_initial(self, rounds: int) -> None:
+        """Round 0: the initial model scored by the same evaluation as every round (validation when
+        there is a validation split, else test). With validation it is the first selection candidate,
+        so a run whose training never beats it reports the initial model (selected round 0)."""
+        st = self.state
+        data = self.val if self.val is not None else self.test
+        if data is None:
+            return
+        scores = self.evaluate(data, st.server)
+        st.initial = {"split": data.split, **scores}
+        if self.val is not None:
+            st.best = Best(scores["accuracy"], 0, copy.deepcopy(st.server), self.states.snapshot())
+        elif rounds == 0:
+            st.last_test = scores  # the control's test score: no second pass over the test tasks
+
     def finish(self) -> dict[str, Any]:
         """The selected round and its test metrics, once every round is done."""
         st = self.state
@@ -287,7 +307,19 @@ class Simulator:
         else:
             final = self.evaluate(self.test, server, states) if self.test is not None else {}
         self.best_server, self.best_client_states = server, states
-        return {"history": st.history, "selected_round": selected_round, "test": final, "comm": st.comm}
+        return {"history": st.history, "selected_round": selected_round, "test": final, "comm": st.comm,
+                "initial": st.initial, **self._scores_against_initial(final)}
+
+    def _scores_against_initial(self, final_test: dict[str, float]) -> dict[str, float]:
+        """The selected and the final (last round's) model on the split the initial model was scored on."""
+        st = self.state
+        if st.initial is None or not st.history:
+            return {}
+        if st.initial["split"] == "test":
+            return {"selected_score": final_test["accuracy"], "final_score": final_test["accuracy"]}
+        last = next((h["val_accuracy"] for h in reversed(st.history) if "val_accuracy" in h), None)
+        scores = {"selected_score": st.best.accuracy} if st.best is not None else {}
+        return {**scores, **({"final_score": last} if last is not None else {})}
 
 
 def _mean_metrics(results: dict[int, ClientResult]) -> dict[str, float]:
