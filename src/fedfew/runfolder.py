@@ -4,6 +4,7 @@ mistaken for a finished run.
 ::
 
     RUN/config.yaml           the resolved config (written before any work)
+    RUN/data.json             the data: source and size, class split, per-client class counts
     RUN/status.json           {"status": running | interrupted | failed | complete, "round": k, ...}
     RUN/metrics.jsonl         one line per finished round, appended and flushed as it ends
     RUN/checkpoint/run.json   the commit point of the latest checkpoint (history, bytes, selection)
@@ -123,6 +124,9 @@ class RunFolder:
     # -- config and metrics -----------------------------------------------------------------------
     def write_config(self, config: ExperimentConfig) -> None:
         serialize.atomic_write_text(self.path / "config.yaml", dump_config(config))
+
+    def write_data(self, record: dict[str, Any]) -> None:
+        serialize.atomic_write_text(self.path / "data.json", json.dumps(record, indent=1) + "\n")
 
     def append_metrics(self, record: dict[str, Any]) -> None:
         with open(self.path / "metrics.jsonl", "a") as f:

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from fedfew.config import ConfigError, ExperimentConfig, load_config
+from fedfew.datarecord import data_record
 from fedfew.engine import serialize
 from fedfew.engine.simulator import NothingTrainedError, Simulator
 from fedfew.experiment import Experiment, build_experiment, dataset_cache
@@ -240,6 +241,7 @@ def _train(folder: RunFolder, config: ExperimentConfig, progress: bool | None, l
     except Exception as err:
         folder.set_status("failed", error=str(err))
         raise
+    folder.write_data(data_record(experiment))
     try:
         simulator = experiment.simulator(states_dir=folder.states_dir, engine_factory=engine_factory)
     except Exception as err:
