@@ -139,3 +139,43 @@ def test_data_record_names_the_source_file_and_its_size(tmp_path: Path) -> None:
     assert record["source"] == str(path) and record["source_bytes"] == path.stat().st_size
     assert record["data_folder"] == str((tmp_path / "data").resolve()) and record["samples"] == 60
     assert record["class_split"]["novel"] == ["3", "4", "5"]
+
+
+# -- intervals for every accuracy -----------------------------------------------------------------
+def test_wilson_interval_by_hand() -> None:
+    from fedfew.evaluation import wilson
+
+    # 8 of 10, z = 1.96: centre (0.8 + 1.96^2/20) / (1 + 1.96^2/10) = 0.99208 / 1.38416 = 0.716738,
+    # half-width 1.96 sqrt(0.8 * 0.2 / 10 + 1.96^2 / 400) / 1.38416 = 1.96 * 0.160012 / 1.38416 = 0.226579.
+    low, high = wilson(8, 10)
+    assert low == pytest.approx(0.490160, abs=1e-5) and high == pytest.approx(0.943317, abs=1e-5)
+    # 0 of 20 does not collapse to a point: [0, 1.96^2 / (20 + 1.96^2)] = [0, 3.8416 / 23.8416] = [0, 0.161130].
+    assert wilson(0, 20) == pytest.approx((0.0, 0.161130), abs=1e-6)
+    assert wilson(20, 20)[1] == 1.0 and wilson(20, 20)[0] == pytest.approx(1 - 0.161130, abs=1e-6)
+    with pytest.raises(ValueError):
+        wilson(3, 2)
+
+
+@pytest.mark.parametrize("algorithm", ["fml", "fedavg", "adfl"])
+def test_classification_accuracies_get_a_wilson_interval(algorithm: str, tmp_path: Path) -> None:
+    from fedfew.evaluation import wilson
+    from fedfew.results import markdown_table
+
+    config = tiny_config(algorithm)
+    if algorithm == "fedavg":
+        config = {**config, "task": "classification", "partition": {"name": "iid", "num_clients": 4},
+                  "model": {"name": "mlp", "options": {"hidden": 16}}}
+    summary = run_experiment(load_config(config), tmp_path, progress=False)
+    test = summary["test"]
+    n = len(build_experiment(load_config(config)).test.dataset)
+    assert test["ci_method"] == f"Wilson, {n} samples"
+    assert (test["ci_low"], test["ci_high"]) == pytest.approx(wilson(round(test["accuracy"] * n), n))
+    assert test["ci_low"] <= test["accuracy"] <= test["ci_high"]
+    row = markdown_table([summary]).splitlines()[2]
+    assert f"[{100 * test['ci_low']:.2f}, {100 * test['ci_high']:.2f}]" in row and f"Wilson, {n} samples" in row
+
+
+def test_episodic_accuracies_say_how_their_interval_was_computed(tmp_path: Path) -> None:
+    summary = run_experiment(load_config(tiny_config("fl-proto", federation={"rounds": 1})), tmp_path, progress=False)
+    assert summary["test"]["ci_method"] == "normal, 6 episodes" and summary["test"]["ci95"] >= 0
+    assert "normal, 6 episodes" in (Path(summary["folder"]) / "results.md").read_text()

@@ -80,24 +80,30 @@ def below_initial_message(summary: dict[str, Any]) -> str:
 
 
 def format_accuracy(test: dict[str, float]) -> str:
+    """"63.40 ± 1.03" (a symmetric interval) or "91.20 [90.41, 91.92]" (Wilson's, asymmetric)."""
     if "accuracy" not in test:
         return "n/a"
     text = f"{100 * test['accuracy']:.2f}"
-    if "ci95" in test:
+    if "ci_low" in test and "ci_high" in test:
+        text += f" [{100 * test['ci_low']:.2f}, {100 * test['ci_high']:.2f}]"
+    elif "ci95" in test:
         text += f" ± {100 * test['ci95']:.2f}"
     return text
 
 
 def markdown_table(summaries: list[dict[str, Any]], label_key: str = "name") -> str:
+    """One row per run; the interval column says how each accuracy's 95% interval was computed
+    (normal over the fixed test episodes, 1.96 std / sqrt(T); Wilson's over labelled test samples)."""
     lines = [
-        f"| {label_key} | algorithm | test accuracy (%) ± 95% CI | selected round | MB sent (down+up) | seconds |",
-        "|---|---|---|---|---|---|",
+        f"| {label_key} | algorithm | test accuracy (%), 95% interval | interval over | selected round | "
+        "MB sent (down+up) | seconds |",
+        "|---|---|---|---|---|---|---|",
     ]
     for s in summaries:
         mb = (s["bytes_down"] + s["bytes_up"]) / 1e6
         lines.append(
             f"| {s.get(label_key, s['name'])} | {s['algorithm']} | {format_accuracy(s['test'])} | "
-            f"{s['selected_round']}/{s['rounds']} | {mb:.2f} | {s['seconds']:.1f} |"
+            f"{s['test'].get('ci_method', '-')} | {s['selected_round']}/{s['rounds']} | {mb:.2f} | {s['seconds']:.1f} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -23,7 +23,7 @@ from fedfew.engine.engines import Engine, Faults, InProcessEngine
 from fedfew.engine.state import payload_bytes
 from fedfew.engine.store import ClientStates, Entry
 from fedfew.engine.tasks import MAIN, ClientTask, resolve_part
-from fedfew.evaluation import mean_ci95
+from fedfew.evaluation import mean_ci95, with_interval
 from fedfew.seeding import derive_seed, initial_model_seed, numpy_generator, torch_generator
 
 
@@ -198,6 +198,12 @@ class Simulator:
         return self.states
 
     def evaluate(self, data: EvalData, server: Any = None, client_states: Mapping[int, Any] | None = None) -> dict[str, float]:
+        """The algorithm's scores on ``data``, with a 95% interval on the accuracy and how it was computed."""
+        episodes = len(data.episodes) if data.episodes is not None else None
+        samples = len(data.dataset) if data.dataset is not None else None
+        return with_interval(self._evaluate(data, server, client_states), episodes, samples)  # type: ignore[return-value]
+
+    def _evaluate(self, data: EvalData, server: Any = None, client_states: Mapping[int, Any] | None = None) -> dict[str, float]:
         torch.manual_seed(derive_seed(self.seed, "evaluate-global", data.split))
         server = self.state.server if server is None else server
         states = self.states if client_states is None else client_states
@@ -257,12 +263,12 @@ class Simulator:
             if (r + 1) % eval_every == 0 or last:
                 if self.val is not None:
                     val = self.evaluate(self.val, server)
-                    record.update({f"val_{k}": v for k, v in val.items()})
+                    record.update({f"val_{k}": v for k, v in val.items() if not isinstance(v, str)})
                     if best is None or val["accuracy"] > best.accuracy:
                         best = Best(val["accuracy"], r + 1, copy.deepcopy(server), self.states.snapshot())
                 if self.test is not None and (track_test or self.val is None):
                     test = self.evaluate(self.test, server)
-                    record.update({f"test_{k}": v for k, v in test.items()})
+                    record.update({f"test_{k}": v for k, v in test.items() if not isinstance(v, str)})
                     last_test = test if last else None
             seconds = st.seconds + time.perf_counter() - started
             record["seconds"] = seconds
