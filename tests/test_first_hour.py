@@ -179,3 +179,41 @@ def test_episodic_accuracies_say_how_their_interval_was_computed(tmp_path: Path)
     summary = run_experiment(load_config(tiny_config("fl-proto", federation={"rounds": 1})), tmp_path, progress=False)
     assert summary["test"]["ci_method"] == "normal, 6 episodes" and summary["test"]["ci95"] >= 0
     assert "normal, 6 episodes" in (Path(summary["folder"]) / "results.md").read_text()
+
+
+# -- the command line a newcomer meets ------------------------------------------------------------
+def test_list_columns_stay_aligned_with_long_names(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plugin = tmp_path / "long.py"
+    plugin.write_text("from fedfew.data import DATASETS\n\n"
+                      "@DATASETS.register('a-dataset-with-a-rather-long-name', help='LONG')\n"
+                      "def load(root):\n    raise NotImplementedError\n")
+    assert main(["list", "datasets", "--plugin", str(plugin)]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
+    starts = {len(line) - len(line[2:].split(" ", 1)[1].lstrip()) for line in rows}
+    assert len(starts) == 1  # every description starts in the same column
+    assert any("a-dataset-with-a-rather-long-name  LONG" in line for line in rows)
+
+
+def test_a_sweep_error_names_the_grid_point(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from fedfew.cli import demo_config_path
+
+    code = main(["sweep", str(demo_config_path()), "--grid", "partition.num_clients=1,2,5,10",
+                 "--out", str(tmp_path / "sweep"), "--quiet"])
+    assert code == 2
+    assert "grid point partition.num_clients=1:" in capsys.readouterr().err
+    assert not (tmp_path / "sweep").exists()  # nothing ran
+
+
+@pytest.mark.parametrize("command", ["resume", "evaluate"])
+def test_help_examples_are_accepted(command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The --set example each command's help gives is one that command takes."""
+    import re
+
+    from fedfew.runner import EVALUATE_KEYS
+
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    (example,) = re.findall(r"e\.g\. --set (\S+)", help_text)
+    key = example.split("=")[0]
+    assert key.startswith("runtime.") if command == "resume" else key.startswith(EVALUATE_KEYS)

@@ -83,8 +83,10 @@ def _cmd_list(args: argparse.Namespace) -> int:
         if args.what and args.what != kind:
             continue
         print(f"{kind}:")
-        for name in registry.names():
-            print(f"  {name:14s} {registry.describe(name)}")
+        names = registry.names()
+        width = max((len(n) for n in names), default=0)  # long names (plugins) keep the columns aligned
+        for name in names:
+            print(f"  {name:{width}s}  {registry.describe(name)}")
     return 0
 
 
@@ -156,9 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedfew", description="Federated learning when data or rounds are few.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a config value, e.g. --set federation.rounds=50 (repeatable)")
+    def common(p: argparse.ArgumentParser, example: str = "override a config value, e.g. --set "
+               "federation.rounds=50 (repeatable)") -> None:
+        p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=example)
         p.add_argument("--quiet", action="store_true", help="no progress bar")
         plugin_option(p)
 
@@ -170,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=_cmd_run)
 
     sw = sub.add_parser("sweep", help="run a config over a grid of values")
-    sw.add_argument("config")
+    sw.add_argument("config", help="the YAML config every grid point starts from")
     sw.add_argument("--grid", action="append", required=True, metavar="KEY=V1,V2",
                     help="a key and its values, e.g. --grid partition.num_clients=1,2,5 (repeatable)")
     sw.add_argument("--out", required=True, help="folder for the sweep's runs, table and plot")
@@ -184,12 +186,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     rs = sub.add_parser("resume", help="continue an interrupted or killed run from its last checkpoint")
     rs.add_argument("run_dir", help="the run's folder")
-    common(rs)
+    common(rs, "override a runtime.* value only (the run's config is fixed), e.g. --set runtime.workers=2 "
+               "(repeatable)")
     rs.set_defaults(func=_cmd_resume)
 
     ev = sub.add_parser("evaluate", help="re-score a finished run's saved model(s) without training")
     ev.add_argument("run_dir", help="the run's folder")
-    common(ev)
+    common(ev, "change how the model is scored (episodes.*, eval.*, runtime.*, classification.test_fraction, "
+               "algorithm.options.test_*), e.g. --set episodes.test_episodes=2000 (repeatable)")
     ev.set_defaults(func=_cmd_evaluate)
 
     fa = sub.add_parser("flower-app", help="write fedfew's Flower app project (for `flwr run DIR ...`)")

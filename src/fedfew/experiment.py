@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import tempfile
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -41,6 +42,9 @@ class Experiment:
     algorithm: Algorithm
     val: EvalData | None
     test: EvalData
+    #: Seconds it took to load the data set (reading, and encoding texts with a sentence encoder):
+    #: paid once per data set in a batch, so reported beside each run's own seconds, not inside them.
+    data_seconds: float = 0.0
 
     def simulator(self, states_dir: Path | None = None, engine_factory: EngineFactory | None = None) -> Simulator:
         """A simulator for this experiment. Client states are kept in memory, or spilled to files in
@@ -145,7 +149,7 @@ def _sample_split(labels: torch.Tensor, fraction: float, rng: np.random.Generato
     return np.sort(np.concatenate(rest)), np.sort(np.concatenate(held))
 
 
-_DATASETS: dict[str, LabelledDataset] | None = None
+_DATASETS: dict[str, tuple[LabelledDataset, float]] | None = None
 
 
 @contextlib.contextmanager
@@ -161,13 +165,20 @@ def dataset_cache() -> Iterator[None]:
         _DATASETS = outer
 
 
-def _load(config: ExperimentConfig) -> LabelledDataset:
+def _load(config: ExperimentConfig) -> tuple[LabelledDataset, float]:
+    """The data set and the seconds its loading took (when it was loaded, maybe before this run)."""
     d = config.dataset
+
+    def load() -> tuple[LabelledDataset, float]:
+        start = time.perf_counter()
+        dataset = load_dataset(d.name, d.root, **d.options)
+        return dataset, time.perf_counter() - start
+
     if _DATASETS is None:
-        return load_dataset(d.name, d.root, **d.options)
+        return load()
     key = json.dumps([d.name, d.root, d.options], sort_keys=True, default=str)
     if key not in _DATASETS:
-        _DATASETS[key] = load_dataset(d.name, d.root, **d.options)
+        _DATASETS[key] = load()
     return _DATASETS[key]
 
 
@@ -182,7 +193,8 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
 
 def _build(config: ExperimentConfig, device: torch.device) -> Experiment:
     seed = config.seed
-    dataset = _load(config).to(device)
+    dataset, data_seconds = _load(config)
+    dataset = dataset.to(device)
     episode = EpisodeShape(config.episodes.n_way, config.episodes.k_shot, config.episodes.q_query)
     val: EvalData | None = None
     if config.task == "fewshot":
@@ -258,4 +270,4 @@ def _build(config: ExperimentConfig, device: torch.device) -> Experiment:
     meta = AlgorithmInputs(dataset.input_shape, dataset.num_classes, train_classes, dataset.name,
                            text_model_options(dataset, config.model.name), len(clients))
     context, algorithm = build_algorithm(config, meta)
-    return Experiment(config, dataset, clients, context, algorithm, val, test)
+    return Experiment(config, dataset, clients, context, algorithm, val, test, data_seconds)

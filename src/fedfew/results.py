@@ -93,17 +93,20 @@ def format_accuracy(test: dict[str, float]) -> str:
 
 def markdown_table(summaries: list[dict[str, Any]], label_key: str = "name") -> str:
     """One row per run; the interval column says how each accuracy's 95% interval was computed
-    (normal over the fixed test episodes, 1.96 std / sqrt(T); Wilson's over labelled test samples)."""
+    (normal over the fixed test episodes, 1.96 std / sqrt(T); Wilson's over labelled test samples).
+    "seconds" is the run (training and evaluation); "data s" the loading of its data set, with any
+    text encoding, which a batch or sweep pays once per data set."""
     lines = [
         f"| {label_key} | algorithm | test accuracy (%), 95% interval | interval over | selected round | "
-        "MB sent (down+up) | seconds |",
-        "|---|---|---|---|---|---|---|",
+        "MB sent (down+up) | seconds | data s |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for s in summaries:
         mb = (s["bytes_down"] + s["bytes_up"]) / 1e6
         lines.append(
             f"| {s.get(label_key, s['name'])} | {s['algorithm']} | {format_accuracy(s['test'])} | "
-            f"{s['test'].get('ci_method', '-')} | {s['selected_round']}/{s['rounds']} | {mb:.2f} | {s['seconds']:.1f} |"
+            f"{s['test'].get('ci_method', '-')} | {s['selected_round']}/{s['rounds']} | {mb:.2f} | {s['seconds']:.1f} | "
+            f"{s.get('data_seconds', 0.0):.1f} |"
         )
     return "\n".join(lines) + "\n"
 

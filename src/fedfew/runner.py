@@ -262,6 +262,8 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
     checkpointed = simulator.state.round
     bar = _progress_bar(config, label, simulator.state.round) if show else None
     every = config.runtime.checkpoint_every
+    if bar is not None:
+        simulator.on_phase = lambda note: bar.set_postfix_str(note, refresh=True)
 
     def on_round(r: int, record: dict[str, Any], sim: Simulator) -> None:
         nonlocal checkpointed
@@ -302,6 +304,7 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
         folder.save_model(simulator, outcome["selected_round"])
         seconds = time.perf_counter() - start + (simulator.state.seconds if resume else 0.0)
         summary = summarise(config, outcome, seconds, experiment.context)
+        summary["data_seconds"] = round(experiment.data_seconds, 2)
         if summary.get("at_chance") and not summary.get("control"):
             warn(f"{config.name}: test accuracy {100 * summary['test']['accuracy']:.2f}% is at chance "
                  f"({100 * summary['chance']:.1f}%): the model learned nothing measurable at this budget")
@@ -400,7 +403,10 @@ def sweep_configs(config_path: str | Path | dict[str, Any], grid: list[tuple[str
         assignments = [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip().removesuffix('...').strip()}"
                        for k, v in zip(keys, combo)]
         label = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in zip(keys, combo))
-        points.append((label, load_config(config_path, overrides + assignments)))
+        try:
+            points.append((label, load_config(config_path, overrides + assignments)))
+        except ConfigError as err:  # name the grid point: the other points may be fine
+            raise ConfigError(f"grid point {', '.join(assignments)}: {err}") from None
     return points
 
 

@@ -179,6 +179,9 @@ class Simulator:
         self.engine = engine if engine is not None else InProcessEngine(algorithm, by_id, seed, self.states, faults)
         with self.engine.compute.device_scope(), initial_model_seed(init_seed):
             self.state = RunState(0, algorithm.init_server(torch_generator(seed, "server-init")))
+        #: Called with a short note before a long evaluation outside the rounds (round 0, the final
+        #: test), so a progress display is not silent while it runs.
+        self.on_phase: Callable[[str], None] | None = None
 
     # -- compatibility views ------------------------------------------------------------------
     @property
@@ -262,11 +265,13 @@ class Simulator:
             last = r + 1 == rounds
             if (r + 1) % eval_every == 0 or last:
                 if self.val is not None:
+                    self._announce(f"round {r + 1}: scoring on {_size(self.val)} (val)")
                     val = self.evaluate(self.val, server)
                     record.update({f"val_{k}": v for k, v in val.items() if not isinstance(v, str)})
                     if best is None or val["accuracy"] > best.accuracy:
                         best = Best(val["accuracy"], r + 1, copy.deepcopy(server), self.states.snapshot())
                 if self.test is not None and (track_test or self.val is None):
+                    self._announce(f"round {r + 1}: scoring on {_size(self.test)} (test)")
                     test = self.evaluate(self.test, server)
                     record.update({f"test_{k}": v for k, v in test.items() if not isinstance(v, str)})
                     last_test = test if last else None
@@ -288,12 +293,17 @@ class Simulator:
         data = self.val if self.val is not None else self.test
         if data is None:
             return
+        self._announce(f"round 0: scoring the initial model on {_size(data)} ({data.split})")
         scores = self.evaluate(data, st.server)
         st.initial = {"split": data.split, **scores}
         if self.val is not None:
             st.best = Best(scores["accuracy"], 0, copy.deepcopy(st.server), self.states.snapshot())
         elif rounds == 0:
             st.last_test = scores  # the control's test score: no second pass over the test tasks
+
+    def _announce(self, note: str) -> None:
+        if self.on_phase is not None:
+            self.on_phase(note)
 
     def finish(self) -> dict[str, Any]:
         """The selected round and its test metrics, once every round is done."""
@@ -311,6 +321,8 @@ class Simulator:
         if st.best is None and st.last_test is not None:
             final = st.last_test  # the last round, already scored: no second pass over the test tasks
         else:
+            if self.test is not None:
+                self._announce(f"testing round {selected_round} on {_size(self.test)}")
             final = self.evaluate(self.test, server, states) if self.test is not None else {}
         self.best_server, self.best_client_states = server, states
         return {"history": st.history, "selected_round": selected_round, "test": final, "comm": st.comm,
@@ -326,6 +338,12 @@ class Simulator:
         last = next((h["val_accuracy"] for h in reversed(st.history) if "val_accuracy" in h), None)
         scores = {"selected_score": st.best.accuracy} if st.best is not None else {}
         return {**scores, **({"final_score": last} if last is not None else {})}
+
+
+def _size(data: EvalData) -> str:
+    if data.episodes is not None:
+        return f"{len(data.episodes)} episodes"
+    return f"{len(data.dataset) if data.dataset is not None else 0} samples"
 
 
 def _mean_metrics(results: dict[int, ClientResult]) -> dict[str, float]:
