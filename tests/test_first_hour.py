@@ -251,3 +251,15 @@ def test_omniglot_mini_is_made_from_the_original_files(shared_data: Path) -> Non
         expected = make.shrink(original[k].reshape(-1, 105, 105))
         mine = data.inputs[data.labels == char][:, 0].numpy().astype(bool)
         assert np.array_equal(mine, expected)
+
+
+def test_the_time_to_load_the_data_is_reported_beside_the_run(tmp_path: Path) -> None:
+    from fedfew.experiment import dataset_cache
+    from fedfew.results import markdown_table
+
+    config = load_config(tiny_config("fl-proto", federation={"rounds": 0}))
+    with dataset_cache():
+        first = run_experiment(config, tmp_path, progress=False)
+        second = run_experiment(config, tmp_path, progress=False)  # the data comes from the cache
+    assert first["data_seconds"] > 0 and second["data_seconds"] == first["data_seconds"]
+    assert "| data s |" in markdown_table([first]).splitlines()[0]
