@@ -69,9 +69,11 @@ def below_initial_message(summary: dict[str, Any]) -> str:
     """One line saying which model scored below the untrained one, on which split, by how much."""
     initial = summary["initial_score"]
     split = "validation" if initial["split"] == "val" else "test"
+    # Without validation the reported model is the last round's: selected and final are one model.
+    candidates = ("selected", "final") if initial["split"] == "val" else ("final",)
     worse = [f"the {which} model ({'round ' + str(summary['selected_round']) if which == 'selected' else 'last round'}) "
              f"{100 * summary[f'{which}_score']:.2f}%"
-             for which in ("selected", "final") if summary.get(f"{which}_score", 1.0) < initial["accuracy"]]
+             for which in candidates if summary.get(f"{which}_score", 1.0) < initial["accuracy"]]
     text = (f"{summary['name']}: {' and '.join(worse)} scored below the untrained initial model "
             f"({100 * initial['accuracy']:.2f}%) on {split}")
     if initial["split"] == "val" and summary["selected_round"] == 0:
