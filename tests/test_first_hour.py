@@ -197,10 +197,11 @@ def test_list_columns_stay_aligned_with_long_names(tmp_path: Path, capsys: pytes
 def test_a_sweep_error_names_the_grid_point(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     from fedfew.cli import demo_config_path
 
-    code = main(["sweep", str(demo_config_path()), "--grid", "partition.num_clients=1,2,5,10",
+    code = main(["sweep", str(demo_config_path()), "--grid", "federation.clients_per_round=5,20",
                  "--out", str(tmp_path / "sweep"), "--quiet"])
     assert code == 2
-    assert "grid point partition.num_clients=1:" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "grid point federation.clients_per_round=20:" in err and "exceeds partition.num_clients=10" in err
     assert not (tmp_path / "sweep").exists()  # nothing ran
 
 
