@@ -183,8 +183,9 @@ def test_validation_selects_the_round_never_test() -> None:
     test = EvalData("test", episodes=fixed_episodes(data, [6, 7, 8], 3, 1, 5, num=10, seed=0, tag="test"))
     sim = Simulator(FLProto(EpisodicOptions(local_steps=1), ctx), clients, seed=0, val=val, test=test)
     out = sim.run(rounds=4, clients_per_round=2, eval_every=1)
-    val_curve = [h["val_accuracy"] for h in out["history"]]
-    assert out["selected_round"] == 1 + val_curve.index(max(val_curve))
+    # Round 0 (the initial model) is a candidate too: the first best wins ties.
+    val_curve = [out["initial"]["accuracy"]] + [h["val_accuracy"] for h in out["history"]]
+    assert out["selected_round"] == val_curve.index(max(val_curve))
     assert all("test_accuracy" not in h for h in out["history"])
 
 

@@ -114,7 +114,10 @@ class EvalConfig(Section):
 
 
 class RuntimeConfig(Section):
-    threads: int = Field(2, ge=1)
+    #: PyTorch threads of this process. 1 by default: fedfew's models are small, a second thread buys
+    #: little and, on a machine whose cores are busy, costs much (measured on the demo; README, Tests).
+    #: Worker processes (runtime.workers) use one thread each whatever this says.
+    threads: int = Field(1, ge=1)
     output_dir: str = "runs"
     progress: bool = True
     #: Rounds between checkpoints (0: none); a checkpoint holds everything ``fedfew resume`` needs.

@@ -36,6 +36,36 @@ def mean_ci95(values: Iterable[float]) -> Score:
     return Score(float(v.mean()), 1.96 * std / math.sqrt(len(v)), len(v))
 
 
+def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson's score interval for a binomial proportion (95% at z = 1.96): unlike p +- z sqrt(p(1-p)/n)
+    it stays inside [0, 1] and does not collapse to a point at 0 or n successes."""
+    if n <= 0 or not 0 <= successes <= n:
+        raise ValueError(f"wilson interval needs 0 <= successes <= n and n > 0 (got {successes} of {n})")
+    p = successes / n
+    denominator = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denominator
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def with_interval(scores: dict[str, float], episodes: int | None = None, samples: int | None = None) -> dict[str, float | str]:
+    """``scores`` with a 95% interval on its accuracy and a note of how it was computed: over the
+    ``episodes`` fixed tasks (1.96 std / sqrt(T), already in ``ci95``), or, for an accuracy over
+    ``samples`` labelled test samples, the Wilson interval (``ci_low``, ``ci_high``; ``ci95`` is its
+    half-width)."""
+    out: dict[str, float | str] = dict(scores)
+    if "accuracy" not in scores or "ci_method" in scores:
+        return out
+    if "ci95" in scores:
+        if episodes:
+            out["ci_method"] = f"normal, {episodes} episodes"
+        return out
+    if samples:
+        low, high = wilson(round(scores["accuracy"] * samples), samples)
+        out.update(ci95=(high - low) / 2, ci_low=low, ci_high=high, ci_method=f"Wilson, {samples} samples")
+    return out
+
+
 def accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
     return float((logits.argmax(dim=-1) == labels).float().mean())
 

@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,9 @@ class Experiment:
     algorithm: Algorithm
     val: EvalData | None
     test: EvalData
+    #: Seconds it took to load the data set (reading, and encoding texts with a sentence encoder):
+    #: paid once per data set in a batch, so reported beside each run's own seconds, not inside them.
+    data_seconds: float = 0.0
 
     def simulator(self, states_dir: Path | None = None, engine_factory: EngineFactory | None = None) -> Simulator:
         """A simulator for this experiment. Client states are kept in memory, or spilled to files in
@@ -150,7 +154,7 @@ def _sample_split(labels: torch.Tensor, fraction: float, rng: np.random.Generato
     return np.sort(np.concatenate(rest)), np.sort(np.concatenate(held))
 
 
-_DATASETS: dict[str, LabelledDataset] | None = None
+_DATASETS: dict[str, tuple[LabelledDataset, float]] | None = None
 _WARNED: set[str] = set()
 
 
@@ -174,13 +178,20 @@ def dataset_cache() -> Iterator[None]:
         _DATASETS = outer
 
 
-def _load(config: ExperimentConfig) -> LabelledDataset:
+def _load(config: ExperimentConfig) -> tuple[LabelledDataset, float]:
+    """The data set and the seconds its loading took (when it was loaded, maybe before this run)."""
     d = config.dataset
+
+    def load() -> tuple[LabelledDataset, float]:
+        start = time.perf_counter()
+        dataset = load_dataset(d.name, d.root, **d.options)
+        return dataset, time.perf_counter() - start
+
     if _DATASETS is None:
-        return load_dataset(d.name, d.root, **d.options)
+        return load()
     key = json.dumps([d.name, d.root, d.options], sort_keys=True, default=str)
     if key not in _DATASETS:
-        _DATASETS[key] = load_dataset(d.name, d.root, **d.options)
+        _DATASETS[key] = load()
     return _DATASETS[key]
 
 
@@ -195,7 +206,8 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
 
 def _build(config: ExperimentConfig, device: torch.device) -> Experiment:
     seed = config.seed
-    dataset = _load(config).to(device)
+    dataset, data_seconds = _load(config)
+    dataset = dataset.to(device)
     episode = EpisodeShape(config.episodes.n_way, config.episodes.k_shot, config.episodes.q_query)
     val: EvalData | None = None
     if config.task == "fewshot":
@@ -272,7 +284,7 @@ def _build(config: ExperimentConfig, device: torch.device) -> Experiment:
     context, algorithm = build_algorithm(config, meta)
     context.new_federation = federation_factory(config)
     context.participant_positions = participant_positions(clients)
-    return Experiment(config, dataset, clients, context, algorithm, val, test)
+    return Experiment(config, dataset, clients, context, algorithm, val, test, data_seconds)
 
 
 def federation_factory(config: ExperimentConfig) -> Callable[[Algorithm, list[ClientData]], Engine]:

@@ -47,6 +47,7 @@ def summarise(config: ExperimentConfig, outcome: dict[str, Any], seconds: float,
     }
     if config.federation.rounds == 0:  # a control by design, not a run in which nothing trained
         summary["control"] = "untrained"
+    summary.update(against_initial(outcome))
     return summary
 
 
@@ -74,25 +75,64 @@ def _has_state(states: Any, cid: int) -> bool:
         return True
 
 
+def against_initial(outcome: dict[str, Any]) -> dict[str, Any]:
+    """The initial (round-0) model's score and whether the selected or the final model scores below
+    it on the same split (validation, or test without one): training that made things worse."""
+    initial = outcome.get("initial")
+    if not initial or "accuracy" not in initial:
+        return {}
+    report: dict[str, Any] = {"initial_score": {k: v for k, v in initial.items()}}
+    scores = {k: outcome[k] for k in ("selected_score", "final_score") if k in outcome}
+    if scores:
+        report.update(scores)
+        report["below_initial"] = min(scores.values()) < initial["accuracy"]
+    return report
+
+
+def below_initial_message(summary: dict[str, Any]) -> str:
+    """One line saying which model scored below the untrained one, on which split, by how much."""
+    initial = summary["initial_score"]
+    split = "validation" if initial["split"] == "val" else "test"
+    # Without validation the reported model is the last round's: selected and final are one model.
+    candidates = ("selected", "final") if initial["split"] == "val" else ("final",)
+    worse = [f"the {which} model ({'round ' + str(summary['selected_round']) if which == 'selected' else 'last round'}) "
+             f"{100 * summary[f'{which}_score']:.2f}%"
+             for which in candidates if summary.get(f"{which}_score", 1.0) < initial["accuracy"]]
+    text = (f"{summary['name']}: {' and '.join(worse)} scored below the untrained initial model "
+            f"({100 * initial['accuracy']:.2f}%) on {split}")
+    if initial["split"] == "val" and summary["selected_round"] == 0:
+        text += "; round 0 (the untrained model) is the selected one"
+    return text
+
+
 def format_accuracy(test: dict[str, float]) -> str:
+    """"63.40 ± 1.03" (a symmetric interval) or "91.20 [90.41, 91.92]" (Wilson's, asymmetric)."""
     if "accuracy" not in test:
         return "n/a"
     text = f"{100 * test['accuracy']:.2f}"
-    if "ci95" in test:
+    if "ci_low" in test and "ci_high" in test:
+        text += f" [{100 * test['ci_low']:.2f}, {100 * test['ci_high']:.2f}]"
+    elif "ci95" in test:
         text += f" ± {100 * test['ci95']:.2f}"
     return text
 
 
 def markdown_table(summaries: list[dict[str, Any]], label_key: str = "name") -> str:
+    """One row per run; the interval column says how each accuracy's 95% interval was computed
+    (normal over the fixed test episodes, 1.96 std / sqrt(T); Wilson's over labelled test samples).
+    "seconds" is the run (training and evaluation); "data s" the loading of its data set, with any
+    text encoding, which a batch or sweep pays once per data set."""
     lines = [
-        f"| {label_key} | algorithm | test accuracy (%) ± 95% CI | selected round | MB sent (down+up) | seconds |",
-        "|---|---|---|---|---|---|",
+        f"| {label_key} | algorithm | test accuracy (%), 95% interval | interval over | selected round | "
+        "MB sent (down+up) | seconds | data s |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for s in summaries:
         mb = (s["bytes_down"] + s["bytes_up"]) / 1e6
         lines.append(
             f"| {s.get(label_key, s['name'])} | {s['algorithm']} | {format_accuracy(s['test'])} | "
-            f"{s['selected_round']}/{s['rounds']} | {mb:.2f} | {s['seconds']:.1f} |"
+            f"{s['test'].get('ci_method', '-')} | {s['selected_round']}/{s['rounds']} | {mb:.2f} | {s['seconds']:.1f} | "
+            f"{s.get('data_seconds', 0.0):.1f} |"
         )
     return "\n".join(lines) + "\n"
 

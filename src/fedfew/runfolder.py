@@ -4,6 +4,7 @@ mistaken for a finished run.
 ::
 
     RUN/config.yaml           the resolved config (written before any work)
+    RUN/data.json             the data: source and size, class split, per-client class counts
     RUN/status.json           {"status": running | interrupted | failed | complete, "round": k, ...}
     RUN/metrics.jsonl         one line per finished round, appended and flushed as it ends
     RUN/checkpoint/run.json   the commit point of the latest checkpoint (history, bytes, selection)
@@ -214,6 +215,9 @@ class RunFolder:
     def write_config(self, config: ExperimentConfig) -> None:
         serialize.atomic_write_text(self.path / "config.yaml", dump_config(config))
 
+    def write_data(self, record: dict[str, Any]) -> None:
+        serialize.atomic_write_text(self.path / "data.json", json.dumps(record, indent=1) + "\n")
+
     def append_metrics(self, record: dict[str, Any]) -> None:
         """One line of strict JSON (non-finite numbers as null), flushed to disk."""
         path = self.path / "metrics.jsonl"
@@ -250,7 +254,7 @@ class RunFolder:
         manifest = {"format": "fedfew-checkpoint/1", "round": st.round, "server": server_file,
                     "states": current, "best": best, "history": st.history,
                     "comm": {"down": st.comm.down, "up": st.comm.up}, "last_test": st.last_test,
-                    "seconds": st.seconds}
+                    "seconds": st.seconds, "initial": st.initial}
         serialize.atomic_write_text(ck / "run.json", strict_json(manifest) + "\n")
         self._collect_garbage(manifest, store)
 
@@ -288,7 +292,7 @@ class RunFolder:
                 best = Best(b["accuracy"], b["round"], best_server, _read_entries(b["states"]))
             simulator.state = RunState(manifest["round"], server, manifest["history"],
                                        CommLog(manifest["comm"]["down"], manifest["comm"]["up"]), best,
-                                       manifest["last_test"], manifest["seconds"])
+                                       manifest["last_test"], manifest["seconds"], manifest.get("initial"))
             simulator.states.restore(_read_entries(manifest["states"]))
         except (OSError, json.JSONDecodeError, KeyError, TypeError, serialize.StateFormatError) as err:
             raise RunFolderError(f"checkpoint in {self.checkpoint_dir} is unreadable or incomplete: {err}") from None

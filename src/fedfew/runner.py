@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fedfew.config import ConfigError, ExperimentConfig, load_config
+from fedfew.datarecord import data_record
 from fedfew.engine import serialize
 from fedfew.engine.engines import Launch
 from fedfew.engine.simulator import DivergedError, NothingTrainedError, Simulator
@@ -23,7 +24,7 @@ from fedfew.errors import FedfewError, RunFailedError, RunInterrupted
 from fedfew.experiment import EngineFactory, Experiment, build_experiment, dataset_cache
 from fedfew.model_check import check_model_runs
 from fedfew.progress import progress_bar
-from fedfew.results import markdown_table, participation, plot_curves, summarise
+from fedfew.results import below_initial_message, markdown_table, participation, plot_curves, summarise
 from fedfew.runfolder import RunFolder, RunFolderError, check_output_base, new_run_path, strict_json
 from fedfew.tracking import Trackers
 
@@ -167,6 +168,7 @@ def _train(folder: RunFolder, config: ExperimentConfig, progress: bool | None, l
     start = time.perf_counter()
     try:
         experiment = build_experiment(config)
+        folder.write_data(data_record(experiment))  # what data the run used: RUN/data.json
         simulator = experiment.simulator(states_dir=folder.states_dir, engine_factory=engine_factory)
     except KeyboardInterrupt:  # while reading the data or starting the workers: nothing new finished
         done = folder.read_status().get("round", 0)
@@ -221,6 +223,8 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
     bar = progress_bar(config, label, simulator.state.round) if show else None
     every = config.runtime.checkpoint_every
     trackers = Trackers(folder.path, config)  # runtime.loggers (TensorBoard, MLflow)
+    if bar is not None:
+        simulator.on_phase = lambda note: bar.set_postfix_str(note, refresh=True)
 
     def on_round(r: int, record: dict[str, Any], sim: Simulator) -> None:
         nonlocal checkpointed
@@ -278,6 +282,7 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
         folder.save_model(simulator, outcome["selected_round"])
         seconds = time.perf_counter() - start + (simulator.state.seconds if resume else 0.0)
         summary = summarise(config, outcome, seconds, experiment.context)
+        summary["data_seconds"] = round(experiment.data_seconds, 2)
         if summary.get("at_chance") and not summary.get("control"):
             logger.warning("%s: test accuracy %.2f%% is at chance (%.1f%%): the model learned nothing measurable at "
                            "this budget", config.name, 100 * summary["test"]["accuracy"], 100 * summary["chance"])
@@ -285,6 +290,8 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
                                      simulator.best_client_states if simulator.algorithm.evaluates_clients else None))
         if simulator.algorithm.trains:
             _warn_participation(config, summary)
+        if summary.get("below_initial"):
+            logger.warning("%s", below_initial_message(summary))
         _write_results(folder, config, outcome, summary)
         trackers.finish(summary)
         trackers.close()

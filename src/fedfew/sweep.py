@@ -41,7 +41,10 @@ def sweep_configs(config_path: str | Path | dict[str, Any], grid: list[tuple[str
         assignments = [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip().removesuffix('...').strip()}"
                        for k, v in zip(keys, combo)]
         label = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in zip(keys, combo))
-        points.append((label, load_config(config_path, overrides + assignments)))
+        try:
+            points.append((label, load_config(config_path, overrides + assignments)))
+        except ConfigError as err:  # name the grid point: the other points may be fine
+            raise ConfigError(f"grid point {', '.join(assignments)}: {err}") from None
     return points
 
 

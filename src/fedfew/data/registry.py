@@ -13,8 +13,8 @@ from fedfew.registry import Registry
 Loader = Callable[..., LabelledDataset]
 DATASETS: Registry[Loader] = Registry("dataset")
 
-#: Datasets that need no data folder (they ship inside a pip dependency).
-BUNDLED = ("digits", "mnist5k")
+#: Datasets that need no data folder (they ship inside fedfew or a pip dependency).
+BUNDLED = ("digits", "mnist5k", "omniglot-mini")
 
 
 def default_data_root() -> Path:

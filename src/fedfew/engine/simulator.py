@@ -27,7 +27,7 @@ from fedfew.engine.static import crossing_bytes, static_tensors
 from fedfew.engine.store import ClientStates, Entry
 from fedfew.engine.tasks import MAIN, ClientTask, resolve_part
 from fedfew.errors import RunFailedError
-from fedfew.evaluation import mean_ci95
+from fedfew.evaluation import mean_ci95, with_interval
 from fedfew.seeding import derive_seed, initial_model_seed, numpy_generator, torch_generator
 
 
@@ -163,6 +163,9 @@ class RunState:
     best: Best | None = None
     last_test: dict[str, float] | None = None
     seconds: float = 0.0
+    #: The initial model's score before any round ({"split": "val" | "test", "accuracy", ...}): round 0,
+    #: a selection candidate and the untrained baseline every run is compared with.
+    initial: dict[str, Any] | None = None
 
 
 RoundHook = Callable[[int, dict[str, Any], "Simulator"], None]
@@ -195,6 +198,9 @@ class Simulator:
         self.engine = engine if engine is not None else InProcessEngine(algorithm, by_id, seed, self.states, faults)
         with self.engine.compute.device_scope(), initial_model_seed(init_seed):
             self.state = RunState(0, algorithm.init_server(torch_generator(seed, "server-init")))
+        #: Called with a short note before a long evaluation outside the rounds (round 0, the final
+        #: test), so a progress display is not silent while it runs.
+        self.on_phase: Callable[[str], None] | None = None
 
     # -- compatibility views ------------------------------------------------------------------
     @property
@@ -214,6 +220,12 @@ class Simulator:
         return self.states
 
     def evaluate(self, data: EvalData, server: Any = None, client_states: Mapping[int, Any] | None = None) -> dict[str, float]:
+        """The algorithm's scores on ``data``, with a 95% interval on the accuracy and how it was computed."""
+        episodes = len(data.episodes) if data.episodes is not None else None
+        samples = len(data.dataset) if data.dataset is not None else None
+        return with_interval(self._evaluate(data, server, client_states), episodes, samples)  # type: ignore[return-value]
+
+    def _evaluate(self, data: EvalData, server: Any = None, client_states: Mapping[int, Any] | None = None) -> dict[str, float]:
         torch.manual_seed(derive_seed(self.seed, "evaluate-global", data.split))
         server = self.state.server if server is None else server
         states = self.states if client_states is None else client_states
@@ -253,6 +265,8 @@ class Simulator:
         they were after the last finished round."""
         schedule = client_schedule(len(self.clients), clients_per_round, rounds, self.seed)
         st = self.state
+        if st.round == 0 and st.initial is None:
+            self.score_initial(rounds, selection)
         for r in range(st.round, rounds):
             started = time.perf_counter()
             try:
@@ -280,13 +294,15 @@ class Simulator:
             last = r + 1 == rounds
             if (r + 1) % eval_every == 0 or last:
                 if self.val is not None:
+                    self._announce(f"round {r + 1}: scoring on {_size(self.val)} (val)")
                     val = self.evaluate(self.val, server)
-                    record.update({f"val_{k}": v for k, v in val.items()})
+                    record.update({f"val_{k}": v for k, v in val.items() if not isinstance(v, str)})
                     if selection == "best" and (best is None or val["accuracy"] > best.accuracy):
                         best = Best(val["accuracy"], r + 1, copy.deepcopy(server), self.states.snapshot())
                 if self.test is not None and (track_test or self.val is None):
+                    self._announce(f"round {r + 1}: scoring on {_size(self.test)} (test)")
                     test = self.evaluate(self.test, server)
-                    record.update({f"test_{k}": v for k, v in test.items()})
+                    record.update({f"test_{k}": v for k, v in test.items() if not isinstance(v, str)})
                     last_test = test if last else None
             seconds = st.seconds + time.perf_counter() - started
             record["seconds"] = seconds
@@ -297,6 +313,26 @@ class Simulator:
             if on_round is not None:
                 on_round(r + 1, record, self)
         return self.finish()
+
+    def score_initial(self, rounds: int, selection: str = "best") -> None:
+        """Round 0: the initial model scored by the same evaluation as every round (validation when
+        there is a validation split, else test). With validation it is the first selection candidate,
+        so a run whose training never beats it reports the initial model (selected round 0)."""
+        st = self.state
+        data = self.val if self.val is not None else self.test
+        if data is None:
+            return
+        self._announce(f"round 0: scoring the initial model on {_size(data)} ({data.split})")
+        scores = self.evaluate(data, st.server)
+        st.initial = {"split": data.split, **scores}
+        if self.val is not None and selection == "best":
+            st.best = Best(scores["accuracy"], 0, copy.deepcopy(st.server), self.states.snapshot())
+        elif rounds == 0:
+            st.last_test = scores  # the control's test score: no second pass over the test tasks
+
+    def _announce(self, note: str) -> None:
+        if self.on_phase is not None:
+            self.on_phase(note)
 
     def finish(self) -> dict[str, Any]:
         """The selected round and its test metrics, once every round is done."""
@@ -314,9 +350,29 @@ class Simulator:
         if st.best is None and st.last_test is not None:
             final = st.last_test  # the last round, already scored: no second pass over the test tasks
         else:
+            if self.test is not None:
+                self._announce(f"testing round {selected_round} on {_size(self.test)}")
             final = self.evaluate(self.test, server, states) if self.test is not None else {}
         self.best_server, self.best_client_states = server, states
-        return {"history": st.history, "selected_round": selected_round, "test": final, "comm": st.comm}
+        return {"history": st.history, "selected_round": selected_round, "test": final, "comm": st.comm,
+                "initial": st.initial, **self._scores_against_initial(final)}
+
+    def _scores_against_initial(self, final_test: dict[str, float]) -> dict[str, float]:
+        """The selected and the final (last round's) model on the split the initial model was scored on."""
+        st = self.state
+        if st.initial is None or not st.history:
+            return {}
+        if st.initial["split"] == "test":
+            return {"selected_score": final_test["accuracy"], "final_score": final_test["accuracy"]}
+        last = next((h["val_accuracy"] for h in reversed(st.history) if "val_accuracy" in h), None)
+        scores = {"selected_score": st.best.accuracy} if st.best is not None else {}
+        return {**scores, **({"final_score": last} if last is not None else {})}
+
+
+def _size(data: EvalData) -> str:
+    if data.episodes is not None:
+        return f"{len(data.episodes)} episodes"
+    return f"{len(data.dataset) if data.dataset is not None else 0} samples"
 
 
 def non_finite(outcome: RoundOutcome) -> str | None:
