@@ -82,7 +82,7 @@ def against_initial(outcome: dict[str, Any]) -> dict[str, Any]:
     if not initial or "accuracy" not in initial:
         return {}
     report: dict[str, Any] = {"initial_score": {k: v for k, v in initial.items()}}
-    scores = {k: outcome[k] for k in ("selected_score", "final_score") if k in outcome}
+    scores: dict[str, float] = {k: outcome[k] for k in ("selected_score", "final_score") if k in outcome}
     if scores:
         report.update(scores)
         report["below_initial"] = min(scores.values()) < initial["accuracy"]

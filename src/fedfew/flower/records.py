@@ -47,7 +47,7 @@ def to_records(obj: Any, static: Mapping[str, torch.Tensor] | None = None) -> tu
     tensors, skeleton = flatten(obj, dedup=False)
     kept = {key: t for key, t in tensors.items() if not (static and is_static(key, t, static))}
     arrays = ArrayRecord({key: tensor_to_array(t) for key, t in kept.items()})
-    meta = {"skeleton": json.dumps(skeleton)}
+    meta: dict[str, Any] = {"skeleton": json.dumps(skeleton)}
     left_out = {key: digest(t) for key, t in tensors.items() if key not in kept}
     if left_out:
         meta["static"] = json.dumps(left_out)

@@ -77,7 +77,7 @@ sim_client_app = ClientApp()
 @sim_client_app.query()
 def _query(msg: Message, context: Context) -> Message:
     # The server wrote this node's cache; a node of a cluster without it builds it at its first task.
-    return apps.hello(msg, _as_fedfew_node(context), prepare=False)
+    return apps.hello(msg, _as_fedfew_node(context), prepare=False)  # type: ignore[call-arg]  # the query decorator hides it
 
 
 @sim_client_app.train()

@@ -7,6 +7,7 @@ gives)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from fedfew.study.report import claims_markdown, collect, figure, markdown
@@ -15,6 +16,11 @@ from fedfew.study.schema import Study, StudyError, load_study
 #: A marker is a line of its own (a marker quoted inside a sentence, as in docs/studies.md, is not one).
 MARKER = re.compile(r"^<!-- study:([A-Za-z0-9_.-]+)(:claims)? begin -->$", re.MULTILINE)
 
+
+
+def _between(body: str) -> Callable[[re.Match[str]], str]:
+    """A replacement that keeps a marker pair and puts ``body`` between them."""
+    return lambda m: m.group(1) + body + m.group(3)
 
 def marker_pattern(name: str) -> re.Pattern[str]:
     return re.compile(rf"(^<!-- study:{re.escape(name)} begin -->\n)(.*?)(^<!-- study:{re.escape(name)} end -->$)",
@@ -44,14 +50,14 @@ def render_pages(root: Path, store_base: Path | None = None, figures: bool = Fal
             results = collect(study, root, store_base)
             if view:
                 body = claims_markdown(results, str(path.relative_to(root)))
-                text = marker_pattern(name + view).sub(lambda m, b=body: m.group(1) + b + m.group(3), text)
+                text = marker_pattern(name + view).sub(_between(body), text)
                 continue
             body = markdown(results, str(path.relative_to(root)))
             if results.values:  # the figure's link depends on the store alone; the file is made by write_docs
                 body += f"\n![{study.title or name}](studies/{name}.png)\n"
                 if figures:
                     figure(results, root / "docs" / "studies" / f"{name}.png")
-            text = marker_pattern(name).sub(lambda m, b=body: m.group(1) + b + m.group(3), text)
+            text = marker_pattern(name).sub(_between(body), text)
         if text != original or name_markers(original):
             pages[page] = text
     return pages

@@ -141,25 +141,25 @@ class Study(_Strict):
             if method.per_method:
                 raise ValueError(f"methods.{name}.per_method: only a setting takes per-method overrides")
         for name, setting in self.settings.items():
-            for method in setting.per_method:
-                if method not in self.methods:
-                    raise ValueError(f"settings.{name}.per_method: {method!r} is not one of {list(self.methods)}")
+            for method_name in setting.per_method:
+                if method_name not in self.methods:
+                    raise ValueError(f"settings.{name}.per_method: {method_name!r} is not one of {list(self.methods)}")
         if self.control is not None and self.control.method not in self.methods:
             raise ValueError(f"control.method: {self.control.method!r} is not one of {list(self.methods)}")
         for i, columns in enumerate(self.paper):
-            for method, values in columns.values.items():
-                if method not in self.methods and method != CONTROL:
-                    raise ValueError(f"paper[{i}].values: {method!r} is not one of {list(self.methods)}")
-                for setting in values:
-                    if setting not in self.settings:
-                        raise ValueError(f"paper[{i}].values.{method}: {setting!r} is not one of "
+            for method_name, values in columns.values.items():
+                if method_name not in self.methods and method_name != CONTROL:
+                    raise ValueError(f"paper[{i}].values: {method_name!r} is not one of {list(self.methods)}")
+                for setting_name in values:
+                    if setting_name not in self.settings:
+                        raise ValueError(f"paper[{i}].values.{method_name}: {setting_name!r} is not one of "
                                          f"{list(self.settings)}")
         for i, claim in enumerate(self.claims):
             if claim.setting not in self.settings:
                 raise ValueError(f"claims[{i}].setting: {claim.setting!r} is not one of {list(self.settings)}")
-            for method in claim.order:
-                if method not in self.methods and not (method == CONTROL and self.control is not None):
-                    raise ValueError(f"claims[{i}].order: {method!r} is not one of {list(self.methods)}"
+            for method_name in claim.order:
+                if method_name not in self.methods and not (method_name == CONTROL and self.control is not None):
+                    raise ValueError(f"claims[{i}].order: {method_name!r} is not one of {list(self.methods)}"
                                      + ("" if self.control is not None else " (no control declared)"))
         if self.docs_budget not in self.budgets:
             raise ValueError(f"docs_budget: {self.docs_budget!r} is not one of {list(self.budgets)}")
