@@ -32,7 +32,9 @@ def test_best_selects_the_first_round_of_highest_validation_accuracy() -> None:
     outcome, _ = run("best")
     val = [r["val_accuracy"] for r in outcome["history"]]
     assert len(val) == 4
-    assert outcome["selected_round"] == 1 + val.index(max(val))
+    # Round 0 (the initial model) is the first candidate: a round must beat it, and the earlier of equals wins.
+    candidates = [outcome["initial"]["accuracy"], *val]
+    assert outcome["selected_round"] == candidates.index(max(candidates))
 
 
 def test_last_selects_the_last_round_and_scores_it_on_test() -> None:
