@@ -10,8 +10,10 @@ Per run: R = round 1's `seconds` in metrics.jsonl (training only: round 1 has no
 run's `seconds` in summary.json minus 2R (the round-2 evaluation and the final test). A cpu cell is
 20 R + 4 E (200 test tasks instead of 50; FRL 5 R and E x 30/5 groups). Data loading is not counted
 (a study loads each dataset once per process)."""
-import json, sys
+import json
+import sys
 from pathlib import Path
+
 store, runs = Path(sys.argv[1]), Path(sys.argv[2])
 rows = []
 for rec in sorted(store.glob("*/*.json")):
@@ -21,7 +23,7 @@ for rec in sorted(store.glob("*/*.json")):
     if not folders:
         continue
     folder = folders[0].parent
-    hist = [json.loads(l) for l in (folder / "metrics.jsonl").read_text().splitlines() if l.strip()]
+    hist = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
     S = json.loads((folder / "summary.json").read_text())["seconds"]
     W = r.get("wall_seconds", S)
     R = hist[0]["seconds"]
@@ -53,6 +55,7 @@ for d in ("Omniglot", "FEMNIST", "HuffPost"):
     deployed = 2 * (est[("FRL", d)] + est[("Per-FedAvg", d)])
     control = 4 * 4 * evals[("FL-MAML", d)]
     lo, hi = (3 * (episodic[i] + deployed + control) / 3600 for i in (0, 1))
-    grand[0] += lo; grand[1] += hi
+    grand[0] += lo
+    grand[1] += hi
     print(f"| {d} | {episodic[0]/60:.0f}-{episodic[1]/60:.0f} min | {deployed/60:.0f} min | {control/60:.0f} min | {lo:.1f}-{hi:.1f} |")
 print(f"| all | | | | {grand[0]:.1f}-{grand[1]:.1f} |")
