@@ -27,7 +27,7 @@ from fedfew.experiment import build_experiment
 from fedfew.meta.learners import MAML, ProtoNet
 from fedfew.meta.stacked import StackedEpisodes, stack_states, stacked_forward, why_not_stackable
 from fedfew.models import build_model
-from tests.tiny import tiny_config
+from tests.tiny import simulate, tiny_config
 
 #: (algorithm, extra options): the episodic family the batched path supports.
 SUPPORTED = [
@@ -42,12 +42,7 @@ def run(config: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     cfg = load_config(config, overrides)
     experiment = build_experiment(cfg)
     simulator = experiment.simulator()
-    try:
-        out = simulator.run(cfg.federation.rounds, cfg.federation.clients_per_round, 1)
-    finally:
-        simulator.engine.close()
-    for row in out["history"]:
-        row.pop("seconds")
+    out = simulate(simulator, cfg)
     model = experiment.algorithm.new_model()
     model.load_state_dict(simulator.server["model"])
     images = experiment.test.episodes[0].query  # type: ignore[union-attr]

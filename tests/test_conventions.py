@@ -18,7 +18,7 @@ from fedfew.config import load_config
 from fedfew.engine.engines import ENGINES, Delivery, Engine, EngineSetup, Faults, InProcessEngine
 from fedfew.engine.tasks import ClientTask, run_client_task
 from fedfew.experiment import build_experiment
-from tests.tiny import tiny_config
+from tests.tiny import simulate, tiny_config
 
 
 # -- the engine template -------------------------------------------------------------------------------
@@ -56,12 +56,7 @@ def counting_engine() -> Any:
 def run(config: dict[str, Any], overrides: list[str]) -> tuple[list[dict[str, Any]], Engine]:
     cfg = load_config(config, overrides)
     simulator = build_experiment(cfg).simulator()
-    try:
-        out = simulator.run(cfg.federation.rounds, cfg.federation.clients_per_round, 1)
-    finally:
-        simulator.engine.close()
-    for row in out["history"]:
-        row.pop("seconds")
+    out = simulate(simulator, cfg)
     return out["history"], simulator.engine
 
 

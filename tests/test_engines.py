@@ -15,18 +15,13 @@ from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, Options
 from fedfew.engine.tasks import ClientTask
 from fedfew.engine.workers import WorkersEngine
 from fedfew.experiment import build_experiment
-from tests.tiny import ALGORITHM_SETUPS, tiny_config
+from tests.tiny import ALGORITHM_SETUPS, simulate, tiny_config
 
 
 def run(config: dict[str, Any], overrides: list[str], states_dir: Path | None = None) -> dict[str, Any]:
     cfg = load_config(config, overrides)
     simulator = build_experiment(cfg).simulator(states_dir=states_dir)
-    try:
-        out = simulator.run(cfg.federation.rounds, cfg.federation.clients_per_round, 1)
-    finally:
-        simulator.engine.close()
-    for row in out["history"]:
-        row.pop("seconds")
+    out = simulate(simulator, cfg)
     return {"history": out["history"], "test": out["test"], "selected": out["selected_round"],
             "engine": type(simulator.engine).__name__}
 

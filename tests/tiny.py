@@ -64,3 +64,15 @@ def tiny_config(algorithm: str, **sections: Any) -> dict[str, Any]:
         else:
             config[key] = value
     return config
+
+
+def simulate(simulator: Any, config: Any) -> dict[str, Any]:
+    """Run ``simulator`` for ``config``'s rounds (every round evaluated), close its engine, and drop the
+    wall-clock seconds from the history (the one field two equal runs never share)."""
+    try:
+        out = simulator.run(config.federation.rounds, config.federation.clients_per_round, 1)
+    finally:
+        simulator.engine.close()
+    for row in out["history"]:
+        row.pop("seconds")
+    return out
