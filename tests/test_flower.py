@@ -34,7 +34,7 @@ from fedfew.flower.node import read_state, write_state  # noqa: E402
 from fedfew.flower.records import array_bytes, from_records, to_records  # noqa: E402
 from fedfew.flower.security import make_node_key, make_tls  # noqa: E402
 from fedfew.runner import new_run, run_experiment, run_on_federation  # noqa: E402
-from tests.tiny import ALGORITHM_SETUPS, tiny_config  # noqa: E402
+from tests.tiny import ALGORITHM_SETUPS, tiny_config, wait_for_logged_round  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 PRIVATE = {"f2l", "fml", "local"}  # algorithms whose clients keep a private model
@@ -275,12 +275,7 @@ def test_a_second_sigterm_while_stopping_leaves_no_process(tmp_path: Path) -> No
     run = subprocess.Popen([sys.executable, "-m", "fedfew.cli", "run", str(path), "--set", "runtime.engine=flower",
                             "--out", str(tmp_path / "out"), "--quiet"], cwd=REPO, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 900
-        while time.monotonic() < deadline and run.poll() is None:
-            rows = list((tmp_path / "out").glob("*/metrics.jsonl"))
-            if rows and rows[0].read_text().strip():
-                break
-            time.sleep(0.5)
+        wait_for_logged_round(run, tmp_path / "out", 900)
         assert run.poll() is None, run.stderr.read() if run.stderr else ""
         run.send_signal(signal.SIGTERM)
         time.sleep(1.0)

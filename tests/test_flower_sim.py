@@ -32,7 +32,7 @@ from fedfew.config import load_config  # noqa: E402
 from fedfew.experiment import build_experiment  # noqa: E402
 from fedfew.flower.simulation import FlowerSimEngine, Simulation, _descendants  # noqa: E402
 from tests.raycluster import MARKER, RayCluster, marked_pids, pids_using  # noqa: E402
-from tests.tiny import ALGORITHM_SETUPS, tiny_config  # noqa: E402
+from tests.tiny import ALGORITHM_SETUPS, tiny_config, wait_for_logged_round  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.flower
@@ -146,7 +146,6 @@ def test_bad_ray_settings_are_one_line_and_exit_2(setting: str, message: str, cl
 def test_an_interrupted_run_leaves_no_process(tmp_path: Path) -> None:
     """SIGTERM (as Ctrl-C) after the first round: exit 130, checkpointed, and no Ray process left."""
     import signal
-    import time
 
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(tiny_config("fl-proto", federation={"rounds": 200})))
@@ -156,12 +155,7 @@ def test_an_interrupted_run_leaves_no_process(tmp_path: Path) -> None:
                             "--out", str(tmp_path / "out"), "--quiet"],
                            cwd=REPO, env={**os.environ, MARKER: marker}, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 400
-        while time.monotonic() < deadline and run.poll() is None:
-            rows = list((tmp_path / "out").glob("*/metrics.jsonl"))
-            if rows and rows[0].read_text().strip():
-                break
-            time.sleep(0.5)
+        wait_for_logged_round(run, tmp_path / "out", 400)
         assert run.poll() is None, run.stderr.read() if run.stderr else ""
         run.send_signal(signal.SIGTERM)
         _, err = run.communicate(timeout=300)

@@ -4,6 +4,8 @@ runs that engine, fault and reliability tests repeat for each algorithm."""
 from __future__ import annotations
 
 import copy
+import time
+from pathlib import Path
 from typing import Any
 
 FEWSHOT: dict[str, Any] = {
@@ -76,3 +78,14 @@ def simulate(simulator: Any, config: Any) -> dict[str, Any]:
     for row in out["history"]:
         row.pop("seconds")
     return out
+
+
+def wait_for_logged_round(process: Any, out: Path, timeout: float) -> None:
+    """Wait (at most ``timeout`` seconds, while ``process`` lives) until the run folder under ``out`` has
+    logged its first round to metrics.jsonl: the moment an interrupt test sends its signal."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        logged = list(out.glob("*/metrics.jsonl"))
+        if logged and logged[0].read_text().strip():
+            return
+        time.sleep(0.5)
