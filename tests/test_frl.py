@@ -447,6 +447,43 @@ def test_one_shot_runs_at_deployment_after_fedavg_preparation() -> None:
         OneShotFL(OneShotTrainOptions(keep=5), ctx, 3).aggregate({}, scored, torch.Generator())
 
 
+def test_one_shot_ensemble_classifies_by_the_kept_models_mean_softmax() -> None:
+    """``combine: ensemble`` (Guha et al.'s CV ensemble): after the last round the query is classified
+    by the argmax of the kept models' mean softmax, computed here by hand from each member's logits;
+    the next round still starts from their average; with one kept model it equals ``combine: average``."""
+    data = blob_dataset(classes=3, per_class=6)
+    ctx = tiny_context(data)
+    query = relabel(data.subset(torch.arange(18)))
+    ensemble, average = (OneShotFL(OneShotTrainOptions(keep=2, combine=c), ctx, 3) for c in ("ensemble", "average"))
+    members = [with_fresh_head(ensemble.model, get_state_of(ctx.make_model(3)), torch.Generator().manual_seed(s))
+               for s in range(3)]
+    scored = {i: ClientResult({"model": members[i], "cv_score": torch.tensor(score)}, num_samples=n)
+              for i, (score, n) in enumerate([(0.9, 10), (0.1, 10), (0.8, 30)])}
+    server = ensemble.aggregate({"model": None}, scored, torch.Generator())
+    assert server["kept"] == [0, 2] and len(server["members"]) == 2
+    assert set(ensemble.broadcast(server, 0)) == {"model"}  # the members stay on the server
+    by_hand = []
+    for m in (members[0], members[2]):
+        model = ctx.make_model(3)
+        model.load_state_dict(m)
+        model.eval()
+        with torch.no_grad():
+            by_hand.append(F.softmax(model(query.inputs), dim=-1))
+    mean = torch.stack(by_hand).mean(0)
+    assert torch.allclose(ensemble.classify(server, query).exp(), mean, atol=1e-6)
+    averaged = average.aggregate({"model": None}, scored, torch.Generator())
+    assert "members" not in averaged
+    assert torch.equal(averaged["model"]["head.weight"], server["model"]["head.weight"])  # the next round's start
+    # The two readings differ in what classifies, not in what the next round trains from:
+    assert not torch.allclose(F.softmax(average.classify(averaged, query), -1), mean, atol=1e-4)
+    single = {0: scored[0]}
+    one = OneShotFL(OneShotTrainOptions(keep=1, combine="ensemble"), ctx, 3)
+    assert torch.equal(one.classify(one.aggregate({"model": None}, single, torch.Generator()), query).argmax(-1),
+                       average.classify({"model": members[0]}, query).argmax(-1))
+    with pytest.raises(ValueError, match="combine"):
+        load_config("configs/frl/femnist_oneshot.yaml", ["algorithm.options.combine=vote"])
+
+
 def get_state_of(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 

@@ -16,7 +16,12 @@ costs R + 1 rounds, so T episodes of FRL compare with T (R + 1) rounds of FedAvg
   ``frl-finetune``'s FedAvg; in each of the R deployment rounds every client of the group (set
   ``deployment.clients: 20``) trains the model with a fresh tau-way head on its support set and
   reports a ``cv_folds``-fold cross-validation accuracy, and the server averages the ``keep`` (10)
-  best (sample-weighted). ``stage: preparation`` (the earlier reading, kept as an option): one
+  best (sample-weighted). At the last round the kept models form Guha et al.'s cross-validated
+  ensemble (``combine: ensemble``, default: the query is classified by the argmax of their mean
+  softmax); the earlier rounds average them (sample-weighted), since the next round needs one model to
+  train from (ours: the paper does not say how R rounds of a one-shot scheme chain).
+  ``combine: average`` (our earlier reading, kept as an option) classifies with the average at the
+  last round too. ``stage: preparation`` (the earlier reading, kept as an option): one
   preparation round in which the participants (``federation.clients_per_round``, 20) train the
   |C_b|-way classifier for ``local_epochs`` and the server averages the ``keep`` best by
   cross-validation; deployment is R rounds of FedAvg as for the other baselines.
@@ -73,16 +78,24 @@ class OneShotFineTuneOptions(FineTuneOptions):
     cv_folds: int = Field(5, ge=2)
     #: Models kept by the server, the best by cross-validation score (the paper: 10 of 20).
     keep: int = Field(10, ge=1)
+    #: How the kept models of the last deployment round classify: "ensemble" (Guha et al.'s
+    #: cross-validated ensemble, the mean of their softmax outputs: the paper's [6]) or "average" (one
+    #: model, their sample-weighted average: our earlier reading). Earlier rounds always average.
+    combine: Literal["ensemble", "average"] = "ensemble"
 
     def one_shot_train_options(self) -> OneShotTrainOptions:
-        return OneShotTrainOptions(**self.deploy_train_options().model_dump(), cv_folds=self.cv_folds, keep=self.keep)
+        return OneShotTrainOptions(**self.deploy_train_options().model_dump(), cv_folds=self.cv_folds, keep=self.keep,
+                                   combine=self.combine)
 
 
 class OneShotTrainOptions(TrainOptions):
-    """A deployment round of one-shot FL: local training, cross-validation, the best ``keep`` averaged."""
+    """A deployment round of one-shot FL: local training, cross-validation, the best ``keep`` kept:
+    averaged into the next round's model, and (``combine: ensemble``) kept as the ensemble that
+    classifies after the last round."""
 
     cv_folds: int = Field(5, ge=2)
     keep: int = Field(10, ge=1)
+    combine: Literal["ensemble", "average"] = "ensemble"
 
 
 def keep_best(results: dict[int, ClientResult], keep: int, generator: torch.Generator) -> tuple[list[int], dict[str, Any]]:
@@ -123,7 +136,20 @@ class OneShotFL(LinearFL):
     def aggregate(self, server: dict[str, Any], results: dict[int, ClientResult],
                   generator: torch.Generator) -> dict[str, Any]:
         chosen, model = keep_best(results, self.options.keep, generator)
-        return {**server, "model": model, "kept": chosen}
+        updated = {**server, "model": model, "kept": chosen}
+        if self.options.combine == "ensemble":  # the server keeps the members; only the average goes down
+            updated["members"] = [results[i].upload["model"] for i in chosen]
+        return updated
+
+    @torch.no_grad()
+    def classify(self, server: dict[str, Any], data: LabelledDataset) -> torch.Tensor:
+        """``combine: ensemble``: the log of the kept models' mean softmax (its argmax is the ensemble's
+        prediction); otherwise the averaged model's logits."""
+        members = server.get("members")
+        if self.options.combine != "ensemble" or not members:
+            return super().classify(server, data)
+        probabilities = [torch.softmax(super(OneShotFL, self).classify({"model": m}, data), dim=-1) for m in members]
+        return torch.stack(probabilities).mean(0).log()
 
 
 def evaluate_fine_tuning(options: DeployFedAvgOptions, deployment: LinearDeployment, server: dict[str, Any],
