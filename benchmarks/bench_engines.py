@@ -5,8 +5,8 @@
 
 For each config and each pair, ``fedfew run CONFIG`` runs once per engine, one after the other
 (inprocess, workers, flower-sim, flower; the order repeated per pair, so a change of the machine's
-load hits every engine alike): ``runtime.workers=0`` in process, ``runtime.workers=2`` for
-``workers``, ``runtime.engine=flower-sim`` (a private Ray instance, one CPU per actor) and
+load hits every engine alike): ``runtime.engine=inprocess``, ``workers`` with two worker processes,
+``runtime.engine=flower-sim`` (a private Ray instance, one CPU per actor) and
 ``runtime.engine=flower`` (a SuperLink and one SuperNode per client on 127.0.0.1, TLS and node
 authentication on). The table gives the median seconds per round over rounds 2..R (round 1 includes
 each engine's start: Ray, SuperNodes, data loading; ``eval.every`` is set past the last round, so no
@@ -27,11 +27,13 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# Each engine's own options replace the config's (peers.yaml names the workers engine's), so one config
+# runs on every engine.
 ENGINE_SETTINGS = {
-    "inprocess": ["runtime.workers=0"],
-    "workers": ["runtime.workers=2"],
-    "flower-sim": ["runtime.workers=0", "runtime.engine=flower-sim", "flower.sim.init_args.num_cpus=2"],
-    "flower": ["runtime.workers=0", "runtime.engine=flower"],
+    "inprocess": ["runtime.engine=inprocess", "runtime.engine_options={}"],
+    "workers": ["runtime.engine=workers", "runtime.engine_options={workers: 2}"],
+    "flower-sim": ["runtime.engine=flower-sim", "runtime.engine_options={}", "flower.sim.init_args.num_cpus=2"],
+    "flower": ["runtime.engine=flower", "runtime.engine_options={}"],
 }
 
 

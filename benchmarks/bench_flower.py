@@ -1,7 +1,7 @@
 """The per-round overhead of Flower's deployment runtime against the in-process engine, side by side.
 
     python benchmarks/bench_flower.py --rounds 4
-    python benchmarks/bench_flower.py --configs benchmarks/peers.yaml --rounds 3 --set runtime.workers=0
+    python benchmarks/bench_flower.py --configs benchmarks/peers.yaml --rounds 3
 
 For each config, ``fedfew run`` in process and ``fedfew run --set runtime.engine=flower`` (a SuperLink
 and one SuperNode per client on 127.0.0.1, TLS and node authentication on) alternate; the table gives
@@ -80,7 +80,7 @@ def main() -> int:
             order = ("inprocess", "flower") if pair % 2 == 0 else ("flower", "inprocess")
             for engine in order:
                 with tempfile.TemporaryDirectory() as tmp:
-                    _, folder = run(config, common + [f"runtime.engine={engine}"], Path(tmp))
+                    _, folder = run(config, common + [f"runtime.engine={engine}", "runtime.engine_options={}"], Path(tmp))
                     clients = json.loads((folder / "metrics.jsonl").read_text().splitlines()[0])["clients"]["asked"]
                     if engine == "flower":
                         flower.append(per_round(folder))

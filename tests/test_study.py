@@ -363,3 +363,23 @@ def cache_dir() -> Path:
 DATA_FOLDERS = {"omniglot": "omniglot", "femnist": "femnist", "mnist": "mnist", "huffpost": "text",
                 "cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python", "fc100": "cifar-100-python",
                 "miniimagenet": "miniimagenet", "20newsgroups": "20newsgroups", "reuters": "text"}
+
+
+def test_the_source_hash_covers_what_computes_numbers_not_the_study_layer(tmp_path: Path) -> None:
+    """A change to an algorithm makes a new code version; a change to how studies run or report
+    (fedfew/study/) does not: the resolved config is in each cell's key already."""
+    from fedfew.study.store import source_hash
+
+    package = tmp_path / "fedfew"
+    (package / "study").mkdir(parents=True)
+    (package / "algorithms").mkdir()
+    (package / "algorithms" / "fedavg.py").write_text("LR = 0.1\n")
+    (package / "study" / "report.py").write_text("DIGITS = 2\n")
+    first = source_hash(package)
+    (package / "study" / "report.py").write_text("DIGITS = 3\n")
+    assert source_hash(package) == first
+    (package / "algorithms" / "fedavg.py").write_text("LR = 0.2\n")
+    assert source_hash(package) != first
+    (package / "algorithms" / "fedavg.py").write_text("LR = 0.1\n")
+    (package / "algorithms" / "fedavg_copy.py").write_text("LR = 0.1\n")  # a new module counts too
+    assert source_hash(package) != first

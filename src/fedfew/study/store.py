@@ -1,7 +1,7 @@
 """The result store: one small JSON record per finished cell, ``STORE/<study>/<config hash>-<code>.json``.
 
 A record holds the cell's names, the resolved config, the code version (package version, a hash of the
-package's sources, the git commit when there is one), the run's metrics and its wall time. A cell is
+package's sources but the study layer's, the git commit when there is one), the run's metrics and its wall time. A cell is
 found by its config hash and code version, never by its labels, so renaming a row keeps its results.
 Records are written to a temporary name and renamed: an interrupted write never leaves half a record.
 """
@@ -27,7 +27,7 @@ FORMAT = 1
 @dataclass(frozen=True)
 class CodeVersion:
     package: str
-    source: str  # hash of the package's .py files
+    source: str  # hash of the package's .py files but fedfew/study/'s (source_hash)
     commit: str | None
 
     @property
@@ -45,19 +45,35 @@ class CodeVersion:
         return cls(data["package"], data["source"], data.get("commit"))
 
 
+#: Package folders left out of the source hash: they choose which configs run (the resolved config is
+#: in a cell's key) and how stored results are shown, never a run's numbers, so reports, docs and the
+#: study runner can improve without making every stored result "other code".
+NOT_IN_SOURCE_HASH = ("study",)
+
+
+def source_hash(package_dir: Path) -> str:
+    """A hash of the .py files under ``package_dir`` that compute a run's numbers (every file but those
+    in :data:`NOT_IN_SOURCE_HASH`), names included."""
+    digest = hashlib.sha256()
+    for path in sorted(package_dir.rglob("*.py")):
+        relative = path.relative_to(package_dir)
+        if relative.parts[0] in NOT_IN_SOURCE_HASH:
+            continue
+        digest.update(str(relative).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
 @cache
 def current_code() -> CodeVersion:
-    """This installation's code version. The source hash covers every .py file of the package, so a
-    commit that changes only docs, configs or the store keeps the version."""
+    """This installation's code version. The source hash covers the package's .py files except the study
+    layer's (:data:`NOT_IN_SOURCE_HASH`), so a commit that changes only docs, configs, the store or how
+    studies are reported keeps the version."""
     import fedfew.config
 
     package_dir = Path(fedfew.config.__file__).resolve().parent
-    digest = hashlib.sha256()
-    for path in sorted(package_dir.rglob("*.py")):
-        digest.update(str(path.relative_to(package_dir)).encode() + b"\0" + path.read_bytes() + b"\0")
     from fedfew.runfolder import _version
 
-    return CodeVersion(_version(), digest.hexdigest()[:12], _git_commit(package_dir))
+    return CodeVersion(_version(), source_hash(package_dir), _git_commit(package_dir))
 
 
 def _git_commit(folder: Path) -> str | None:
