@@ -260,6 +260,12 @@ def test_docs_blocks_are_what_the_store_gives(tmp_path: Path, capsys: pytest.Cap
     assert "typed by hand" not in text and "*Not yet run at the cpu budget* (12 cells)" in text
     assert text.endswith("<!-- study:digits-check end -->\nafter\n")
     assert render_pages(tmp_path)[page] == text  # what the docs test compares
+    compute = tmp_path / "docs" / "compute.md"
+    compute.write_text("<!-- studies:compute begin -->\n1 h typed by hand\n<!-- studies:compute end -->\n")
+    assert run_cli(["study", "docs", "--root", str(tmp_path)], capsys)[0] == 0
+    rows = [line for line in compute.read_text().splitlines() if line.startswith("| ")]
+    assert "typed by hand" not in compute.read_text()
+    assert rows[1:] == ["| `studies/digits.yaml` | cpu | 0/12 | — | 0.0 | — |", "| all | | | | 0.0 | |"]
     page.write_text(text.replace("<!-- study:digits-check", "<!-- study:nonesuch"))
     code, _, err = run_cli(["study", "docs", "--root", str(tmp_path)], capsys)
     assert code == 2 and "study:nonesuch" in err

@@ -1,8 +1,8 @@
 """Generated docs: each study's report goes between ``<!-- study:NAME begin -->`` and
 ``<!-- study:NAME end -->`` in the docs pages (``study:NAME:claims`` for the verdicts alone, as
-docs/results.md shows them), made from the committed store alone (no number in
-those blocks is typed by hand; tests/test_study.py fails when a page differs from what the store
-gives)."""
+docs/results.md shows them; ``<!-- studies:compute begin -->`` for every study's progress and compute
+time), made from the committed store alone (no number in those blocks is typed by hand;
+tests/test_study.py fails when a page differs from what the store gives)."""
 
 from __future__ import annotations
 
@@ -15,16 +15,16 @@ from fedfew.study.schema import Study, StudyError, load_study
 
 #: A marker is a line of its own (a marker quoted inside a sentence, as in docs/studies.md, is not one).
 MARKER = re.compile(r"^<!-- study:([A-Za-z0-9_.-]+)(:claims)? begin -->$", re.MULTILINE)
-
-
+#: The one block about all studies: cells in the store, seeds and compute time per study.
+COMPUTE = "studies:compute"
 
 def _between(body: str) -> Callable[[re.Match[str]], str]:
     """A replacement that keeps a marker pair and puts ``body`` between them."""
     return lambda m: m.group(1) + body + m.group(3)
 
-def marker_pattern(name: str) -> re.Pattern[str]:
-    return re.compile(rf"(^<!-- study:{re.escape(name)} begin -->\n)(.*?)(^<!-- study:{re.escape(name)} end -->$)",
-                      re.DOTALL | re.MULTILINE)
+def marker_pattern(name: str, prefix: str = "study:") -> re.Pattern[str]:
+    tag = re.escape(prefix + name)
+    return re.compile(rf"(^<!-- {tag} begin -->\n)(.*?)(^<!-- {tag} end -->$)", re.DOTALL | re.MULTILINE)
 
 
 def study_files(root: Path) -> list[Path]:
@@ -58,9 +58,29 @@ def render_pages(root: Path, store_base: Path | None = None, figures: bool = Fal
                 if figures:
                     figure(results, root / "docs" / "studies" / f"{name}.png")
             text = marker_pattern(name).sub(_between(body), text)
-        if text != original or name_markers(original):
+        compute = marker_pattern(COMPUTE, prefix="")
+        if compute.search(original):
+            text = compute.sub(_between(compute_table(studies, root, store_base)), text)
+        if text != original or name_markers(original) or compute.search(original):
             pages[page] = text
     return pages
+
+
+def compute_table(studies: dict[str, tuple[Study, Path]], root: Path, store_base: Path) -> str:
+    """Per study, at its docs budget: cells in the store of all, seeds, the runs' summed wall time
+    (one process each, as `fedfew study run` runs them) and the code version."""
+    lines = ["| study | budget | cells in the store | seeds | compute (run wall time, min) | code |",
+             "|---|---|---|---|---|---|"]
+    total = 0.0
+    for study, path in sorted(studies.values(), key=lambda pair: str(pair[1])):
+        results = collect(study, root, store_base)
+        seeds = sorted({s for v in results.values.values() for s in v})
+        total += results.wall_seconds
+        code = results.code.source if results.code else "—"
+        lines.append(f"| `{path.relative_to(root)}` | {results.budget} | {results.cells_found}/{results.cells_total} | "
+                     f"{', '.join(map(str, seeds)) or '—'} | {results.wall_seconds / 60:.1f} | {code} |")
+    lines.append(f"| all | | | | {total / 60:.1f} | |")
+    return "\n".join(lines) + "\n"
 
 
 def name_markers(text: str) -> list[tuple[str, str]]:
