@@ -389,3 +389,24 @@ def test_the_source_hash_covers_what_computes_numbers_not_the_study_layer(tmp_pa
     (package / "algorithms" / "fedavg.py").write_text("LR = 0.1\n")
     (package / "algorithms" / "fedavg_copy.py").write_text("LR = 0.1\n")  # a new module counts too
     assert source_hash(package) != first
+
+
+def test_winners_are_the_best_mean_and_the_methods_the_paired_rule_cannot_separate(tmp_path: Path) -> None:
+    """Hand-made values: in IID 1-shot fl-proto's mean is highest and fl-maml is 2 points below on every
+    seed (a paired difference with zero spread: separated); in the other column fl-maml is best and
+    fl-proto's differences (+3, -1) straddle 0: not separated. The control is never the best."""
+    from fedfew.study.report import StudyResults, winners, winners_markdown
+    from fedfew.study.schema import load_study
+
+    study, _ = load_study(write_study(tmp_path, DIGITS_STUDY))
+    results = StudyResults(study, "cpu", None, cells_total=10, cells_found=10, methods=list(study.methods),
+                           settings=list(study.settings))
+    results.values = {("fl-proto", "IID 1-shot"): {0: 60.0, 1: 62.0}, ("fl-maml", "IID 1-shot"): {0: 58.0, 1: 60.0},
+                      ("fl-proto", "non-IID 1-shot"): {0: 50.0, 1: 52.0},
+                      ("fl-maml", "non-IID 1-shot"): {0: 53.0, 1: 51.0},
+                      (CONTROL, "IID 1-shot"): {0: 90.0, 1: 90.0}}
+    assert winners(results) == [("non-IID 1-shot", "fl-maml", ["fl-proto"], None),
+                                ("IID 1-shot", "fl-proto", [], results.interval(CONTROL, "IID 1-shot"))]
+    text = winners_markdown(results, "studies/study.yaml")
+    assert "| IID 1-shot | fl-proto: 61.00 ± 12.71 | none | 90.00 ± 0.00 |" in text
+    assert "| non-IID 1-shot | FL-MAML: 52.00 ± 12.71 | fl-proto | — |" in text

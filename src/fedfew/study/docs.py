@@ -1,6 +1,7 @@
 """Generated docs: each study's report goes between ``<!-- study:NAME begin -->`` and
 ``<!-- study:NAME end -->`` in the docs pages (``study:NAME:claims`` for the verdicts alone, as
-docs/results.md shows them; ``<!-- studies:compute begin -->`` for every study's progress and compute
+docs/results.md shows them; ``study:NAME:winners`` for the best method per setting and
+those not separated from it; ``<!-- studies:compute begin -->`` for every study's progress and compute
 time), made from the committed store alone (no number in those blocks is typed by hand;
 tests/test_study.py fails when a page differs from what the store gives)."""
 
@@ -10,11 +11,11 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from fedfew.study.report import claims_markdown, collect, figure, markdown
+from fedfew.study.report import claims_markdown, collect, figure, markdown, winners_markdown
 from fedfew.study.schema import Study, StudyError, load_study
 
 #: A marker is a line of its own (a marker quoted inside a sentence, as in docs/studies.md, is not one).
-MARKER = re.compile(r"^<!-- study:([A-Za-z0-9_.-]+)(:claims)? begin -->$", re.MULTILINE)
+MARKER = re.compile(r"^<!-- study:([A-Za-z0-9_.-]+)(:claims|:winners)? begin -->$", re.MULTILINE)
 #: The one block about all studies: cells in the store, seeds and compute time per study.
 COMPUTE = "studies:compute"
 
@@ -49,7 +50,8 @@ def render_pages(root: Path, store_base: Path | None = None, figures: bool = Fal
             study, path = studies[name]
             results = collect(study, root, store_base)
             if view:
-                body = claims_markdown(results, str(path.relative_to(root)))
+                render = claims_markdown if view == ":claims" else winners_markdown
+                body = render(results, str(path.relative_to(root)))
                 text = marker_pattern(name + view).sub(_between(body), text)
                 continue
             body = markdown(results, str(path.relative_to(root)))

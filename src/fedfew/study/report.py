@@ -11,7 +11,7 @@ from typing import Any
 from fedfew.study.grid import Cell, cells
 from fedfew.study.schema import CONTROL, Study
 from fedfew.study.store import CodeVersion, ResultStore, metric
-from fedfew.study.verdict import Interval, PairVerdict, judge_order, t_interval
+from fedfew.study.verdict import HOLDS, Interval, PairVerdict, compare, judge_order, t_interval
 
 
 @dataclass
@@ -113,6 +113,43 @@ def claims_table(results: StudyResults) -> str:
         order = " > ".join(study.label(m) for m in claim.order)
         diffs = "; ".join(f"{study.label(p.above)} − {study.label(p.below)}: {_fmt(p.difference)}" for p in pairs)
         lines.append(f"| {order} | {claim.setting} | {claim.source or '—'} | **{verdict}** | {diffs} |")
+    return "\n".join(lines) + "\n"
+
+
+def winners(results: StudyResults) -> list[tuple[str, str | None, list[str], Interval | None]]:
+    """Per setting: the method with the highest mean over seeds, the methods the paired rule does not
+    separate from it (the 95% interval of their per-seed difference to it does not exclude 0), and the
+    control. The control never wins; a setting with no stored method has no best."""
+    out = []
+    for setting in results.settings:
+        stored = {m: results.values[(m, setting)] for m in results.methods if results.values.get((m, setting))}
+        if not stored:
+            out.append((setting, None, [], results.interval(CONTROL, setting)))
+            continue
+        best = max(stored, key=lambda m: t_interval(list(stored[m].values())).mean)
+        tied = [m for m in stored if m != best and compare(stored[best], stored[m]).verdict != HOLDS]
+        out.append((setting, best, tied, results.interval(CONTROL, setting)))
+    return out
+
+
+def winners_markdown(results: StudyResults, study_path: str) -> str:
+    """"What wins where": per setting the best method, the ones not separated from it, the control."""
+    study = results.study
+    if results.cells_found == 0:
+        return (f"*{study.title or study.name}: not yet run at the {results.budget} budget*: "
+                f"`fedfew study run {study_path} --budget {results.budget}`.\n")
+    lines = [f"{study.title or study.name} (`{study_path}`, {results.budget} budget, "
+             f"{results.cells_found}/{results.cells_total} cells). Best: the highest mean over seeds; "
+             "not separated: methods whose paired difference to the best has a 95% interval that includes 0 "
+             "(or fewer than 2 paired seeds).", "",
+             "| setting | best (mean ± 95% interval) | not separated from the best | untrained control |",
+             "|---|---|---|---|"]
+    for setting, best, tied, control in winners(results):
+        if best is None:
+            lines.append(f"| {setting} | not yet run | | {_fmt(control)} |")
+            continue
+        shown = f"{study.label(best)}: {_fmt(results.interval(best, setting))}"
+        lines.append(f"| {setting} | {shown} | {', '.join(study.label(m) for m in tied) or 'none'} | {_fmt(control)} |")
     return "\n".join(lines) + "\n"
 
 
