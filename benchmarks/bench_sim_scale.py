@@ -1,6 +1,6 @@
 """Scale on the engines: seconds per round and peak memory with 100, 1,000 and 10,000 clients, 100 a round.
 
-    python benchmarks/bench_sim_scale.py --engines workers flower-sim --clients 100 1000 10000 --rounds 3
+    python benchmarks/bench_sim_scale.py --engines workers flower-sim --clients 100 1000 10000 --rounds 4
 
 The synthetic 8x8 image set of ``bench_scale.py`` (60 samples per client, a real dataset's shape) is
 split IID over N clients; every round asks 100 of them (seeded), so a round's work is the same
@@ -8,8 +8,9 @@ whatever N is. fl-proto (no private state: what grows with N is the engine's boo
 states). Each (engine, N) runs in its own process; its peak memory is the largest sum of resident
 memory of that process and every process below it (worker processes, Ray's raylet and actors),
 sampled every 0.5 s. ``workers`` uses 2 worker processes; ``flower-sim`` a private Ray instance with
-one CPU per client actor (2 actors here). Round 1 (start-up) is left out of the median; no round's
-clock includes an evaluation (``eval.every`` past the last round).
+one CPU per client actor (2 actors here). Round 1 (start-up) and the last round (which always
+scores the final model) are left out of the median; no other round's clock includes an evaluation
+(``eval.every`` past the last round).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def config(engine: str, clients: int, data: Path, rounds: int) -> dict:
     cfg = scale_config("fl-proto", clients, data, rounds)
     cfg["algorithm"] = {"name": "fl-proto", "options": {"local_steps": 2}}
     cfg["federation"]["clients_per_round"] = 100
-    cfg["eval"]["every"] = rounds + 1  # no round's clock includes an evaluation (the test runs after)
+    cfg["eval"]["every"] = rounds + 1  # only the last round evaluates (the final model's scores)
     cfg["runtime"].update(checkpoint_every=0, client_states="auto")
     if engine == "workers":
         cfg["runtime"]["workers"] = 2
@@ -80,7 +81,7 @@ def one(args: argparse.Namespace) -> None:
     sampler.join()
     seconds = [h["seconds"] for h in summary["history"]]
     rounds = [b - a for a, b in zip([0.0] + seconds[:-1], seconds)]
-    print(json.dumps({"round_s": statistics.median(rounds[1:] or rounds), "first_round_s": rounds[0],
+    print(json.dumps({"round_s": statistics.median(rounds[1:-1]), "first_round_s": rounds[0],
                       "peak_mb": peak[0], "total_s": total}))
 
 
@@ -109,19 +110,21 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--engines", nargs="+", default=["workers", "flower-sim"])
     parser.add_argument("--clients", nargs="+", type=int, default=[100, 1000, 10000])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=4, help="at least 3 (rounds 2..R-1 are timed)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per (engine, clients) run")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--config", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.rounds < 3:
+        parser.error("--rounds must be at least 3: rounds 2..R-1 are timed")
     if args.one:
         one(args)
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         print(f"load average before: {open('/proc/loadavg').read().split()[:3]}", flush=True)
-        print("| engine | clients | s/round (median of rounds 2..R) | round 1 s | peak memory MB (process tree) | wall s |")
+        print("| engine | clients | s/round (median of rounds 2..R-1) | round 1 s | peak memory MB (process tree) | wall s |")
         print("|---|---|---|---|---|---|", flush=True)
         for clients in args.clients:
             data = write_data(folder, clients)

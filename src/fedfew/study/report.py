@@ -116,11 +116,15 @@ def claims_table(results: StudyResults) -> str:
     return "\n".join(lines) + "\n"
 
 
-def winners(results: StudyResults) -> list[tuple[str, str | None, list[str], Interval | None]]:
+#: One setting's row of :func:`winners`: (setting, best method or None, not separated from it, control).
+WinnerRow = tuple[str, str | None, list[str], Interval | None]
+
+
+def winners(results: StudyResults) -> list[WinnerRow]:
     """Per setting: the method with the highest mean over seeds, the methods the paired rule does not
     separate from it (the 95% interval of their per-seed difference to it does not exclude 0), and the
     control. The control never wins; a setting with no stored method has no best."""
-    out = []
+    out: list[WinnerRow] = []
     for setting in results.settings:
         stored = {m: results.values[(m, setting)] for m in results.methods if results.values.get((m, setting))}
         if not stored:
