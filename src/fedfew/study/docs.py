@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from fedfew.study.report import claims_markdown, collect, figure, markdown, winners_markdown
+from fedfew.study.report import StudyResults, claims_markdown, collect, figure, markdown, winners_markdown
 from fedfew.study.schema import Study, StudyError, load_study
 
 #: A marker is a line of its own (a marker quoted inside a sentence, as in docs/studies.md, is not one).
@@ -41,6 +41,16 @@ def render_pages(root: Path, store_base: Path | None = None, figures: bool = Fal
         if study.name in studies:
             raise StudyError(f"study name {study.name!r} is used by {studies[study.name][1]} and {path}")
         studies[study.name] = (study, path)
+    collected: dict[str, StudyResults] = {}
+
+    def results_of(name: str) -> StudyResults:
+        """A study's results, collected once however many blocks and pages show them."""
+        if name not in collected:
+            study, _ = studies[name]
+            collected[name] = collect(study, root, store_base)
+        return collected[name]
+
+    compute = marker_pattern(COMPUTE, prefix="")
     pages: dict[Path, str] = {}
     for page in sorted((root / "docs").glob("*.md")):
         text = original = page.read_text()
@@ -48,7 +58,7 @@ def render_pages(root: Path, store_base: Path | None = None, figures: bool = Fal
             if name not in studies:
                 raise StudyError(f"{page}: marker study:{name} names no study in {root / 'studies'}")
             study, path = studies[name]
-            results = collect(study, root, store_base)
+            results = results_of(name)
             if view:
                 render = claims_markdown if view == ":claims" else winners_markdown
                 body = render(results, str(path.relative_to(root)))
@@ -60,27 +70,26 @@ def render_pages(root: Path, store_base: Path | None = None, figures: bool = Fal
                 if figures:
                     figure(results, root / "docs" / "studies" / f"{name}.png")
             text = marker_pattern(name).sub(_between(body), text)
-        compute = marker_pattern(COMPUTE, prefix="")
         if compute.search(original):
-            text = compute.sub(_between(compute_table(studies, root, store_base)), text)
+            text = compute.sub(_between(compute_table(studies, root, results_of)), text)
         if text != original or name_markers(original) or compute.search(original):
             pages[page] = text
     return pages
 
 
-def compute_table(studies: dict[str, tuple[Study, Path]], root: Path, store_base: Path) -> str:
+def compute_table(studies: dict[str, tuple[Study, Path]], root: Path,
+                  results_of: Callable[[str], StudyResults]) -> str:
     """Per study, at its docs budget: cells in the store of all, seeds, the runs' summed wall time
     (one process each, as `fedfew study run` runs them) and the code version."""
     lines = ["| study | budget | cells in the store | seeds | compute (run wall time, min) | code |",
              "|---|---|---|---|---|---|"]
     total = 0.0
-    for study, path in sorted(studies.values(), key=lambda pair: str(pair[1])):
-        results = collect(study, root, store_base)
-        seeds = sorted({s for v in results.values.values() for s in v})
+    for name, (_, path) in sorted(studies.items(), key=lambda item: str(item[1][1])):
+        results = results_of(name)
         total += results.wall_seconds
         code = results.code.source if results.code else "—"
         lines.append(f"| `{path.relative_to(root)}` | {results.budget} | {results.cells_found}/{results.cells_total} | "
-                     f"{', '.join(map(str, seeds)) or '—'} | {results.wall_seconds / 60:.1f} | {code} |")
+                     f"{', '.join(map(str, results.seeds)) or '—'} | {results.wall_seconds / 60:.1f} | {code} |")
     lines.append(f"| all | | | | {total / 60:.1f} | |")
     return "\n".join(lines) + "\n"
 

@@ -30,6 +30,11 @@ class StudyResults:
     methods: list[str] = field(default_factory=list)
     settings: list[str] = field(default_factory=list)
 
+    @property
+    def seeds(self) -> list[int]:
+        """The seeds of every stored value."""
+        return sorted({s for per_seed in self.values.values() for s in per_seed})
+
     def interval(self, method: str, setting: str) -> Interval | None:
         per_seed = self.values.get((method, setting), {})
         return t_interval(list(per_seed.values())) if per_seed else None
@@ -130,7 +135,7 @@ def winners(results: StudyResults) -> list[WinnerRow]:
         if not stored:
             out.append((setting, None, [], results.interval(CONTROL, setting)))
             continue
-        best = max(stored, key=lambda m: t_interval(list(stored[m].values())).mean)
+        best = max(stored, key=lambda m: t_interval(list(stored[m].values())).mean)  # ties: the first listed
         tied = [m for m in stored if m != best and compare(stored[best], stored[m]).verdict != HOLDS]
         out.append((setting, best, tied, results.interval(CONTROL, setting)))
     return out
@@ -164,7 +169,7 @@ def markdown(results: StudyResults, study_path: str) -> str:
     if results.cells_found == 0:
         return (f"*Not yet run at the {results.budget} budget* ({results.cells_total} cells): `{command}`, then "
                 f"`fedfew study docs`.\n")
-    seeds = sorted({s for v in results.values.values() for s in v})
+    seeds = results.seeds
     status = (f"Study `{study.name}` at the {results.budget} budget: {results.cells_found}/{results.cells_total} "
               f"cells in the store, seeds {', '.join(map(str, seeds))}, {results.wall_seconds / 60:.1f} min of "
               f"runs, code {results.code.describe() if results.code else '?'}. Ours: mean ± 95% interval over "
@@ -187,7 +192,7 @@ def claims_markdown(results: StudyResults, study_path: str) -> str:
     if results.cells_found == 0:
         return (f"*{study.title or study.name}: not yet run at the {results.budget} budget*: "
                 f"`fedfew study run {study_path} --budget {results.budget}`.\n")
-    seeds = sorted({s for v in results.values.values() for s in v})
+    seeds = results.seeds
     head = (f"{study.title or study.name} (`{study_path}`, {results.budget} budget, "
             f"{results.cells_found}/{results.cells_total} cells, seeds {', '.join(map(str, seeds))}):")
     return head + "\n\n" + (claims_table(results) or "no claims declared\n")
