@@ -1,11 +1,11 @@
 """fedfew on Flower's deployment runtime, with real processes on 127.0.0.1.
 
 Tests marked ``flower`` start a real SuperLink and SuperNodes (TLS and SuperNode authentication on)
-and run through ``flwr run``: every algorithm gives exactly the in-process metrics, private states
-never leave their nodes, an unregistered SuperNode is refused, a killed SuperNode leaves a finished
-run with its missing replies recorded, and ``fedfew run`` leaves no process behind. They take
-minutes (a ClientApp process per message): ``make test-flower`` runs them. The others run in the
-default suite."""
+and run through ``flwr run``: six algorithms (all of them with ``make test-flower-all``) give exactly
+the in-process metrics, private states never leave their nodes, an unregistered SuperNode is refused,
+a killed SuperNode leaves a finished run with its missing replies recorded, and ``fedfew run`` leaves
+no process behind. They take minutes (a ClientApp process per message): ``make test-flower`` runs
+them. The others run in the default suite."""
 
 from __future__ import annotations
 
@@ -162,8 +162,19 @@ def run_flower(fed: LocalFederation, config: dict[str, Any], out: Path) -> dict[
     return run_on_federation(fed, folder, load_config(folder.path / "config.yaml"))
 
 
+#: The algorithms CI runs on the deployment runtime: one for each way a client's work reaches the
+#: server (F2L: a private client-model in the node's state, half of it uploaded, scored on the node; FML:
+#: a private model of another design; FRL: meta-training, then deployment groups; FRL one-shot: kept
+#: models combined; AdFL: one upload, the server's adversarial scoring; FedFSL-MI-Adv: the adversarial
+#: few-shot round). Every algorithm runs through the same ClientApp handlers and server engine on the
+#: Simulation Engine (tests/test_flower_sim.py); the rest are marked slow here (`make test-flower-all`),
+#: because each run costs a ClientApp process per message and CI has 45 minutes.
+DEPLOYED = {"f2l", "fml", "frl", "frl-oneshot", "adfl", "fedfsl-mi-adv"}
+
+
 @pytest.mark.flower
-@pytest.mark.parametrize("name", sorted(ALGORITHM_SETUPS))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in DEPLOYED else pytest.mark.slow)
+                                  for n in sorted(ALGORITHM_SETUPS)])
 def test_flower_equals_inprocess(name: str, federation: LocalFederation, tmp_path: Path) -> None:
     config = tiny_config(name)
     on_flower = run_flower(federation, config, tmp_path / "flower")
@@ -200,11 +211,14 @@ def test_an_unregistered_supernode_is_refused(federation: LocalFederation) -> No
 
 @pytest.mark.flower
 def test_a_killed_supernode_leaves_a_finished_run(tmp_path: Path) -> None:
-    config = tiny_config("fl-proto", federation={"rounds": 3, "clients_per_round": 3},
+    # The timeout must outlast a round of three live nodes on a loaded 2-core machine (CI once took
+    # more than 20 s for round 1, and the live node counted as failed); the dead node costs round 2 at most
+    # this long.
+    config = tiny_config("fl-proto", federation={"rounds": 2, "clients_per_round": 3},
                          partition={"num_clients": 3})
-    config["flower"] = {"round_timeout": 20}
+    config["flower"] = {"round_timeout": 90}
     before = federation_markers()
-    fed = LocalFederation(tmp_path / "fed", 3, FlowerSettings(round_timeout=20, tls=False, node_auth=False), None)
+    fed = LocalFederation(tmp_path / "fed", 3, FlowerSettings(round_timeout=90, tls=False, node_auth=False), None)
     with fed:
         cfg = load_config(config, ["runtime.engine=flower"])
         folder = new_run(cfg, tmp_path / "out")
@@ -224,7 +238,7 @@ def test_a_killed_supernode_leaves_a_finished_run(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert json.loads((folder.path / "status.json").read_text())["status"] == "complete"
     assert rows[0]["clients"]["replied"] == [0, 1, 2]
-    assert all(r["clients"]["failed"] == [2] and r["clients"]["replied"] == [0, 1] for r in rows[1:])
+    assert len(rows) == 2 and rows[1]["clients"]["failed"] == [2] and rows[1]["clients"]["replied"] == [0, 1]
     assert "accuracy" in result["test"]
     assert no_fedfew_processes_left(before)
 

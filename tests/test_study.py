@@ -266,6 +266,15 @@ def test_docs_blocks_are_what_the_store_gives(tmp_path: Path, capsys: pytest.Cap
     rows = [line for line in compute.read_text().splitlines() if line.startswith("| ")]
     assert "typed by hand" not in compute.read_text()
     assert rows[1:] == ["| `studies/digits.yaml` | cpu | 0/12 | — | 0.0 | — |", "| all | | | | 0.0 | |"]
+    # a block at another budget than the docs budget, beside the docs budget's
+    page.write_text(text + "<!-- study:digits-check@smoke begin -->\n<!-- study:digits-check@smoke end -->\n")
+    assert run_cli(["study", "docs", "--root", str(tmp_path)], capsys)[0] == 0
+    text = page.read_text()
+    assert "*Not yet run at the cpu budget* (12 cells)" in text and "*Not yet run at the smoke budget*" in text
+    assert "--budget smoke`, then" in text
+    page.write_text(text.replace("digits-check@smoke", "digits-check@nonesuch"))
+    code, _, err = run_cli(["study", "docs", "--root", str(tmp_path)], capsys)
+    assert code == 2 and "study:digits-check@nonesuch names no budget" in err and len(err.strip().splitlines()) == 1
     page.write_text(text.replace("<!-- study:digits-check", "<!-- study:nonesuch"))
     code, _, err = run_cli(["study", "docs", "--root", str(tmp_path)], capsys)
     assert code == 2 and "study:nonesuch" in err

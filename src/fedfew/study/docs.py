@@ -1,8 +1,9 @@
 """Generated docs: each study's report goes between ``<!-- study:NAME begin -->`` and
 ``<!-- study:NAME end -->`` in the docs pages (``study:NAME:claims`` for the verdicts alone, as
 docs/results.md shows them; ``study:NAME:winners`` for the best method per setting and
-those not separated from it; ``<!-- studies:compute begin -->`` for every study's progress and compute
-time), made from the committed store alone (no number in those blocks is typed by hand;
+those not separated from it; ``study:NAME@BUDGET`` for any of these at a budget other than the study's
+docs budget, such as a paper-budget cell; ``<!-- studies:compute begin -->`` for every study's progress
+and compute time), made from the committed store alone (no number in those blocks is typed by hand;
 tests/test_study.py fails when a page differs from what the store gives)."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from fedfew.study.report import StudyResults, claims_markdown, collect, figure, 
 from fedfew.study.schema import Study, StudyError, load_study
 
 #: A marker is a line of its own (a marker quoted inside a sentence, as in docs/studies.md, is not one).
-MARKER = re.compile(r"^<!-- study:([A-Za-z0-9_.-]+)(:claims|:winners)? begin -->$", re.MULTILINE)
+MARKER = re.compile(r"^<!-- study:([A-Za-z0-9_.-]+)(@[A-Za-z0-9_.-]+)?(:claims|:winners)? begin -->$", re.MULTILINE)
 #: The one block about all studies: cells in the store, seeds and compute time per study.
 COMPUTE = "studies:compute"
 
@@ -41,35 +42,41 @@ def render_pages(root: Path, store_base: Path | None = None, figures: bool = Fal
         if study.name in studies:
             raise StudyError(f"study name {study.name!r} is used by {studies[study.name][1]} and {path}")
         studies[study.name] = (study, path)
-    collected: dict[str, StudyResults] = {}
+    collected: dict[tuple[str, str | None], StudyResults] = {}
 
-    def results_of(name: str) -> StudyResults:
-        """A study's results, collected once however many blocks and pages show them."""
-        if name not in collected:
+    def results_of(name: str, budget: str | None = None) -> StudyResults:
+        """A study's results at ``budget`` (default: its docs budget), collected once however many
+        blocks and pages show them."""
+        if (name, budget) not in collected:
             study, _ = studies[name]
-            collected[name] = collect(study, root, store_base)
-        return collected[name]
+            collected[name, budget] = collect(study, root, store_base, budget)
+        return collected[name, budget]
 
     compute = marker_pattern(COMPUTE, prefix="")
     pages: dict[Path, str] = {}
     for page in sorted((root / "docs").glob("*.md")):
         text = original = page.read_text()
-        for name, view in MARKER.findall(original):
+        for name, at, view in MARKER.findall(original):
             if name not in studies:
                 raise StudyError(f"{page}: marker study:{name} names no study in {root / 'studies'}")
             study, path = studies[name]
-            results = results_of(name)
+            budget = at[1:] or None
+            if budget is not None and budget not in study.budgets:
+                raise StudyError(f"{page}: marker study:{name}{at} names no budget of {path.relative_to(root)} "
+                                 f"(it has {', '.join(study.budgets)})")
+            results = results_of(name, budget)
             if view:
                 render = claims_markdown if view == ":claims" else winners_markdown
                 body = render(results, str(path.relative_to(root)))
-                text = marker_pattern(name + view).sub(_between(body), text)
+                text = marker_pattern(name + at + view).sub(_between(body), text)
                 continue
             body = markdown(results, str(path.relative_to(root)))
             if results.values:  # the figure's link depends on the store alone; the file is made by write_docs
-                body += f"\n![{study.title or name}](studies/{name}.png)\n"
+                stem = name + (f"-{budget}" if budget else "")
+                body += f"\n![{study.title or name}{f' ({budget} budget)' if budget else ''}](studies/{stem}.png)\n"
                 if figures:
-                    figure(results, root / "docs" / "studies" / f"{name}.png")
-            text = marker_pattern(name).sub(_between(body), text)
+                    figure(results, root / "docs" / "studies" / f"{stem}.png")
+            text = marker_pattern(name + at).sub(_between(body), text)
         if compute.search(original):
             text = compute.sub(_between(compute_table(studies, root, results_of)), text)
         if text != original or name_markers(original) or compute.search(original):
@@ -94,7 +101,7 @@ def compute_table(studies: dict[str, tuple[Study, Path]], root: Path,
     return "\n".join(lines) + "\n"
 
 
-def name_markers(text: str) -> list[tuple[str, str]]:
+def name_markers(text: str) -> list[tuple[str, str, str]]:
     return MARKER.findall(text)
 
 

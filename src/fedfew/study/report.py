@@ -166,6 +166,8 @@ def markdown(results: StudyResults, study_path: str) -> str:
     """The report: a status line, the table and the claims (what the docs markers hold)."""
     study = results.study
     command = f"fedfew study run {study_path} --budget {results.budget}"
+    report = f"fedfew study report {study_path}" + ("" if results.budget == study.docs_budget
+                                                     else f" --budget {results.budget}")
     if results.cells_found == 0:
         return (f"*Not yet run at the {results.budget} budget* ({results.cells_total} cells): `{command}`, then "
                 f"`fedfew study docs`.\n")
@@ -173,7 +175,7 @@ def markdown(results: StudyResults, study_path: str) -> str:
     status = (f"Study `{study.name}` at the {results.budget} budget: {results.cells_found}/{results.cells_total} "
               f"cells in the store, seeds {', '.join(map(str, seeds))}, {results.wall_seconds / 60:.1f} min of "
               f"runs, code {results.code.describe() if results.code else '?'}. Ours: mean ± 95% interval over "
-              f"seeds (Student's t). Made by `{command}` and `fedfew study report {study_path}`.")
+              f"seeds (Student's t). Made by `{command}` and `{report}`.")
     if results.cells_found < results.cells_total:
         status += f" **Incomplete**: {results.cells_total - results.cells_found} cells not yet run."
     if results.cells_without_metric:
