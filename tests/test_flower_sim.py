@@ -86,7 +86,24 @@ class TestEveryAlgorithm:
         log = tmp_path / "flower" / "messages.jsonl"  # none where nothing is sent (frl-scratch)
         entries = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
         for entry in entries:  # what left the nodes: uploads, metrics and scores, never a private state
-            assert set(entry["records"]) in ({"upload", "upload.meta", "result"}, {"scores"}), entry["records"]
+            assert set(entry["records"]) in ({"upload", "upload.meta", "result"}, {"scores", "scores.meta"}), entry["records"]
+
+
+    def test_an_evaluation_that_sends_a_model(self, simulation: Simulation, tmp_path: Path) -> None:
+        """F2L with test_client_model: average: each node sends its client-model for the evaluation (in
+        the state form, as uploads travel), and the numbers are the in-process ones."""
+        config = tiny_config("f2l")
+        config["algorithm"]["options"]["test_client_model"] = "average"
+
+        def engine(experiment: Any, states: Any, faults: Any, compute: Any) -> FlowerSimEngine:
+            return FlowerSimEngine(experiment, faults, compute, tmp_path, simulation=simulation)
+
+        on_sim, inprocess = run(config, engine), run(config)
+        assert without_seconds(on_sim["history"]) == without_seconds(inprocess["history"])
+        assert on_sim["test"] == inprocess["test"]
+        entries = [json.loads(line) for line in (tmp_path / "flower" / "messages.jsonl").read_text().splitlines()]
+        evaluations = [e for e in entries if e["type"] == "evaluate"]
+        assert evaluations and all(e["array_bytes"]["scores"] > 0 for e in evaluations)  # the client-models
 
 
 def fedfew_run(args: list[str], marker: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:

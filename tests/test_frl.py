@@ -710,3 +710,41 @@ def test_per_fedavg_deployment_head(head_init: str) -> None:
         assert float(start["head.bias"].abs().max()) == 0.0  # a fresh Xavier layer
     with pytest.raises(ValueError, match="deployment.classes"):
         FRLPerFedAvg(PerFedAvgOptions(deployment=DeploymentOptions(classes=5)), ctx)  # |C_b| = 4 rows
+
+
+def frozen_first_parameter(ctx: Context) -> Context:
+    """``ctx`` whose models have their first parameter frozen (as a frozen word-vector table is)."""
+    import dataclasses
+
+    def make(num_classes: int | None) -> FewShotModel:
+        model = ctx.make_model(num_classes)
+        next(model.parameters()).requires_grad_(False)
+        return model
+
+    return dataclasses.replace(ctx, make_model=make)
+
+
+def test_frl_and_per_fedavg_leave_a_frozen_parameter_alone() -> None:
+    """FRL's meta-gradient used to fail on a frozen parameter ("One of the differentiated Tensors does
+    not require grad": FRL on HuffPost with frozen GloVe), and Per-FedAvg moved it: both now update only
+    what trains."""
+    data = blob_dataset(classes=8, per_class=12)
+    ctx = frozen_first_parameter(tiny_context(data))
+    frozen = next(n for n, _ in ctx.make_model(None).named_parameters())
+    clients = shard_clients(data, [[0, 1], [2, 3], [0, 2], [1, 3]])
+    deployment = DeploymentOptions(groups=1, clients=2, classes=3, samples_per_class=12)
+    frl = FRL(frl_options(deployment=deployment), ctx)
+    simulator = Simulator(frl, clients, seed=0)
+    before = {k: v.clone() for k, v in simulator.server["model"].items()}
+    simulator.run(rounds=2, clients_per_round=2)
+    after = simulator.server["model"]
+    assert torch.equal(after[frozen], before[frozen]) and not torch.equal(after["encoder.3.weight"],
+                                                                          before["encoder.3.weight"])
+
+    per_fedavg = FRLPerFedAvg(PerFedAvgOptions(variant="fo", alpha=0.1, beta=0.2, batch_size=5, local_steps=2,
+                                               deployment=deployment), ctx)
+    server = per_fedavg.init_server(torch.Generator().manual_seed(0))
+    client = ClientData(0, data.subset(data.indices_of_classes([1, 3])))
+    result = per_fedavg.client_update(per_fedavg.broadcast(server, 0), None, client, torch.Generator().manual_seed(1))
+    moved = {k for k, v in result.upload["model"].items() if not torch.equal(v, server["model"][k])}
+    assert frozen not in moved and moved

@@ -187,6 +187,17 @@ def test_study_run_stores_skips_resumes_and_reports(tmp_path: Path, capsys: pyte
     first = {r["config_hash"]: r["metrics"]["test"]["accuracy"] for r in records}
     folders = sorted(p for p in runs.rglob("status.json"))
     assert len(folders) == 6
+    # each record keeps the evaluated rounds (a 1-round smoke run: round 1, its test score) and the
+    # initial model's score; a control (round 0) has no rounds
+    trained = [r for r in records if r["method"] != CONTROL]
+    assert all([h["round"] for h in r["history"]] == [1] and "test_accuracy" in r["history"][0] for r in trained)
+    assert all("clients" not in h and "bytes_down" not in h for r in trained for h in r["history"])
+    assert all(r["metrics"]["initial_score"]["split"] == "test" for r in records)
+    assert all("history" not in r for r in records if r["method"] == CONTROL)
+    curve = tmp_path / "curve.png"
+    code, out, _ = run_cli(["study", "report", str(path), "--store", str(store_dir), "--budget", "smoke",
+                            "--curve", "test_accuracy", str(curve)], capsys)
+    assert code == 0 and f"curves of test_accuracy: {curve}" in out and curve.is_file()
 
     # again: everything is in the store, nothing runs
     code, _, err = run_cli(["study", "run", str(path), *args], capsys)
@@ -222,6 +233,28 @@ def test_study_run_stores_skips_resumes_and_reports(tmp_path: Path, capsys: pyte
     code, out, _ = run_cli(["study", "report", str(other), "--store", str(store_dir), "--budget", "smoke"], capsys)
     assert code == 0 and "6/6 cells in the store" in out and "Incomplete" not in out
     assert "6 stored cells have no `test.nonesuch`" in out and "| fl-proto | — | 63.40 |" in out
+
+
+def test_a_cell_that_cannot_run_leaves_the_others_running(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An impossible partition in one method's cells (more shards than the digits hold): those cells fail
+    with their one line each, the other method's cells run into the store, and the study exits 2 with
+    one line; running it again retries only the failed cells."""
+    study = {**DIGITS_STUDY, "control": None, "claims": [], "paper": [], "seeds": [0],
+             "methods": {"fl-proto": DIGITS_STUDY["methods"]["fl-proto"],
+                         "shards": {"algorithm.name": "fl-proto", "algorithm.options": {"local_steps": 1},
+                                    "partition.name": "shards",
+                                    "partition.options": {"shards_per_client": 500, "shard_size": 100}}},
+             "settings": {"non-IID 1-shot": {}}, "budgets": {"smoke": {"set": {"federation.rounds": 1}}, "cpu": {}}}
+    path = write_study(tmp_path, study)
+    args = ["--store", str(tmp_path / "store"), "--runs", str(tmp_path / "runs"), "--budget", "smoke"]
+    code, _, err = run_cli(["study", "run", str(path), *args], capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and "1 of 2 cells failed (first: shards / non-IID 1-shot / seed 0: " in lines[-1]
+    assert any(line.startswith("[1/2] fl-proto") or line.startswith("[2/2] fl-proto") for line in lines)
+    assert any(": failed: " in line and "shards" in line for line in lines)
+    assert len(ResultStore(tmp_path / "store", "digits-check").records()) == 1
+    code, _, err = run_cli(["study", "run", str(path), *args], capsys)
+    assert code == 2 and "1 already in" in err and "1 of 2 cells failed" in err
 
 
 def test_a_store_from_other_code_is_refused_and_left_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -331,6 +364,17 @@ def test_overridden_options_are_kept_and_still_checked() -> None:
         load_config({"partition": {"name": "dirichlet", "options": {"alpah": 1}}})
 
 
+def test_switching_the_engine_drops_the_other_engines_options() -> None:
+    """`--set runtime.engine=inprocess` on a config written for the workers engine (benchmarks/peers.yaml,
+    a study's `--set runtime.engine=...`): the workers' option goes, as a partition's do."""
+    config = load_config(REPO / "benchmarks/peers.yaml", ["runtime.engine=inprocess"])
+    assert config.runtime.engine == "inprocess" and config.runtime.engine_options == {}
+    kept = load_config(REPO / "benchmarks/peers.yaml")
+    assert kept.runtime.engine == "workers" and kept.runtime.engine_options
+    with pytest.raises(ConfigError, match="runtime.engine_options.workers"):  # set on the command line: checked
+        load_config(REPO / "benchmarks/peers.yaml", ["runtime.engine=inprocess", "runtime.engine_options.workers=3"])
+
+
 def test_an_iid_override_of_a_dirichlet_config_runs(tmp_path: Path) -> None:
     from fedfew.runner import run_experiment
 
@@ -398,6 +442,15 @@ def test_the_source_hash_covers_what_computes_numbers_not_the_study_layer(tmp_pa
     (package / "algorithms" / "fedavg.py").write_text("LR = 0.1\n")
     (package / "algorithms" / "fedavg_copy.py").write_text("LR = 0.1\n")  # a new module counts too
     assert source_hash(package) != first
+
+
+def test_a_curve_is_the_mean_over_seeds_at_the_rounds_every_seed_has() -> None:
+    from fedfew.study.report import mean_curve
+
+    per_seed = {0: [{"round": 2, "test_accuracy": 0.5}, {"round": 4, "test_accuracy": 0.6}],
+                1: [{"round": 2, "test_accuracy": 0.7}, {"round": 4, "train_loss": 1.0}]}
+    (point,) = mean_curve(per_seed, "test_accuracy")  # round 4: seed 1 has no test score
+    assert point[0] == 2 and point[1] == pytest.approx(60.0) and point[2] == pytest.approx(T1 * 10.0)
 
 
 def test_winners_are_the_best_mean_and_the_methods_the_paired_rule_cannot_separate(tmp_path: Path) -> None:

@@ -461,22 +461,26 @@ def load_config(source: str | Path | dict[str, Any] | None = None, overrides: li
 
 _NOTED: set[str] = set()
 
-#: Sections whose ``options`` belong to the registered ``name`` they sit beside.
-_CHOICES = ("partition", "model", "algorithm")
+#: Sections whose options belong to the registered choice they sit beside: section -> (the key naming
+#: the choice, the key of its options).
+_CHOICES = {"partition": ("name", "options"), "model": ("name", "options"), "algorithm": ("name", "options"),
+            "runtime": ("engine", "engine_options")}
 
 
 def _name_and_options(data: dict[str, Any], section: str) -> tuple[Any, Any]:
     node = data.get(section)
     if not isinstance(node, dict):
         return None, None
-    options = node.get("options")
-    return node.get("name"), copy.deepcopy(options)
+    name_key, options_key = _CHOICES[section]
+    options = node.get(options_key)
+    return node.get(name_key, "inprocess" if section == "runtime" else None), copy.deepcopy(options)
 
 
 def _accepted_options(section: str, name: str) -> set[str] | None:
     """The option names ``name`` accepts in ``section`` (None: unknown name, left to validation)."""
     import fedfew.algorithms  # noqa: F401  (registers algorithms)
     from fedfew.engine import ALGORITHMS
+    from fedfew.engines import ENGINES
     from fedfew.models import MODELS
     from fedfew.partition import PARTITIONS
     from fedfew.registry import RegistryError
@@ -485,6 +489,8 @@ def _accepted_options(section: str, name: str) -> set[str] | None:
     try:
         if section == "algorithm":
             return set(ALGORITHMS.get(name).Options.model_fields)
+        if section == "runtime":
+            return set(ENGINES.get(name).Options.model_fields)
         registry, skip = ((PARTITIONS, ("labels", "num_clients", "rng", "groups")) if section == "partition"
                           else (MODELS, ("input_shape", "num_classes")))
         return set(options_schema(registry.get(name), skip).model_fields)
@@ -496,7 +502,8 @@ def _drop_stale_options(data: dict[str, Any], section: str, old_name: Any, old_o
     """The rule for changing a choice from the command line (``--set partition.name=iid``): when an
     override changed ``SECTION.name``, the options the file gave the old choice that the new one does not
     take are dropped, with a logged note. An option set by an override is kept and validated as usual,
-    so a mistyped one is still an error, and so is one in a file whose choice was not changed."""
+    so a mistyped one is still an error, and so is one in a file whose choice was not changed. The same
+    holds for ``runtime.engine`` and its ``runtime.engine_options``."""
     name, options = _name_and_options(data, section)
     if name == old_name or not isinstance(name, str) or not isinstance(options, dict):
         return
@@ -506,9 +513,10 @@ def _drop_stale_options(data: dict[str, Any], section: str, old_name: Any, old_o
     from_file = old_options if isinstance(old_options, dict) else {}
     dropped = sorted(k for k in options if k not in accepted and k in from_file and from_file[k] == options[k])
     if dropped:
-        data[section]["options"] = {k: v for k, v in options.items() if k not in dropped}
-        note = (f"{section}.name changed from {old_name} to {name}: dropped the options it does not take "
-                f"({', '.join(f'{section}.options.{k}' for k in dropped)})")
+        name_key, options_key = _CHOICES[section]
+        data[section][options_key] = {k: v for k, v in options.items() if k not in dropped}
+        note = (f"{section}.{name_key} changed from {old_name} to {name}: dropped the options it does not take "
+                f"({', '.join(f'{section}.{options_key}.{k}' for k in dropped)})")
         if note not in _NOTED:  # once per process: a study resolves the same change for many cells
             _NOTED.add(note)
             logging.getLogger(__name__).warning(note)

@@ -310,7 +310,7 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
 
 def _warn_participation(config: ExperimentConfig, summary: dict[str, Any]) -> None:
     never = summary["clients_never_trained"]
-    if not never:
+    if not never or summary.get("rounds") == 0:  # the untrained control trains nobody by design
         return
     total = len(summary["rounds_trained"])
     shown = ", ".join(map(str, never[:10])) + (", ..." if len(never) > 10 else "")

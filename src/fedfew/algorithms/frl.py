@@ -631,7 +631,7 @@ class FRL(Algorithm):
         global_prototypes = payload.get("prototypes")
         batches = minibatches(len(query), opts.batch_size, generator) if opts.extra_query_steps else [None]
         loss, accuracy = self.query_loss(model, query, batches[0], support, global_prototypes)
-        names = [n for n, _ in model.named_parameters() if n in phi]
+        names = [n for n, p in model.named_parameters() if n in phi and p.requires_grad]  # a frozen table stays
         params = dict(model.named_parameters())
         grads = torch.autograd.grad(loss, [params[n] for n in names])
         updated = {name: tensor.clone() for name, tensor in phi.items()}

@@ -165,7 +165,9 @@ def per_fedavg_local(model: nn.Module, data: LabelledDataset, targets: torch.Ten
     """``local_steps`` Per-FedAvg steps on ``model`` in place; each batch is drawn independently.
     ``relabel`` draws new targets for each step (one MAML task: the same labels for D, D', D'')."""
     model.train()
-    params: Params = {name: p.detach().clone() for name, p in model.named_parameters()}
+    # Frozen parameters (a frozen word-vector table) are not Per-FedAvg's to move: functional_call takes
+    # them from the model.
+    params: Params = {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
     size = min(options.batch_size, len(data))
     draws = 2 if options.variant == "fo" else 3
     for _ in range(options.local_steps):
@@ -176,7 +178,8 @@ def per_fedavg_local(model: nn.Module, data: LabelledDataset, targets: torch.Ten
         params = per_fedavg_step(model, params, data, targets, batches, options, loss_fn)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            p.copy_(params[name])
+            if name in params:
+                p.copy_(params[name])
         loss = loss_fn(model, dict(model.named_parameters()), data, targets, torch.arange(len(data)))
     return {"loss": float(loss)}
 

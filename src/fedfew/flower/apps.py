@@ -165,6 +165,9 @@ def evaluate(msg: Message, context: Context) -> Message:
         generator = evaluate_generator(setup.config.seed, split, client_id)
         with setup.compute.scope():
             scores = setup.algorithm.evaluate_client(payload, state, setup.client, data, generator)
-        return Message(RecordDict({"scores": ConfigRecord({"json": json.dumps(scores)})}), reply_to=msg)
+        # In the state form, as uploads travel: scores are numbers, but an evaluation may send a model
+        # (f2l's test_client_model: average sends each client-model to be averaged).
+        arrays, meta = to_records(scores, static_tensors(setup.algorithm))
+        return Message(RecordDict({"scores": arrays, "scores.meta": meta}), reply_to=msg)
     except Exception as err:
         return _error_reply(msg, cid, err)

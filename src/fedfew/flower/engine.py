@@ -157,7 +157,7 @@ class FlowerEngine(Engine):
                 continue
             content = self._content(reply, doing)
             self._log("evaluate", data.split, cid, content)
-            scores[cid] = json.loads(str(content["scores"]["json"]))
+            scores[cid] = from_records(content["scores"], content["scores.meta"], static_tensors(self.algorithm))
         if not scores:
             raise FlowerRunError(f"no client returned its {data.split} scores within {self.round_timeout:.0f} s "
                                  "(flower.round_timeout)")

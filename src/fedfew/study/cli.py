@@ -26,7 +26,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from fedfew.study.report import collect, figure, markdown
+    from fedfew.study.report import collect, curve_figure, figure, markdown
 
     study, root = load_study(args.study)
     study.budget(args.budget or study.docs_budget)  # a budget that does not exist: one line, exit 2
@@ -37,6 +37,12 @@ def _cmd_report(args: argparse.Namespace) -> int:
             print(f"figure: {args.figure}")
         else:
             print("no figure: nothing in the store for this budget")
+    if args.curve:
+        key, target = args.curve
+        if curve_figure(results, key, Path(target)):
+            print(f"curves of {key}: {target}")
+        else:
+            print(f"no curves: no stored record of this budget keeps its evaluated rounds with {key}")
     return 0
 
 
@@ -74,6 +80,9 @@ def add_parser(sub: argparse._SubParsersAction, plugin_option: object = None) ->
     report.add_argument("study")
     report.add_argument("--budget", default=None, help="budget to report (default: the study's docs_budget)")
     report.add_argument("--figure", default=None, metavar="PNG", help="also draw the bars with intervals here")
+    report.add_argument("--curve", nargs=2, default=None, metavar=("KEY", "PNG"),
+                        help="also draw KEY (test_accuracy, val_accuracy, train_loss, ...) against the round, mean "
+                             "over seeds with its 95%% band, into PNG")
     common(report)
     report.set_defaults(func=_cmd_report)
 

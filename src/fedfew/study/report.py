@@ -28,6 +28,8 @@ class StudyResults:
     cells_without_metric: int = 0
     wall_seconds: float = 0.0
     methods: list[str] = field(default_factory=list)
+    #: (method or CONTROL, setting) -> {seed: the run's evaluated rounds} (records that keep them)
+    histories: dict[tuple[str, str], dict[int, list[dict[str, Any]]]] = field(default_factory=dict)
     settings: list[str] = field(default_factory=list)
 
     @property
@@ -59,6 +61,8 @@ def collect(study: Study, root: Path, store_base: Path, budget: str | None = Non
             continue
         results.cells_found += 1
         results.wall_seconds += float(record.get("wall_seconds", 0.0))
+        if record.get("history"):
+            results.histories.setdefault((cell.method, cell.setting), {})[cell.seed] = record["history"]
         value = metric(record, study.metric)
         if value is None:
             results.cells_without_metric += 1
@@ -162,6 +166,13 @@ def winners_markdown(results: StudyResults, study_path: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _metric_name(path: str) -> str:
+    """What the table's numbers are, in words where the path is a common one."""
+    return {"test.accuracy": "test accuracy (%)",
+            "initial_score.accuracy": "the untrained model's accuracy (%) on the validation split (its test split "
+                                      "where it has none)"}.get(path, f"`{path}` (%)")
+
+
 def markdown(results: StudyResults, study_path: str) -> str:
     """The report: a status line, the table and the claims (what the docs markers hold)."""
     study = results.study
@@ -174,8 +185,8 @@ def markdown(results: StudyResults, study_path: str) -> str:
     seeds = results.seeds
     status = (f"Study `{study.name}` at the {results.budget} budget: {results.cells_found}/{results.cells_total} "
               f"cells in the store, seeds {', '.join(map(str, seeds))}, {results.wall_seconds / 60:.1f} min of "
-              f"runs, code {results.code.describe() if results.code else '?'}. Ours: mean ± 95% interval over "
-              f"seeds (Student's t). Made by `{command}` and `{report}`.")
+              f"runs, code {results.code.describe() if results.code else '?'}. Ours: {_metric_name(study.metric)}, mean ± 95% "
+              f"interval over seeds (Student's t). Made by `{command}` and `{report}`.")
     if results.cells_found < results.cells_total:
         status += f" **Incomplete**: {results.cells_total - results.cells_found} cells not yet run."
     if results.cells_without_metric:
@@ -237,6 +248,58 @@ def figure(results: StudyResults, path: Path) -> bool:
     ax.legend(fontsize=7)
     if study.paper:
         ax.text(0.0, -0.15, f"horizontal marks: paper ({study.paper[0].source})", transform=ax.transAxes, fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def mean_curve(per_seed: dict[int, list[dict[str, Any]]], key: str) -> list[tuple[int, float, float]]:
+    """(round, mean, 95% half-width over seeds) at the rounds where every seed's run has ``key``: a
+    curve over seeds, in percent."""
+    by_round: dict[int, dict[int, float]] = {}
+    for seed, rows in per_seed.items():
+        for row in rows:
+            if isinstance(row.get(key), (int, float)):
+                by_round.setdefault(int(row["round"]), {})[seed] = 100.0 * float(row[key])
+    points = []
+    for r in sorted(by_round):
+        if len(by_round[r]) == len(per_seed):
+            interval = t_interval(list(by_round[r].values()))
+            points.append((r, interval.mean, interval.half_width or 0.0))
+    return points
+
+
+def curve_figure(results: StudyResults, key: str, path: Path) -> bool:
+    """``key`` (a history number such as test_accuracy or train_loss) against the round, one panel per
+    setting, one line per method: the mean over seeds with its 95% band. False when no stored record
+    of this budget keeps its evaluated rounds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curves = {cell: mean_curve(per_seed, key) for cell, per_seed in results.histories.items()}
+    curves = {cell: points for cell, points in curves.items() if points}
+    if not curves:
+        return False
+    settings = [s for s in results.settings if any(cell[1] == s for cell in curves)]
+    fig, axes = plt.subplots(1, len(settings), figsize=(4.2 * len(settings), 3.4), squeeze=False)
+    for ax, setting in zip(axes[0], settings):
+        for method in results.methods:
+            points = curves.get((method, setting))
+            if not points:
+                continue
+            rounds, means, halves = zip(*points)
+            line, = ax.plot(rounds, means, marker=".", label=results.study.label(method))
+            ax.fill_between(rounds, [m - h for m, h in zip(means, halves)], [m + h for m, h in zip(means, halves)],
+                            color=line.get_color(), alpha=0.15)
+        ax.set_title(setting, fontsize=9)
+        ax.set_xlabel("round")
+        ax.set_ylabel(f"{key} (%)")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(f"{results.study.title or results.study.name}: mean over seeds, 95% band", fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from fedfew.config import dump_config
+from fedfew.errors import FedfewError, RunInterrupted, UsageError
 from fedfew.study.grid import Cell, cells
 from fedfew.study.schema import Study, StudyError
-from fedfew.study.store import CodeVersion, ResultStore, current_code, foreign_codes, make_record
+from fedfew.study.store import CodeVersion, ResultStore, current_code, foreign_codes, make_record, metric
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +29,9 @@ def _existing_run(folder: Path) -> Path | None:
     return runs[-1] if runs else None
 
 
-def _run_cell(cell: Cell, folder: Path) -> dict[str, Any]:
-    """Run the cell, resume its interrupted run, or read its finished one; returns the run's summary."""
+def _run_cell(cell: Cell, folder: Path) -> tuple[dict[str, Any], Path]:
+    """Run the cell, resume its interrupted run, or read its finished one; returns the run's summary
+    and its run folder."""
     from fedfew.runner import resume_run, run_experiment
 
     previous = _existing_run(folder)
@@ -37,10 +39,36 @@ def _run_cell(cell: Cell, folder: Path) -> dict[str, Any]:
         status = json.loads((previous / "status.json").read_text()).get("status") \
             if (previous / "status.json").is_file() else None
         if status == "complete" and (previous / "summary.json").is_file():
-            return json.loads((previous / "summary.json").read_text())
+            return json.loads((previous / "summary.json").read_text()), previous
         log.info("resuming %s in %s", cell.title, previous)
-        return resume_run(previous, progress=False)
-    return run_experiment(cell.config, folder, progress=False)
+        return resume_run(previous, progress=False), previous
+    summary = run_experiment(cell.config, folder, progress=False)
+    return summary, Path(summary["folder"])
+
+
+def evaluated_history(run_folder: Path) -> list[dict[str, Any]]:
+    """The rounds of a run's metrics.jsonl that were evaluated, with their numbers only (round, train_*,
+    val_*, test_*; not who replied or bytes): what a report draws as curves, kept small in the store."""
+    path = run_folder / "metrics.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+    kept = []
+    for row in rows:
+        if not any(k.startswith(("val_", "test_")) for k in row):
+            continue
+        kept.append({"round": row["round"], **{k: v for k, v in row.items() if k.startswith(("train_", "val_", "test_"))
+                                               and isinstance(v, (int, float)) and not isinstance(v, bool)}})
+    return kept
+
+
+class CellsFailed(FedfewError):
+    """Some cells could not run (an impossible partition for one seed, a run in which nothing trained);
+    the others went on and are in the store. Exit 2 when any failure is bad input, else 1."""
+
+    def __init__(self, study: str, failed: list[tuple[Cell, FedfewError]], total: int) -> None:
+        cell, first = failed[0]
+        super().__init__(f"study {study}: {len(failed)} of {total} cells failed (first: {cell.title}: {first}); the "
+                         "others are in the store, and the same command runs the failed ones again")
+        self.exit_code = 2 if any(isinstance(err, UsageError) for _, err in failed) else 1
 
 
 def _eta(seconds: float) -> str:
@@ -56,7 +84,6 @@ def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base
               out: Any = None) -> dict[str, int]:
     """Run every cell of ``study`` at ``budget`` not yet in the store. Returns counts (run, skipped)."""
     from fedfew.experiment import dataset_cache
-    from fedfew.runner import RunInterrupted
 
     out = out or sys.stderr
     todo = cells(study, root, budget, seeds, extra)  # every config validated before any work
@@ -74,26 +101,34 @@ def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base
     print(f"study {study.name} at budget {budget}: {len(todo)} cells, {skipped} already in {store.folder}",
           file=out, flush=True)
     spent: list[float] = []
+    failed: list[tuple[Cell, FedfewError]] = []
     with dataset_cache():
         for i, cell in enumerate(pending, 1):
             start = time.perf_counter()
             try:
-                summary = _run_cell(cell, cell_folder(runs_base, study, cell, code))
+                summary, run_folder = _run_cell(cell, cell_folder(runs_base, study, cell, code))
             except RunInterrupted:
                 print(f"study {study.name}: stopped in cell {cell.title} ({skipped + i - 1}/{len(todo)} done); run "
                       "the same `fedfew study run` again to continue (the cell resumes from its checkpoint)",
                       file=out, flush=True)
                 raise
+            except FedfewError as err:  # this cell's own problem (its partition, a run that failed): go on
+                failed.append((cell, err))
+                print(f"[{skipped + i}/{len(todo)}] {cell.title}: failed: {err}", file=out, flush=True)
+                continue
             wall = time.perf_counter() - start
             record = make_record(study.name, budget, cell.method, cell.setting, cell.seed, cell.config_hash,
-                                 _config_data(cell), code, summary, summary.get("seconds", wall))
+                                 _config_data(cell), code, summary, summary.get("seconds", wall),
+                                 evaluated_history(run_folder))
             store.put(record)
             spent.append(wall)
             left = (len(pending) - i) * sum(spent) / len(spent)
-            accuracy = record["metrics"].get("test", {}).get("accuracy")
-            shown = f"{100 * accuracy:.2f}%" if isinstance(accuracy, (int, float)) else "n/a"
+            value = metric(record, study.metric)  # the study's metric (test.accuracy unless it names another)
+            shown = f"{100 * value:.2f}%" if value is not None else f"no {study.metric}"
             print(f"[{skipped + i}/{len(todo)}] {cell.title}: {shown} in {wall:.1f} s; about {_eta(left)} left",
                   file=out, flush=True)
+    if failed:
+        raise CellsFailed(study.name, failed, len(todo))
     return {"cells": len(todo), "run": len(pending), "skipped": skipped}
 
 

@@ -138,14 +138,23 @@ class ResultStore:
         return path
 
 
+#: What a record keeps of a run's summary: the test metrics and the scores around them (the initial
+#: model's, on validation where the run has it; the selected and the last round's on the same split).
+KEPT_SUMMARY = ("test", "selected_round", "rounds", "seconds", "bytes_down", "bytes_up", "chance", "at_chance",
+                "rounds_without_training", "initial_score", "selected_score", "final_score")
+
+
 def make_record(study: str, budget: str, method: str, setting: str, seed: int, config_hash: str,
-                config: dict[str, Any], code: CodeVersion, summary: dict[str, Any], wall_seconds: float) -> dict[str, Any]:
-    keep = ("test", "selected_round", "rounds", "seconds", "bytes_down", "bytes_up", "chance", "at_chance",
-            "rounds_without_training")
-    return {"format": FORMAT, "study": study, "budget": budget, "method": method, "setting": setting, "seed": seed,
-            "config_hash": config_hash, "config": config, "code": code.to_json(),
-            "metrics": {k: summary[k] for k in keep if k in summary},
-            "wall_seconds": round(wall_seconds, 2), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                config: dict[str, Any], code: CodeVersion, summary: dict[str, Any], wall_seconds: float,
+                history: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """One cell's record; ``history`` is the run's evaluated rounds (:func:`fedfew.study.run.evaluated_history`)."""
+    record = {"format": FORMAT, "study": study, "budget": budget, "method": method, "setting": setting, "seed": seed,
+              "config_hash": config_hash, "config": config, "code": code.to_json(),
+              "metrics": {k: summary[k] for k in KEPT_SUMMARY if k in summary},
+              "wall_seconds": round(wall_seconds, 2), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    if history:
+        record["history"] = history
+    return record
 
 
 def metric(record: dict[str, Any], path: str) -> float | None:
