@@ -279,6 +279,60 @@ def test_a_store_from_other_code_is_refused_and_left_alone(tmp_path: Path, capsy
     assert code == 0 and f"sources {record['code']['source']}" in out and "000000000000" not in out
 
 
+def _as_older_code(store: ResultStore, source: str = "000000000000") -> None:
+    """Relabel every record of ``store`` as made by older code (what a commit does to a store)."""
+    for path in store.folder.glob("*.json"):
+        record = json.loads(path.read_text())
+        path.unlink()
+        store.put({**record, "code": {**record["code"], "source": source}})
+
+
+def test_verify_lets_older_records_stand_when_the_numbers_are_the_same(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    study = {**DIGITS_STUDY, "claims": [], "seeds": [0, 1]}
+    path = write_study(tmp_path, study)
+    args = ["--store", str(tmp_path / "store"), "--runs", str(tmp_path / "runs"), "--budget", "smoke"]
+    assert run_cli(["study", "run", str(path), *args], capsys)[0] == 0
+    store = ResultStore(tmp_path / "store", "digits-check")
+    _as_older_code(store)
+    assert run_cli(["study", "run", str(path), *args], capsys)[0] == 2  # other code: refused
+
+    # one cell per method (fl-proto, fl-maml, the control) re-run at this code: the same numbers
+    code, out, err = run_cli(["study", "verify", str(path), *args, "--runs", str(tmp_path / "again")], capsys)
+    assert code == 0, err
+    assert "re-running 3 of the 6 cells stored by sources 000000000000" in err and err.count("the same") == 3
+    assert "gives the numbers of sources 000000000000 on all 3 re-run cells" in out
+    (equivalence,) = store.equivalences()
+    assert equivalence["equal_to"]["source"] == "000000000000" and len(equivalence["cells"]) == 3
+    # the study is complete at this version: nothing runs, the report shows all six and says why
+    code, _, err = run_cli(["study", "run", str(path), *args], capsys)
+    assert code == 0 and "6 already in" in err
+    code, out, _ = run_cli(["study", "report", str(path), "--store", str(tmp_path / "store"), "--budget", "smoke"],
+                           capsys)
+    assert code == 0 and "6/6 cells in the store" in out
+    assert "3 of the 6 records were made by older code (000000000000)" in out and "on 3 re-run cells" in out
+
+
+def test_verify_records_nothing_when_a_number_differs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    study = {**DIGITS_STUDY, "claims": [], "control": None, "seeds": [0],
+             "methods": {"fl-proto": DIGITS_STUDY["methods"]["fl-proto"]}}
+    path = write_study(tmp_path, study)
+    args = ["--store", str(tmp_path / "store"), "--runs", str(tmp_path / "runs"), "--budget", "smoke"]
+    assert run_cli(["study", "run", str(path), *args], capsys)[0] == 0
+    store = ResultStore(tmp_path / "store", "digits-check")
+    (record_path,) = store.folder.glob("*.json")
+    record = json.loads(record_path.read_text())
+    record["metrics"]["test"]["accuracy"] += 0.01  # what another code's numbers look like
+    record_path.write_text(json.dumps(record))
+    _as_older_code(store)
+    code, _, err = run_cli(["study", "verify", str(path), *args, "--runs", str(tmp_path / "again")], capsys)
+    assert code == 1 and "DIFFERENT" in err and "other numbers than sources 000000000000 on 1 of 1" in err
+    assert store.equivalences() == []
+    assert run_cli(["study", "run", str(path), *args], capsys)[0] == 2  # still other code
+    code, _, err = run_cli(["study", "verify", str(path), *args, "--per-method", "0"], capsys)
+    assert code == 2 and "--per-method" in err
+
+
 # -- generated docs ------------------------------------------------------------------------------------
 def test_docs_blocks_are_what_the_store_gives(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "studies").mkdir()

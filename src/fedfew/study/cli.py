@@ -25,6 +25,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from fedfew.study.run import verify_study
+
+    study, root = load_study(args.study)
+    done = verify_study(study, root, args.budget, _store(args, root), Path(args.runs), args.per_method, args.set)
+    print(f"study {study.name}: sources {done['new']} gives the numbers of sources {done['old']} on all {done['cells']} "
+          f"re-run cells; the older records count as this version's ({done['file']})")
+    return 0
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from fedfew.study.report import collect, curve_figure, figure, markdown
 
@@ -75,6 +85,17 @@ def add_parser(sub: argparse._SubParsersAction, plugin_option: object = None) ->
                      help="the store holds these cells from other code: add this version's results beside them")
     common(run)
     run.set_defaults(func=_cmd_run)
+
+    verify = actions.add_parser("verify", help="re-run a few stored cells with this code; if every number is the "
+                                               "same, the older code's records count as this version's")
+    verify.add_argument("study")
+    verify.add_argument("--budget", default="cpu", help="budget whose cells are checked (default cpu)")
+    verify.add_argument("--per-method", type=int, default=1, help="cells re-run per method (default 1)")
+    verify.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="the same --set the study was run with (part of each cell's key)")
+    verify.add_argument("--runs", default="runs/studies", help="base folder for the re-run cells' run folders")
+    common(verify)
+    verify.set_defaults(func=_cmd_verify)
 
     report = actions.add_parser("report", help="the table, the claims' verdicts and a figure, from the store")
     report.add_argument("study")

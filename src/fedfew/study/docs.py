@@ -95,6 +95,9 @@ def compute_table(studies: dict[str, tuple[Study, Path]], root: Path,
         results = results_of(name)
         total += results.wall_seconds
         code = results.code.source if results.code else "—"
+        older = sorted(src for src in results.sources if results.code and src != results.code.source)
+        if older:
+            code += f" ({sum(results.sources[src] for src in older)} records of {', '.join(older)}, verified equal)"
         lines.append(f"| `{path.relative_to(root)}` | {results.budget} | {results.cells_found}/{results.cells_total} | "
                      f"{', '.join(map(str, results.seeds)) or '—'} | {results.wall_seconds / 60:.1f} | {code} |")
     lines.append(f"| all | | | | {total / 60:.1f} | |")

@@ -28,6 +28,11 @@ class StudyResults:
     cells_without_metric: int = 0
     wall_seconds: float = 0.0
     methods: list[str] = field(default_factory=list)
+    #: Stored records shown, by the source hash of the code that made them (more than one where an older
+    #: version was verified to give this version's numbers: ``fedfew study verify``)
+    sources: dict[str, int] = field(default_factory=dict)
+    #: The verifications that let older records stand for this version: (older sources, cells re-run)
+    verified: list[tuple[str, int]] = field(default_factory=list)
     #: (method or CONTROL, setting) -> {seed: the run's evaluated rounds} (records that keep them)
     histories: dict[tuple[str, str], dict[int, list[dict[str, Any]]]] = field(default_factory=dict)
     settings: list[str] = field(default_factory=list)
@@ -49,18 +54,25 @@ def collect(study: Study, root: Path, store_base: Path, budget: str | None = Non
     store = ResultStore(store_base, study.name)
     grid: list[Cell] = cells(study, root, budget)
     code = store.newest_code({c.config_hash for c in grid})  # of this budget's cells, not another budget's
+    if code is not None:
+        code = store.newer_equal(code)  # a newer version verified to give these records' numbers
     b = study.budget(budget)
     results = StudyResults(study, budget, code, cells_total=len(grid),
                            methods=b.methods or list(study.methods), settings=b.settings or list(study.settings))
     if code is None:
         return results
     records = store.by_hash(code)
+    equal = store.equal_codes(code)
+    results.verified = [(CodeVersion.from_json(e["equal_to"]).source, len(e["cells"])) for e in store.equivalences()
+                        if CodeVersion.from_json(e["equal_to"]).key in equal]
     for cell in grid:
         record = records.get(cell.config_hash)
         if record is None:
             continue
         results.cells_found += 1
         results.wall_seconds += float(record.get("wall_seconds", 0.0))
+        source = record["code"]["source"]
+        results.sources[source] = results.sources.get(source, 0) + 1
         if record.get("history"):
             results.histories.setdefault((cell.method, cell.setting), {})[cell.seed] = record["history"]
         value = metric(record, study.metric)
@@ -187,6 +199,12 @@ def markdown(results: StudyResults, study_path: str) -> str:
               f"cells in the store, seeds {', '.join(map(str, seeds))}, {results.wall_seconds / 60:.1f} min of "
               f"runs, code {results.code.describe() if results.code else '?'}. Ours: {_metric_name(study.metric)}, mean ± 95% "
               f"interval over seeds (Student's t). Made by `{command}` and `{report}`.")
+    older = {src: n for src, n in results.sources.items() if results.code and src != results.code.source}
+    if older:
+        checks = "; ".join(f"sources {src} on {n} re-run cells" for src, n in results.verified)
+        status += (f" {sum(older.values())} of the {results.cells_found} records were made by older code "
+                   f"({', '.join(sorted(older))}), verified to give this version's numbers exactly ({checks}; "
+                   "`fedfew study verify`).")
     if results.cells_found < results.cells_total:
         status += f" **Incomplete**: {results.cells_total - results.cells_found} cells not yet run."
     if results.cells_without_metric:

@@ -14,7 +14,15 @@ from fedfew.config import dump_config
 from fedfew.errors import FedfewError, RunInterrupted, UsageError
 from fedfew.study.grid import Cell, cells
 from fedfew.study.schema import Study, StudyError
-from fedfew.study.store import CodeVersion, ResultStore, current_code, foreign_codes, make_record, metric
+from fedfew.study.store import (
+    FORMAT,
+    CodeVersion,
+    ResultStore,
+    current_code,
+    foreign_codes,
+    make_record,
+    metric,
+)
 
 log = logging.getLogger(__name__)
 
@@ -136,3 +144,70 @@ def _config_data(cell: Cell) -> dict[str, Any]:
     import yaml
 
     return yaml.safe_load(dump_config(cell.config))
+
+
+class CodeDiffers(FedfewError):
+    """``fedfew study verify`` found a re-run cell whose numbers differ from its stored record (exit 1)."""
+
+    exit_code = 1
+
+
+def verify_study(study: Study, root: Path, budget: str, store_base: Path, runs_base: Path, per_method: int = 1,
+                 extra: list[str] | None = None, out: Any = None) -> dict[str, Any]:
+    """Re-run ``per_method`` stored cells of each method (the first settings and seeds that have a record)
+    with this code and compare their test metrics with the records of the older code that holds most
+    of the budget's cells. Every one equal, exactly: the older records count as this version's (an
+    equivalence file in the store, with the cells as evidence), so a commit that does not change these
+    runs' numbers does not send the study back to the start. Any one different: nothing is recorded as
+    equal, exit 1. The re-run cells' records are stored either way (they are this version's results)."""
+    from fedfew.experiment import dataset_cache
+
+    out = out or sys.stderr
+    if per_method < 1:
+        raise StudyError(f"--per-method: at least 1 cell per method (got {per_method})")
+    todo = cells(study, root, budget, None, extra)
+    store = ResultStore(store_base, study.name)
+    code = current_code()
+    hashes = {c.config_hash for c in todo}
+    others = foreign_codes(store, code, hashes)
+    if not others:
+        raise StudyError(f"study {study.name} at budget {budget}: the store holds no records of other code for these "
+                         f"cells ({code.describe()}); nothing to verify")
+    held = {v.key: sum(1 for h in store.by_hash(v) if h in hashes) for v in others}
+    old = max(others, key=lambda v: held[v.key])
+    old_records = store.by_hash(old)
+    taken: dict[str, int] = {}
+    chosen = []
+    for cell in todo:
+        if cell.config_hash in old_records and taken.get(cell.method, 0) < per_method:
+            taken[cell.method] = taken.get(cell.method, 0) + 1
+            chosen.append(cell)
+    print(f"study {study.name} at budget {budget}: re-running {len(chosen)} of the {held[old.key]} cells stored by "
+          f"sources {old.source} with sources {code.source}", file=out, flush=True)
+    compared = []
+    differ = []
+    with dataset_cache():
+        for i, cell in enumerate(chosen, 1):
+            summary, run_folder = _run_cell(cell, cell_folder(runs_base, study, cell, code))
+            record = make_record(study.name, budget, cell.method, cell.setting, cell.seed, cell.config_hash,
+                                 _config_data(cell), code, summary, summary.get("seconds", 0.0),
+                                 evaluated_history(run_folder))
+            store.put(record)
+            before, now = old_records[cell.config_hash]["metrics"].get("test"), record["metrics"].get("test")
+            same = before == now
+            compared.append({"config_hash": cell.config_hash, "method": cell.method, "setting": cell.setting,
+                             "seed": cell.seed, "test": now})
+            if not same:
+                differ.append(cell)
+            shown = (f"{100 * now['accuracy']:.4f}% (stored: {100 * before['accuracy']:.4f}%)"
+                     if isinstance(now, dict) and isinstance(before, dict) and "accuracy" in now and "accuracy" in before
+                     else f"{now} (stored: {before})")
+            print(f"[{i}/{len(chosen)}] {cell.title}: {shown}, {'the same' if same else 'DIFFERENT'}", file=out, flush=True)
+    if differ:
+        raise CodeDiffers(f"study {study.name}: sources {code.source} gives other numbers than sources {old.source} on "
+                          f"{len(differ)} of {len(chosen)} re-run cells (first: {differ[0].title}); nothing recorded as "
+                          "equal: run the study again with --new-code")
+    path = store.put_equivalence({"format": FORMAT, "study": study.name, "budget": budget, "code": code.to_json(),
+                                  "equal_to": old.to_json(), "cells": compared,
+                                  "verified": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    return {"cells": len(chosen), "old": old.source, "new": code.source, "file": str(path)}

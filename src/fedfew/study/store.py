@@ -126,7 +126,63 @@ class ResultStore:
         return json.loads(path.read_text()) if path.is_file() else None
 
     def by_hash(self, code: CodeVersion) -> dict[str, dict[str, Any]]:
-        return {r["config_hash"]: r for r in self.records() if CodeVersion.from_json(r["code"]).key == code.key}
+        """The records of ``code``, and of the versions verified to give its numbers (``fedfew study
+        verify``) where ``code`` has none of that cell."""
+        same = self.equal_codes(code)
+        found: dict[str, dict[str, Any]] = {}
+        for r in self.records():
+            key = CodeVersion.from_json(r["code"]).key
+            if key == code.key or (key in same and r["config_hash"] not in found):
+                found[r["config_hash"]] = r
+        return found
+
+    # -- code versions verified to give the same numbers ------------------------------------------------
+    @property
+    def _equal_folder(self) -> Path:
+        return self.folder / "equal-code"
+
+    def equivalences(self) -> list[dict[str, Any]]:
+        """The verifications in this study's store: {code, equal_to, cells, verified}."""
+        folder = self._equal_folder
+        out = []
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            try:
+                data = json.loads(path.read_text())
+                CodeVersion.from_json(data["code"]), CodeVersion.from_json(data["equal_to"])
+            except (OSError, ValueError, KeyError, TypeError) as err:
+                raise StudyError(f"store file {path} cannot be read ({type(err).__name__}); move it away and run "
+                                 "`fedfew study verify` again") from None
+            out.append(data)
+        return out
+
+    def equal_codes(self, code: CodeVersion) -> set[str]:
+        """Keys of the older versions ``code`` was verified equal to, following each link down."""
+        links = [(CodeVersion.from_json(e["code"]).key, CodeVersion.from_json(e["equal_to"]).key)
+                 for e in self.equivalences()]
+        found: set[str] = set()
+        frontier = {code.key}
+        while frontier:
+            frontier = {old for new, old in links if new in frontier and old not in found and old != code.key}
+            found |= frontier
+        return found
+
+    def newer_equal(self, code: CodeVersion) -> CodeVersion:
+        """The newest version verified equal to ``code`` (``code`` itself if none): the version a report
+        names when its records are of an older, verified-equal one."""
+        current = code
+        while True:
+            up = [CodeVersion.from_json(e["code"]) for e in self.equivalences()
+                  if CodeVersion.from_json(e["equal_to"]).key == current.key]
+            if not up:
+                return current
+            current = up[0]
+
+    def put_equivalence(self, data: dict[str, Any]) -> Path:
+        new, old = CodeVersion.from_json(data["code"]), CodeVersion.from_json(data["equal_to"])
+        self._equal_folder.mkdir(parents=True, exist_ok=True)
+        path = self._equal_folder / f"{new.source}-equals-{old.source}.json"
+        path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        return path
 
     def put(self, record: dict[str, Any]) -> Path:
         code = CodeVersion.from_json(record["code"])
@@ -168,7 +224,9 @@ def metric(record: dict[str, Any], path: str) -> float | None:
 
 
 def foreign_codes(store: ResultStore, code: CodeVersion, hashes: Iterable[str]) -> list[CodeVersion]:
-    """Code versions other than ``code`` that hold records of these cells."""
+    """Code versions other than ``code`` (and those verified to give its numbers) that hold records of
+    these cells."""
     wanted = set(hashes)
+    mine = {code.key} | store.equal_codes(code)
     return list({CodeVersion.from_json(r["code"]).key: CodeVersion.from_json(r["code"]) for r in store.records()
-                 if r["config_hash"] in wanted and CodeVersion.from_json(r["code"]).key != code.key}.values())
+                 if r["config_hash"] in wanted and CodeVersion.from_json(r["code"]).key not in mine}.values())
