@@ -3,9 +3,7 @@
     .venv/bin/python experiments/fedfsl.py toy         # section 5.3 / Fig. 6 on MNIST (2-D features)
     .venv/bin/python experiments/fedfsl.py toy-control # Fig. 6's untrained control
     .venv/bin/python experiments/fedfsl.py ceiling     # what the Fig. 6 network reaches trained centrally
-    .venv/bin/python experiments/fedfsl.py table3      # Table 3 on Omniglot: 5 methods (+1 control) x IID/non-IID x 1/5-shot,
-                                                       # the untrained (round-0) controls, the paper's columns
-    .venv/bin/python experiments/fedfsl.py reference   # section 5.4.4: w^t versus w_{-k} in FedFSL-MI
+    (Table 3 and section 5.4.4 are studies now: studies/fedfsl_table3.yaml, studies/fedfsl_reference.yaml.)
     .venv/bin/python experiments/fedfsl.py devices     # Fig. 8: FedFSL-naive, -MI, -MI-Adv for K = 1..30 devices
     .venv/bin/python experiments/fedfsl.py headline --rounds 50 --local-steps 4   # Table 3's headline cell, larger budget
     .venv/bin/python experiments/fedfsl.py page        # (each command does this too) tables -> docs/fedfsl.md
@@ -16,7 +14,7 @@ models: ``build_experiment(config).simulator().evaluate(test)`` before any round
 
 Every run is a committed config (configs/fedfsl/) plus ``--set``-style overrides, run through
 :func:`fedfew.runner.run_experiment`; finished runs are cached in ``runs/fedfsl/cache.jsonl`` by their
-overrides, so an interrupted command resumes and ``reference`` reuses Table 3's FedFSL-MI runs.
+overrides, so an interrupted command resumes.
 Outputs (small markdown, JSON and PNG files) go to ``docs/fedfsl/``, and the markdown tables are
 copied into ``docs/fedfsl.md`` between its ``<!-- begin:NAME -->`` / ``<!-- end:NAME -->`` markers.
 """
@@ -361,36 +359,6 @@ def untrained(config_file: str, overrides: list[str]) -> dict[str, Any]:
             "label": " ".join(overrides)}
 
 
-def table3() -> None:
-    seed_cache(DOCS / "table3.json", "omniglot.yaml")
-    results: dict[str, dict[str, dict[str, Any]]] = {}
-    for column, settings in SETTINGS:
-        for row, name, extra in METHODS:
-            results.setdefault(row, {})[column] = cached_run("omniglot.yaml", [f"algorithm.name={name}", *settings, *extra])
-    controls: dict[str, dict[str, dict[str, Any]]] = {}
-    for row, name, extra in CONTROLS:
-        for column, settings in SETTINGS:
-            controls.setdefault(row, {})[column] = untrained("omniglot.yaml", [f"algorithm.name={name}", *settings, *extra])
-    names = [c for c, _ in SETTINGS]
-    header = ("| method | " + " | ".join(f"{c} ours | {c} paper miniImageNet | {c} paper FC100" for c in names) + " |")
-    lines = [header, "|---|" + "---|" * (3 * len(SETTINGS))]
-    for row, _, _ in METHODS:
-        mini, fc100 = PAPER_TABLE3.get(row, (("—",) * 4, ("—",) * 4))
-        cells = " | ".join(f"{pct(results[row][c]['test'])} | {mini[i]} | {fc100[i]}" for i, c in enumerate(names))
-        lines.append(f"| {row} | {cells} |")
-    for row, _, _ in CONTROLS:
-        cells = " | ".join(f"{pct(controls[row][c]['test'])} | — | —" for c in names)
-        lines.append(f"| {row} | {cells} |")
-    short = "| method | " + " | ".join(names) + " |"
-    lines += ["", "Run time (s, wall clock on the shared 2-core machine, including evaluation):", "",
-              short, "|---|" + "---|" * len(SETTINGS)]
-    for row, _, _ in METHODS:
-        lines.append(f"| {row} | " + " | ".join(f"{results[row][c]['seconds']:.0f}" for c in names) + " |")
-    DOCS.mkdir(parents=True, exist_ok=True)
-    (DOCS / "table3.md").write_text("\n".join(lines) + "\n")
-    (DOCS / "table3.json").write_text(json.dumps(results, indent=1) + "\n")
-    (DOCS / "table3_controls.json").write_text(json.dumps(controls, indent=1) + "\n")
-    print("\n".join(lines))
 
 
 def headline(rounds: int, local_steps: int) -> None:
@@ -439,29 +407,6 @@ def headline(rounds: int, local_steps: int) -> None:
 # --- section 5.4.4: which global model the MI term uses --------------------------------------
 
 
-def reference() -> None:
-    seed_cache(DOCS / "table3.json", "omniglot.yaml")
-    seed_cache(DOCS / "reference.json", "omniglot.yaml")
-    # the paper (section 5.4.4) gives no number for these cells: "using w^t either outperforms or ties
-    # with using w_-k in both 1-/5-shot tasks in all datasets", except miniImageNet 5-shot (69.61 vs 70.70)
-    lines = ["| setting | FedFSL-MI with w^t (global) | FedFSL-MI with w_{-k} (k-exclusive) | MB sent, w^t / w_{-k} | "
-             "paper (section 5.4.4, no number for 1-shot) |", "|---|---|---|---|---|"]
-    record = {}
-    for column, settings in SETTINGS:
-        if "1-shot" not in column:
-            continue
-        # the linear-head network of the committed comparison (run before the two-layer default)
-        runs = {ref: cached_run("omniglot.yaml", ["algorithm.name=fedfsl-mi", *settings]
-                                + ([] if ref == "global" else ["algorithm.options.reference=exclusive"]) + LINEAR)
-                for ref in ("global", "exclusive")}
-        record[column] = runs
-        mb = [(runs[r]["bytes_down"] + runs[r]["bytes_up"]) / 1e6 for r in ("global", "exclusive")]
-        lines.append(f"| {column} | {pct(runs['global']['test'])} | {pct(runs['exclusive']['test'])} | "
-                     f"{mb[0]:.1f} / {mb[1]:.1f} | w^t outperforms or ties w_-k |")
-    DOCS.mkdir(parents=True, exist_ok=True)
-    (DOCS / "reference.md").write_text("\n".join(lines) + "\n")
-    (DOCS / "reference.json").write_text(json.dumps(record, indent=1) + "\n")
-    print("\n".join(lines))
 
 
 # --- Fig. 8: the number of devices -----------------------------------------------------------
@@ -524,7 +469,7 @@ def fill_page() -> None:
     if not page.is_file():
         return
     text = page.read_text()
-    for name in ("mnist_toy", "mnist_toy_control", "mnist_ceiling", "table3", "reference", "devices", "headline"):
+    for name in ("mnist_toy", "mnist_toy_control", "mnist_ceiling", "devices", "headline"):
         table, begin, end = DOCS / f"{name}.md", f"<!-- begin:{name} -->", f"<!-- end:{name} -->"
         if table.is_file() and begin in text and end in text:
             head, rest = text.split(begin, 1)
@@ -534,8 +479,7 @@ def fill_page() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["toy", "toy-control", "ceiling", "table3", "reference", "devices", "headline",
-                                         "page"])
+    parser.add_argument("what", choices=["toy", "toy-control", "ceiling", "devices", "headline", "page"])
     parser.add_argument("--fresh", action="store_true",
                         help="do not seed the cache from the committed docs/fedfsl/*.json (re-run what is not cached)")
     parser.add_argument("--rounds", type=int, default=50, help="headline: rounds")
@@ -553,10 +497,6 @@ def main(argv: list[str] | None = None) -> int:
         toy_control()
     elif args.what == "ceiling":
         ceiling()
-    elif args.what == "table3":
-        table3()
-    elif args.what == "reference":
-        reference()
     elif args.what == "devices":
         devices()
     elif args.what == "headline":
