@@ -156,10 +156,11 @@ def verify_study(study: Study, root: Path, budget: str, store_base: Path, runs_b
                  extra: list[str] | None = None, out: Any = None) -> dict[str, Any]:
     """Re-run ``per_method`` stored cells of each method (the first settings and seeds that have a record)
     with this code and compare their test metrics with the records of the older code that holds most
-    of the budget's cells. Every one equal, exactly: the older records count as this version's (an
-    equivalence file in the store, with the cells as evidence), so a commit that does not change these
-    runs' numbers does not send the study back to the start. Any one different: nothing is recorded as
-    equal, exit 1. The re-run cells' records are stored either way (they are this version's results)."""
+    of the budget's cells. Every one equal, exactly: the re-run cells' records and an equivalence file
+    (the cells as evidence) go into the store, and the older records count as this version's, so a
+    commit that does not change these runs' numbers does not send the study back to the start. Any one
+    different: nothing is written to the store (a report would otherwise switch to the few new
+    records), exit 1; `study run --new-code` then reads the re-run cells' finished runs back."""
     from fedfew.experiment import dataset_cache
 
     out = out or sys.stderr
@@ -184,7 +185,7 @@ def verify_study(study: Study, root: Path, budget: str, store_base: Path, runs_b
             chosen.append(cell)
     print(f"study {study.name} at budget {budget}: re-running {len(chosen)} of the {held[old.key]} cells stored by "
           f"sources {old.source} with sources {code.source}", file=out, flush=True)
-    compared = []
+    compared, records = [], []
     differ = []
     with dataset_cache():
         for i, cell in enumerate(chosen, 1):
@@ -192,7 +193,7 @@ def verify_study(study: Study, root: Path, budget: str, store_base: Path, runs_b
             record = make_record(study.name, budget, cell.method, cell.setting, cell.seed, cell.config_hash,
                                  _config_data(cell), code, summary, summary.get("seconds", 0.0),
                                  evaluated_history(run_folder))
-            store.put(record)
+            records.append(record)
             before, now = old_records[cell.config_hash]["metrics"].get("test"), record["metrics"].get("test")
             same = before == now
             compared.append({"config_hash": cell.config_hash, "method": cell.method, "setting": cell.setting,
@@ -207,6 +208,8 @@ def verify_study(study: Study, root: Path, budget: str, store_base: Path, runs_b
         raise CodeDiffers(f"study {study.name}: sources {code.source} gives other numbers than sources {old.source} on "
                           f"{len(differ)} of {len(chosen)} re-run cells (first: {differ[0].title}); nothing recorded as "
                           "equal: run the study again with --new-code")
+    for record in records:
+        store.put(record)
     path = store.put_equivalence({"format": FORMAT, "study": study.name, "budget": budget, "code": code.to_json(),
                                   "equal_to": old.to_json(), "cells": compared,
                                   "verified": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
