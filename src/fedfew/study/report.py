@@ -115,8 +115,15 @@ def table(results: StudyResults) -> str:
 
 
 def claims(results: StudyResults) -> list[tuple[Any, str, list[PairVerdict]]]:
+    """Each claim's verdict, for the claims whose methods and setting this budget runs (a budget that
+    runs a few rows, such as a study's first piece, shows only the claims about them)."""
+    study = results.study
+    shown = set(results.methods) | ({CONTROL} if study.control is not None and study.budget(results.budget).control
+                                     else set())
     out = []
-    for claim in results.study.claims:
+    for claim in study.claims:
+        if not set(claim.order) <= shown or claim.setting not in results.settings:
+            continue
         values = {m: results.values.get((m, claim.setting), {}) for m in claim.order}
         verdict, pairs = judge_order(values, claim.order)
         out.append((claim, verdict, pairs))
