@@ -125,9 +125,7 @@ def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base
                 print(f"[{skipped + i}/{len(todo)}] {cell.title}: failed: {err}", file=out, flush=True)
                 continue
             wall = time.perf_counter() - start
-            record = make_record(study.name, budget, cell.method, cell.setting, cell.seed, cell.config_hash,
-                                 _config_data(cell), code, summary, summary.get("seconds", wall),
-                                 evaluated_history(run_folder))
+            record = _cell_record(study, budget, cell, code, summary, run_folder, wall)
             store.put(record)
             spent.append(wall)
             left = (len(pending) - i) * sum(spent) / len(spent)
@@ -138,6 +136,13 @@ def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base
     if failed:
         raise CellsFailed(study.name, failed, len(todo))
     return {"cells": len(todo), "run": len(pending), "skipped": skipped}
+
+
+def _cell_record(study: Study, budget: str, cell: Cell, code: CodeVersion, summary: dict[str, Any],
+                 run_folder: Path, wall: float) -> dict[str, Any]:
+    """The store record of a finished cell (``wall``: the time to use when the summary has none)."""
+    return make_record(study.name, budget, cell.method, cell.setting, cell.seed, cell.config_hash, _config_data(cell),
+                       code, summary, summary.get("seconds", wall), evaluated_history(run_folder))
 
 
 def _config_data(cell: Cell) -> dict[str, Any]:
@@ -190,9 +195,7 @@ def verify_study(study: Study, root: Path, budget: str, store_base: Path, runs_b
     with dataset_cache():
         for i, cell in enumerate(chosen, 1):
             summary, run_folder = _run_cell(cell, cell_folder(runs_base, study, cell, code))
-            record = make_record(study.name, budget, cell.method, cell.setting, cell.seed, cell.config_hash,
-                                 _config_data(cell), code, summary, summary.get("seconds", 0.0),
-                                 evaluated_history(run_folder))
+            record = _cell_record(study, budget, cell, code, summary, run_folder, 0.0)
             records.append(record)
             before, now = old_records[cell.config_hash]["metrics"].get("test"), record["metrics"].get("test")
             same = before == now
