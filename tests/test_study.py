@@ -333,6 +333,17 @@ def test_verify_records_nothing_when_a_number_differs(tmp_path: Path, capsys: py
     assert code == 2 and "--per-method" in err
 
 
+def test_verify_counts_new_metrics_as_new_not_different() -> None:
+    from fedfew.study.run import same_numbers
+
+    stored = {"accuracy": 0.5, "ci95": 0.1, "parts": {"a": 1.0}}
+    assert same_numbers(stored, {**stored, "per_class": {"5": 0.9}})  # a key the older code did not report
+    assert same_numbers(stored, {**stored, "parts": {"a": 1.0, "b": 2.0}})
+    assert not same_numbers(stored, {**stored, "accuracy": 0.5000001})
+    assert not same_numbers(stored, {"accuracy": 0.5, "parts": {"a": 1.0}})  # a stored number gone
+    assert not same_numbers(stored, {**stored, "parts": {"a": 1.5}})
+
+
 # -- generated docs ------------------------------------------------------------------------------------
 def test_docs_blocks_are_what_the_store_gives(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "studies").mkdir()

@@ -157,6 +157,14 @@ class CodeDiffers(FedfewError):
     exit_code = 1
 
 
+def same_numbers(before: Any, now: Any) -> bool:
+    """Every number of the stored ``before`` is in ``now``, exactly. Keys that ``now`` adds (a metric
+    the older code did not report) do not count against equality: they are new, not different."""
+    if isinstance(before, dict) and isinstance(now, dict):
+        return all(key in now and same_numbers(value, now[key]) for key, value in before.items())
+    return bool(before == now)
+
+
 def verify_study(study: Study, root: Path, budget: str, store_base: Path, runs_base: Path, per_method: int = 1,
                  extra: list[str] | None = None, out: Any = None) -> dict[str, Any]:
     """Re-run ``per_method`` stored cells of each method (the first settings and seeds that have a record)
@@ -198,7 +206,7 @@ def verify_study(study: Study, root: Path, budget: str, store_base: Path, runs_b
             record = _cell_record(study, budget, cell, code, summary, run_folder, 0.0)
             records.append(record)
             before, now = old_records[cell.config_hash]["metrics"].get("test"), record["metrics"].get("test")
-            same = before == now
+            same = same_numbers(before, now)
             compared.append({"config_hash": cell.config_hash, "method": cell.method, "setting": cell.setting,
                              "seed": cell.seed, "test": now})
             if not same:
