@@ -37,6 +37,21 @@ def _existing_run(folder: Path) -> Path | None:
     return runs[-1] if runs else None
 
 
+def _resumable_folder(runs_base: Path, study: Study, cell: Cell, code: CodeVersion, store: ResultStore) -> Path:
+    """This code's folder for the cell, or, where this code has no run of it yet, the folder of an
+    interrupted run made by a version verified to give this one's numbers (``fedfew study verify``):
+    a long cell stopped before a commit continues after it instead of starting again."""
+    folder = cell_folder(runs_base, study, cell, code)
+    if _existing_run(folder) is not None:
+        return folder
+    for source in sorted({key.rsplit("+", 1)[-1] for key in store.equal_codes(code)}):  # key: package+source
+        older = runs_base / study.name / f"{cell.config_hash}-{source}"
+        if _existing_run(older) is not None:
+            log.info("%s: continuing the run of verified-equal sources %s", cell.title, source)
+            return older
+    return folder
+
+
 def _run_cell(cell: Cell, folder: Path) -> tuple[dict[str, Any], Path]:
     """Run the cell, resume its interrupted run, or read its finished one; returns the run's summary
     and its run folder."""
@@ -114,7 +129,7 @@ def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base
         for i, cell in enumerate(pending, 1):
             start = time.perf_counter()
             try:
-                summary, run_folder = _run_cell(cell, cell_folder(runs_base, study, cell, code))
+                summary, run_folder = _run_cell(cell, _resumable_folder(runs_base, study, cell, code, store))
             except RunInterrupted:
                 print(f"study {study.name}: stopped in cell {cell.title} ({skipped + i - 1}/{len(todo)} done); run "
                       "the same `fedfew study run` again to continue (the cell resumes from its checkpoint)",
