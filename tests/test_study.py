@@ -18,7 +18,7 @@ from fedfew.errors import UsageError
 from fedfew.study.docs import render_pages, study_files
 from fedfew.study.grid import cells, config_hash
 from fedfew.study.schema import CONTROL, load_study
-from fedfew.study.store import ResultStore
+from fedfew.study.store import ResultStore, metric
 from fedfew.study.verdict import HOLDS, NOT_RESOLVED, REVERSED, compare, judge_order, t_interval
 
 REPO = Path(__file__).resolve().parents[1]
@@ -102,6 +102,10 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
     ({"seeds": ["zero"]}, "seeds.0"),
     ({"methods": "fl-proto"}, "methods"),
     ({"paper": [{"source": "T", "values": {"fl-proto": {"IID": 1.0}}}]}, "'IID' is not one of"),
+    ({"metric": "test.local_by_client[1,"}, "metric: 'test.local_by_client[1,' is not a metric path"),
+    ({"settings": {"IID 1-shot": {"metric": "test..x"}}}, "settings.IID 1-shot.metric: 'test..x' is not a metric"),
+    ({"methods": {"fl-proto": {"metric": "test.ci95"}, "fl-maml": {}},
+      "settings": {"IID 1-shot": {"metric": "test.accuracy"}}}, "metric: set it on methods or on settings, not both"),
 ])
 def test_a_bad_study_file_is_one_line_naming_the_key_and_file(change: dict, expected: str, tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
@@ -563,3 +567,40 @@ def test_winners_are_the_best_mean_and_the_methods_the_paired_rule_cannot_separa
     text = winners_markdown(results, "studies/study.yaml")
     assert "| IID 1-shot | fl-proto: 61.00 ± 12.71 | none | 90.00 ± 0.00 |" in text
     assert "| non-IID 1-shot | FL-MAML: 52.00 ± 12.71 | fl-proto | — |" in text
+
+
+# -- metric paths: one key, or the mean of chosen keys (FML's per-client scores) -----------------------
+def test_a_metric_path_reads_one_key_or_the_mean_of_the_chosen_keys() -> None:
+    record = {"metrics": {"test": {"accuracy": 0.5, "local_by_client": {"0": 0.9, "1": 0.6, "2": 0.3, "3": 0.1}}}}
+    assert metric(record, "test.accuracy") == 0.5
+    assert metric(record, "test.local_by_client.0") == 0.9
+    assert metric(record, "test.local_by_client[1,2,3]") == pytest.approx((0.6 + 0.3 + 0.1) / 3)
+    assert metric(record, "test.local_by_client[2]") == 0.3
+    assert metric(record, "test.local_by_client[1,7]") is None  # never a mean over fewer clients than named
+    assert metric(record, "test.local_by_client") is None  # a mapping is not a number
+    assert metric(record, "test.accuracy[0]") is None and metric(record, "test.nothing.0") is None
+
+
+def test_columns_reading_other_numbers_of_the_same_runs_run_each_config_once(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = {**DIGITS_STUDY, "settings": {"IID": {"partition.name": "iid"},
+                                         "IID, its interval": {"set": {"partition.name": "iid"}, "metric": "test.ci95"}},
+            "budgets": {"smoke": {"set": {"federation.rounds": 1}, "seeds": [0], "control": False}, "cpu": {}},
+            "claims": [], "paper": [], "control": None}
+    path = write_study(tmp_path, data)
+    args = ["--store", str(tmp_path / "store"), "--runs", str(tmp_path / "runs"), "--budget", "smoke"]
+    code, _, err = run_cli(["study", "run", str(path), *args], capsys)
+    assert code == 0, err
+    assert "4 cells (2 distinct runs)" in err
+    records = ResultStore(tmp_path / "store", "digits-check").records()
+    assert len(records) == 2 and len(list((tmp_path / "runs").rglob("status.json"))) == 2
+    study, root = load_study(path)
+    assert study.metric_of("fl-proto", "IID, its interval") == "test.ci95" and study.metric_of("fl-proto", "IID") \
+        == "test.accuracy"
+    from fedfew.study.report import collect
+
+    results = collect(study, root, tmp_path / "store", "smoke")
+    by_method = {r["config"]["algorithm"]["name"]: r["metrics"]["test"] for r in records}
+    assert results.values[("fl-proto", "IID")] == {0: 100 * by_method["fl-proto"]["accuracy"]}
+    assert results.values[("fl-proto", "IID, its interval")] == {0: 100 * by_method["fl-proto"]["ci95"]}
+    assert results.cells_found == 4 and results.wall_seconds == pytest.approx(sum(r["wall_seconds"] for r in records))

@@ -110,6 +110,7 @@ def build_algorithm(config: ExperimentConfig, inputs: AlgorithmInputs) -> tuple[
         task=config.task,
         extras={"dataset": inputs.dataset_name},
         num_clients=inputs.num_clients,
+        num_rounds=config.federation.rounds,
     )
     return context, ALGORITHMS.get(config.algorithm.name)(config.algorithm_options(), context)
 

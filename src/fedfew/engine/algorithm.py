@@ -59,6 +59,9 @@ class Context:
     task: str = "fewshot"  # "fewshot" (meta-test on novel-class episodes) or "classification"
     extras: dict[str, Any] = field(default_factory=dict)
     num_clients: int = 0  # how many clients the federation has (0: not known)
+    #: The run's number of training rounds (``federation.rounds``; None: not known), for a phase that
+    #: happens once the last round is done (FML's newcomers joining the final global model).
+    num_rounds: int | None = None
     #: An engine of the configured kind (``runtime.engine``) for a federation of new clients that
     #: the algorithm makes itself (FRL's deployment groups): ``new_federation(algorithm, clients)``,
     #: an :class:`~fedfew.engine.engines.Engine` to close after use. None: in this process.

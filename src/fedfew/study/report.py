@@ -65,17 +65,20 @@ def collect(study: Study, root: Path, store_base: Path, budget: str | None = Non
     equal = store.equal_codes(code)
     results.verified = [(CodeVersion.from_json(e["equal_to"]).source, len(e["cells"])) for e in store.equivalences()
                         if CodeVersion.from_json(e["equal_to"]).key in equal]
+    counted: set[str] = set()
     for cell in grid:
         record = records.get(cell.config_hash)
         if record is None:
             continue
         results.cells_found += 1
-        results.wall_seconds += float(record.get("wall_seconds", 0.0))
+        if cell.config_hash not in counted:  # cells reading other numbers of one run count its time once
+            counted.add(cell.config_hash)
+            results.wall_seconds += float(record.get("wall_seconds", 0.0))
         source = record["code"]["source"]
         results.sources[source] = results.sources.get(source, 0) + 1
         if record.get("history"):
             results.histories.setdefault((cell.method, cell.setting), {})[cell.seed] = record["history"]
-        value = metric(record, study.metric)
+        value = metric(record, study.metric_of(cell.method, cell.setting))
         if value is None:
             results.cells_without_metric += 1
             continue
@@ -185,6 +188,15 @@ def winners_markdown(results: StudyResults, study_path: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _metrics_named(study: Study) -> str:
+    """The study's metric in words, or, where rows or columns name their own, each of them."""
+    own = {name: row.metric for rows in (study.methods, study.settings) for name, row in rows.items() if row.metric}
+    if not own:
+        return _metric_name(study.metric)
+    return "per row or column, " + "; ".join(f"{name}: {_metric_name(path)}" for name, path in own.items()) \
+        + f"; otherwise {_metric_name(study.metric)}"
+
+
 def _metric_name(path: str) -> str:
     """What the table's numbers are, in words where the path is a common one."""
     return {"test.accuracy": "test accuracy (%)",
@@ -204,7 +216,7 @@ def markdown(results: StudyResults, study_path: str) -> str:
     seeds = results.seeds
     status = (f"Study `{study.name}` at the {results.budget} budget: {results.cells_found}/{results.cells_total} "
               f"cells in the store, seeds {', '.join(map(str, seeds))}, {results.wall_seconds / 60:.1f} min of "
-              f"runs, code {results.code.describe() if results.code else '?'}. Ours: {_metric_name(study.metric)}, mean ± 95% "
+              f"runs, code {results.code.describe() if results.code else '?'}. Ours: {_metrics_named(study)}, mean ± 95% "
               f"interval over seeds (Student's t). Made by `{command}` and `{report}`.")
     older = {src: n for src, n in results.sources.items() if results.code and src != results.code.source}
     if older:
@@ -215,8 +227,9 @@ def markdown(results: StudyResults, study_path: str) -> str:
     if results.cells_found < results.cells_total:
         status += f" **Incomplete**: {results.cells_total - results.cells_found} cells not yet run."
     if results.cells_without_metric:
-        status += (f" {results.cells_without_metric} stored cells have no `{study.metric}` in their run's summary "
-                   "(shown as —).")
+        own = any(row.metric for rows in (study.methods, study.settings) for row in rows.values())
+        what = "a value at their row's or column's metric" if own else f"`{study.metric}`"
+        status += f" {results.cells_without_metric} stored cells have no {what} in their run's summary (shown as —)."
     parts = [status, "", table(results)]
     verdicts = claims_table(results)
     if verdicts:
@@ -268,7 +281,8 @@ def figure(results: StudyResults, path: Path) -> bool:
             ax.plot(paper_x, paper_y, "k_", markersize=12, color=bars.patches[0].get_facecolor() if bars.patches
                     else None)
     ax.set_xticks(range(len(results.settings)), results.settings)
-    ax.set_ylabel(f"{study.metric} (%)")
+    own = any(row.metric for rows in (study.methods, study.settings) for row in rows.values())
+    ax.set_ylabel("accuracy (%), each column's metric" if own else f"{study.metric} (%)")
     ax.set_title(study.title or study.name, fontsize=9)
     ax.legend(fontsize=7)
     if study.paper:

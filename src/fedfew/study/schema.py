@@ -31,6 +31,7 @@ method's cell with ``federation.rounds: 0``. Unknown keys are errors naming the 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,23 @@ CONTROL = "control"
 
 class StudyError(UsageError):
     """A study file, its grid, seeds, budget or store cannot be used as asked (exit 2)."""
+
+
+#: A metric path: dotted keys into a run's summary (``test.accuracy``, one client's score
+#: ``test.local_by_client.0``), optionally ending in ``[k1,k2,...]``: the mean of those keys of the
+#: mapping the path names (``test.local_by_client[1,2,3,4]``: the mean over clients 1-4).
+METRIC_PATH = re.compile(r"^(?P<path>[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*)(?:\[(?P<keys>[A-Za-z0-9_-]+(?:,[A-Za-z0-9_-]+)*)\])?$")
+
+
+def parse_metric(text: str) -> tuple[list[str], list[str] | None]:
+    """``test.local_by_client[1,2]`` -> (["test", "local_by_client"], ["1", "2"]); a path without
+    brackets gives None as its keys. A path of another form is a ValueError."""
+    match = METRIC_PATH.match(text.replace(" ", ""))
+    if match is None:
+        raise ValueError(f"{text!r} is not a metric path: dotted keys (test.accuracy, test.local_by_client.0), "
+                         "optionally ending in [k1,k2] for the mean of those keys (test.local_by_client[1,2])")
+    keys = match.group("keys")
+    return match.group("path").split("."), (keys.split(",") if keys else None)
 
 
 class _Strict(BaseModel):
@@ -68,6 +86,17 @@ class Row(_Strict):
     #: (a column that means the same budget in each method's own unit, e.g. FRL's Fig. 2, where an FRL
     #: episode is R + 1 communication rounds and fine-tuning's round is one).
     per_method: dict[str, Overrides] = Field(default_factory=dict)
+    #: This row's metric in place of the study's (on methods or on settings, not both): rows or columns
+    #: that read different numbers of the same runs (FML's catfish table: the global model's accuracy,
+    #: the weak clients' and client 0's). Cells with the same resolved config run once.
+    metric: str | None = None
+
+    @field_validator("metric")
+    @classmethod
+    def _metric_path(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_metric(value)
+        return value
 
 
 class Budget(_Strict):
@@ -107,7 +136,8 @@ class Study(_Strict):
     budgets: dict[str, Budget]
     #: The budget whose results the docs show.
     docs_budget: str = "cpu"
-    #: A path into a run's summary.json (``test.accuracy``), reported in percent.
+    #: A path into a run's summary.json (``test.accuracy``), reported in percent; ``[k1,k2]`` at the end
+    #: is the mean of those keys (:data:`METRIC_PATH`). A method or a setting may name its own.
     metric: str = "test.accuracy"
     control: Control | None = None
     paper: list[PaperColumns] = Field(default_factory=list)
@@ -125,8 +155,16 @@ class Study(_Strict):
                     for k, v in value.items()}
         return value
 
+    @field_validator("metric")
+    @classmethod
+    def _metric_path(cls, value: str) -> str:
+        parse_metric(value)
+        return value
+
     @model_validator(mode="after")
     def _names(self) -> Study:
+        if any(m.metric for m in self.methods.values()) and any(s.metric for s in self.settings.values()):
+            raise ValueError("metric: set it on methods or on settings, not both (a cell reads one number)")
         if "smoke" not in self.budgets:
             raise ValueError("budgets: a study needs a 'smoke' budget (seconds, for the test suite)")
         if CONTROL in self.methods:
@@ -170,6 +208,11 @@ class Study(_Strict):
             raise StudyError(f"study {self.name}: budget {name!r} does not exist; this study has "
                              f"{', '.join(self.budgets)}")
         return self.budgets[name]
+
+    def metric_of(self, method: str, setting: str) -> str:
+        """The metric path a cell of ``method`` (or the control) in ``setting`` reports."""
+        row = self.methods.get(method)
+        return (row.metric if row is not None else None) or self.settings[setting].metric or self.metric
 
     def label(self, method: str) -> str:
         if method == CONTROL:

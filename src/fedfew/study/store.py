@@ -19,7 +19,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from fedfew.study.schema import StudyError
+from fedfew.study.schema import StudyError, parse_metric
 
 FORMAT = 1
 
@@ -214,13 +214,25 @@ def make_record(study: str, budget: str, method: str, setting: str, seed: int, c
 
 
 def metric(record: dict[str, Any], path: str) -> float | None:
-    """The value at a dotted ``path`` of a record's metrics (``test.accuracy``), or None."""
-    value: Any = record["metrics"]
-    for part in path.split("."):
+    """The value at a dotted ``path`` of a record's metrics (``test.accuracy``, ``test.local_by_client.0``),
+    or with ``[k1,k2,...]`` at the end the mean of those keys of the mapping there
+    (``test.local_by_client[1,2]``); None when any of it is missing (a mean is never over fewer keys)."""
+    parts, keys = parse_metric(path)
+    value = _at(record["metrics"], parts)
+    if keys is None:
+        return value if isinstance(value, float) or value is None else None
+    chosen = [_at(value, [key]) if isinstance(value, dict) else None for key in keys]
+    numbers = [v for v in chosen if isinstance(v, float)]
+    return sum(numbers) / len(numbers) if len(numbers) == len(keys) else None
+
+
+def _at(value: Any, parts: list[str]) -> Any:
+    """The number (as a float) or mapping at ``parts`` of ``value``; None where there is none."""
+    for part in parts:
         if not isinstance(value, dict) or part not in value:
             return None
         value = value[part]
-    return float(value) if isinstance(value, (int, float)) else None
+    return float(value) if isinstance(value, (int, float)) else value if isinstance(value, dict) else None
 
 
 def foreign_codes(store: ResultStore, code: CodeVersion, hashes: Iterable[str]) -> list[CodeVersion]:
