@@ -333,6 +333,36 @@ def test_verify_records_nothing_when_a_number_differs(tmp_path: Path, capsys: py
     assert code == 2 and "--per-method" in err
 
 
+def test_a_column_with_its_own_metric_reads_the_same_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A setting with ``metric`` (FedFSL Fig. 6's per-digit columns) shares its cells with the plain
+    column: each config runs once, and its column shows the record's value at that path."""
+    from fedfew.data import load_dataset
+
+    digits = load_dataset("digits")
+    name = digits.class_names[digits.splits["novel"][0]]
+    data = {**DIGITS_STUDY, "set": {**DIGITS_STUDY["set"], "eval.per_class": True},
+            "settings": {"all": {}, f"class {name}": {"metric": f"test.per_class.{name}"}},
+            "budgets": {"smoke": {"set": {"federation.rounds": 1}, "seeds": [0], "methods": ["fl-maml"]},
+                        "cpu": {}},
+            "paper": [], "claims": []}
+    path = write_study(tmp_path, data)
+    args = ["--store", str(tmp_path / "store"), "--runs", str(tmp_path / "runs"), "--budget", "smoke"]
+    code, _, err = run_cli(["study", "run", str(path), *args], capsys)
+    assert code == 0, err
+    assert "4 cells, 0 already in" in err and "2 the same runs as another column's" in err
+    records = ResultStore(tmp_path / "store", "digits-check").records()
+    assert len(records) == 2 and len(list((tmp_path / "runs").rglob("status.json"))) == 2  # fl-maml and the control
+    trained = next(r for r in records if r["method"] != CONTROL)
+    code, out, _ = run_cli(["study", "report", str(path), *args[:2], "--budget", "smoke"], capsys)
+    assert code == 0 and "4/4 cells in the store" in out and f"class {name}: `test.per_class.{name}`" in out
+    row = next(line for line in out.splitlines() if line.startswith("| FL-MAML |"))
+    accuracy, per_class = trained["metrics"]["test"]["accuracy"], trained["metrics"]["test"]["per_class"][name]
+    assert row == f"| FL-MAML | {100 * accuracy:.2f} (1 seed) | {100 * per_class:.2f} (1 seed) |"
+    bad = write_study(tmp_path, {**data, "methods": {"fl-maml": {"set": {}, "metric": "test.accuracy"}}}, "bad.yaml")
+    with pytest.raises(UsageError, match="methods.fl-maml.metric"):
+        load_study(bad)
+
+
 # -- generated docs ------------------------------------------------------------------------------------
 def test_docs_blocks_are_what_the_store_gives(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "studies").mkdir()

@@ -111,6 +111,10 @@ class EvalConfig(Section):
     #: rounds; the last round without validation data) or "last" (the last round, whatever the
     #: validation says: a rule that no noise in a few validation tasks can move).
     selection: Literal["best", "last"] = "best"
+    #: Add ``per_class`` to the final test metrics: per true class of the test episodes' queries, the
+    #: share classified correctly, pooled over the episodes (few-shot methods scored on the server's
+    #: model). Off by default; computed after the score, drawing nothing the score draws.
+    per_class: bool = False
 
 
 class RuntimeConfig(Section):

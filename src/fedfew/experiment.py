@@ -81,7 +81,7 @@ class Experiment:
         if not engine.holds_states:  # the clients keep their states themselves (Flower nodes)
             states = RemoteClientStates([c.client_id for c in self.clients])
         return Simulator(self.algorithm, self.clients, seed, self.val, self.test, states=states, engine=engine,
-                         init_seed=config.model.init_seed)
+                         init_seed=config.model.init_seed, per_class=config.eval.per_class)
 
 
 @dataclass
@@ -282,6 +282,10 @@ def _build(config: ExperimentConfig, device: torch.device) -> Experiment:
     meta = AlgorithmInputs(dataset.input_shape, dataset.num_classes, train_classes, dataset.name,
                            text_model_options(dataset, config.model.name), len(clients))
     context, algorithm = build_algorithm(config, meta)
+    if config.eval.per_class and (config.task != "fewshot" or not algorithm.predicts_episodes):
+        raise ConfigError(f"eval.per_class: {config.algorithm.name} on a {config.task} task has no per-class "
+                          "accuracy (it needs few-shot episodes scored on the server's model, e.g. fl-maml, "
+                          "fedfsl-*); set eval.per_class: false")
     context.new_federation = federation_factory(config)
     context.participant_positions = participant_positions(clients)
     return Experiment(config, dataset, clients, context, algorithm, val, test, data_seconds)

@@ -75,7 +75,7 @@ def collect(study: Study, root: Path, store_base: Path, budget: str | None = Non
         results.sources[source] = results.sources.get(source, 0) + 1
         if record.get("history"):
             results.histories.setdefault((cell.method, cell.setting), {})[cell.seed] = record["history"]
-        value = metric(record, study.metric)
+        value = metric(record, study.metric_of(cell.setting))
         if value is None:
             results.cells_without_metric += 1
             continue
@@ -192,6 +192,12 @@ def _metric_name(path: str) -> str:
                                       "where it has none)"}.get(path, f"`{path}` (%)")
 
 
+def _own_metrics(results: StudyResults) -> str:
+    """The columns that report a metric of their own, in words (empty when none does)."""
+    own = [f"{s}: `{results.study.settings[s].metric}`" for s in results.settings if results.study.settings[s].metric]
+    return f" ({'; '.join(own)}, in %)" if own else ""
+
+
 def markdown(results: StudyResults, study_path: str) -> str:
     """The report: a status line, the table and the claims (what the docs markers hold)."""
     study = results.study
@@ -204,7 +210,8 @@ def markdown(results: StudyResults, study_path: str) -> str:
     seeds = results.seeds
     status = (f"Study `{study.name}` at the {results.budget} budget: {results.cells_found}/{results.cells_total} "
               f"cells in the store, seeds {', '.join(map(str, seeds))}, {results.wall_seconds / 60:.1f} min of "
-              f"runs, code {results.code.describe() if results.code else '?'}. Ours: {_metric_name(study.metric)}, mean ± 95% "
+              f"runs, code {results.code.describe() if results.code else '?'}. Ours: {_metric_name(study.metric)}"
+              f"{_own_metrics(results)}, mean ± 95% "
               f"interval over seeds (Student's t). Made by `{command}` and `{report}`.")
     older = {src: n for src, n in results.sources.items() if results.code and src != results.code.source}
     if older:

@@ -104,10 +104,13 @@ def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base
             f"{code.describe()}. Run again with --new-code to add this version's results beside them (reports "
             "show the newest version), or point --store elsewhere")
     done = store.by_hash(code)
-    pending = [c for c in todo if c.config_hash not in done]
+    # columns that read other numbers of the same runs (a setting's own metric) share cells: run each once
+    unique = {c.config_hash: c for c in reversed(todo)}
+    pending = [c for c in todo if c.config_hash not in done and unique[c.config_hash] is c]
     skipped = len(todo) - len(pending)
-    print(f"study {study.name} at budget {budget}: {len(todo)} cells, {skipped} already in {store.folder}",
-          file=out, flush=True)
+    shared = len(todo) - len(unique)
+    print(f"study {study.name} at budget {budget}: {len(todo)} cells, {skipped - shared} already in {store.folder}"
+          + (f", {shared} the same runs as another column's" if shared else ""), file=out, flush=True)
     spent: list[float] = []
     failed: list[tuple[Cell, FedfewError]] = []
     with dataset_cache():
@@ -129,8 +132,9 @@ def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base
             store.put(record)
             spent.append(wall)
             left = (len(pending) - i) * sum(spent) / len(spent)
-            value = metric(record, study.metric)  # the study's metric (test.accuracy unless it names another)
-            shown = f"{100 * value:.2f}%" if value is not None else f"no {study.metric}"
+            path = study.metric_of(cell.setting)  # the column's metric (test.accuracy unless it names another)
+            value = metric(record, path)
+            shown = f"{100 * value:.2f}%" if value is not None else f"no {path}"
             print(f"[{skipped + i}/{len(todo)}] {cell.title}: {shown} in {wall:.1f} s; about {_eta(left)} left",
                   file=out, flush=True)
     if failed:

@@ -68,6 +68,9 @@ class Row(_Strict):
     #: (a column that means the same budget in each method's own unit, e.g. FRL's Fig. 2, where an FRL
     #: episode is R + 1 communication rounds and fine-tuning's round is one).
     per_method: dict[str, Overrides] = Field(default_factory=dict)
+    #: A setting only: the metric of this column in place of the study's (``test.per_class.5``): columns
+    #: that read several numbers of the same runs (their cells share configs, so each runs once).
+    metric: str | None = None
 
 
 class Budget(_Strict):
@@ -140,6 +143,8 @@ class Study(_Strict):
         for name, method in self.methods.items():
             if method.per_method:
                 raise ValueError(f"methods.{name}.per_method: only a setting takes per-method overrides")
+            if method.metric is not None:
+                raise ValueError(f"methods.{name}.metric: only a setting (a column) takes its own metric")
         for name, setting in self.settings.items():
             for method_name in setting.per_method:
                 if method_name not in self.methods:
@@ -170,6 +175,10 @@ class Study(_Strict):
             raise StudyError(f"study {self.name}: budget {name!r} does not exist; this study has "
                              f"{', '.join(self.budgets)}")
         return self.budgets[name]
+
+    def metric_of(self, setting: str) -> str:
+        """The metric a setting's column reports: its own, else the study's."""
+        return self.settings[setting].metric or self.metric
 
     def label(self, method: str) -> str:
         if method == CONTROL:
