@@ -372,6 +372,31 @@ def test_verify_counts_new_metrics_as_new_not_different() -> None:
     assert not same_numbers(stored, {**stored, "accuracy": 0.5000001})
     assert not same_numbers(stored, {"accuracy": 0.5, "parts": {"a": 1.0}})  # a stored number gone
     assert not same_numbers(stored, {**stored, "parts": {"a": 1.5}})
+def test_a_column_with_its_own_metric_reads_the_same_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A setting with ``metric`` (FedFSL Fig. 6's per-digit columns) shares its cells with the plain
+    column: each config runs once, and its column shows the record's value at that path."""
+    from fedfew.data import load_dataset
+
+    digits = load_dataset("digits")
+    name = digits.class_names[digits.splits["novel"][0]]
+    data = {**DIGITS_STUDY, "set": {**DIGITS_STUDY["set"], "eval.per_class": True},
+            "settings": {"all": {}, f"class {name}": {"metric": f"test.per_class.{name}"}},
+            "budgets": {"smoke": {"set": {"federation.rounds": 1}, "seeds": [0], "methods": ["fl-maml"]},
+                        "cpu": {}},
+            "paper": [], "claims": []}
+    path = write_study(tmp_path, data)
+    args = ["--store", str(tmp_path / "store"), "--runs", str(tmp_path / "runs"), "--budget", "smoke"]
+    code, _, err = run_cli(["study", "run", str(path), *args], capsys)
+    assert code == 0, err
+    assert "4 cells (2 distinct runs), 0 already in" in err
+    records = ResultStore(tmp_path / "store", "digits-check").records()
+    assert len(records) == 2 and len(list((tmp_path / "runs").rglob("status.json"))) == 2  # fl-maml and the control
+    trained = next(r for r in records if r["method"] != CONTROL)
+    code, out, _ = run_cli(["study", "report", str(path), *args[:2], "--budget", "smoke"], capsys)
+    assert code == 0 and "4/4 cells in the store" in out and f"class {name}: `test.per_class.{name}`" in out
+    row = next(line for line in out.splitlines() if line.startswith("| FL-MAML |"))
+    accuracy, per_class = trained["metrics"]["test"]["accuracy"], trained["metrics"]["test"]["per_class"][name]
+    assert row == f"| FL-MAML | {100 * accuracy:.2f} (1 seed) | {100 * per_class:.2f} (1 seed) |"
 
 
 # -- generated docs ------------------------------------------------------------------------------------

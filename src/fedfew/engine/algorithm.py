@@ -196,6 +196,18 @@ class Algorithm:
         """The score of each evaluation episode in ``indices`` (algorithms with ``splits_evaluation``)."""
         raise NotImplementedError(f"{self.name} does not score episodes one by one")
 
+    def episode_predictions(self, server: Any, data: EvalData, indices: Sequence[int]) -> list[torch.Tensor]:
+        """The predicted query labels (0..N-1) of each evaluation episode in ``indices``, from the same
+        model and adaptation as :meth:`episode_scores` (``eval.per_class`` pools them by true class)."""
+        raise NotImplementedError(f"{self.name} does not report its episodes' predictions")
+
+    @property
+    def predicts_episodes(self) -> bool:
+        """Whether :meth:`episode_predictions` gives the predictions behind this algorithm's score: its
+        score is the mean of :meth:`episode_scores` of the server's model (not the clients' own models)."""
+        overridden = type(self).episode_predictions is not Algorithm.episode_predictions
+        return overridden and self.splits_evaluation and not self.evaluates_clients
+
     # -- evaluation with the clients' own models (``evaluates_clients``) ----------------------
     def evaluate_client(self, payload: dict[str, Any], state: Any, client: ClientData, data: EvalData,
                         generator: torch.Generator) -> dict[str, Any]:

@@ -19,6 +19,11 @@ NOT_IN_KEY = {"dataset": ("root",), "runtime": ("threads", "output_dir", "progre
                                                  "client_states", "workers", "engine"),
               "flower": ("round_timeout", "startup_timeout", "port", "tls", "node_auth")}
 
+#: Config fields added after records were stored, with the default that reproduces the older runs: a
+#: field at that value is left out of the key, so every stored cell keeps its key; any other value
+#: (the new behaviour, opt-in) is part of it.
+NEUTRAL_DEFAULTS: dict[tuple[str, ...], Any] = {("eval", "per_class"): False}
+
 
 @dataclass(frozen=True)
 class Cell:
@@ -43,6 +48,13 @@ def config_hash(config: ExperimentConfig) -> str:
     for section, keys in NOT_IN_KEY.items():
         for key in keys:
             data.get(section, {}).pop(key, None)
+    for path, neutral in NEUTRAL_DEFAULTS.items():
+        *parents, key = path
+        holder = data
+        for part in parents:
+            holder = holder.get(part, {})
+        if key in holder and type(holder[key]) is type(neutral) and holder[key] == neutral:
+            del holder[key]
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
