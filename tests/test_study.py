@@ -629,3 +629,109 @@ def test_columns_reading_other_numbers_of_the_same_runs_run_each_config_once(
     assert results.values[("fl-proto", "IID")] == {0: 100 * by_method["fl-proto"]["accuracy"]}
     assert results.values[("fl-proto", "IID, its interval")] == {0: 100 * by_method["fl-proto"]["ci95"]}
     assert results.cells_found == 4 and results.wall_seconds == pytest.approx(sum(r["wall_seconds"] for r in records))
+
+
+def test_a_loss_curve_is_drawn_in_its_own_unit_and_skips_switched_off_terms() -> None:
+    """An accuracy is a fraction shown in percent; a training loss (F2L's L_MI) is not scaled, and a
+    round where a variant's term is off (nan) counts as missing for that seed."""
+    from fedfew.study.report import mean_curve
+
+    per_seed = {0: [{"round": 2, "train_l_mi": 1.5}, {"round": 4, "train_l_mi": 1.0}],
+                1: [{"round": 2, "train_l_mi": 1.3}, {"round": 4, "train_l_mi": float("nan")}]}
+    (point,) = mean_curve(per_seed, "train_l_mi")  # round 4: seed 1's value is nan
+    assert point[0] == 2 and point[1] == pytest.approx(1.4) and point[2] == pytest.approx(T1 * 0.1)
+
+
+# -- budgets side by side ------------------------------------------------------------------------------
+def budgets_study() -> dict:
+    """The digits study with a third budget that scales fl-proto alone (per_method) and runs it alone."""
+    return {**DIGITS_STUDY, "budgets": {**DIGITS_STUDY["budgets"], "x2": {
+        "set": {"federation.rounds": 2, "eval.every": 3}, "per_method": {"fl-proto": {"federation.rounds": 4}},
+        "methods": ["fl-proto"], "settings": ["IID 1-shot"], "control": False, "note": "fl-proto at twice cpu"}}}
+
+
+def test_a_budgets_per_method_overrides_reach_only_that_method_after_the_budgets_set(tmp_path: Path) -> None:
+    data = {**budgets_study(), "control": {"method": "fl-proto"}}
+    data["budgets"]["x2"] = {**data["budgets"]["x2"], "methods": None, "control": True}
+    study, root = load_study(write_study(tmp_path, data))
+    grid = {(c.method, c.setting, c.seed): c.config for c in cells(study, root, "x2")}
+    proto, maml = grid[("fl-proto", "IID 1-shot", 0)], grid[("fl-maml", "IID 1-shot", 0)]
+    assert proto.federation.rounds == 4 and maml.federation.rounds == 2  # per_method wins over the budget's set
+    assert proto.eval.every == 3 and maml.eval.every == 3
+    control = grid[(CONTROL, "IID 1-shot", 0)]
+    assert control.federation.rounds == 0 and control.eval.every == 3  # the control method's entry, then round 0
+    # a budget without per_method resolves exactly as before: the cpu cells' keys are unchanged
+    plain = {**DIGITS_STUDY}
+    before = [c.config_hash for c in cells(*load_study(write_study(tmp_path, plain, "plain.yaml")), "cpu")]
+    assert [c.config_hash for c in cells(study, root, "cpu") if c.method != CONTROL] == \
+        [h for h, c in zip(before, cells(study, root, "cpu")) if c.method != CONTROL]
+    data["budgets"]["x2"]["per_method"] = {"fedavg": {}}
+    with pytest.raises(UsageError, match="budgets.x2.per_method: 'fedavg' is not one of"):
+        load_study(write_study(tmp_path, data, "bad.yaml"))
+
+
+def put_values(store_dir: Path, study_path: Path, budget: str, values: dict[tuple[str, str, int], float]) -> None:
+    """Hand-made records (test accuracy as a fraction) for cells of ``budget``, keyed as the grid keys them."""
+    from fedfew.study.store import CodeVersion, make_record
+
+    study, root = load_study(study_path)
+    store = ResultStore(store_dir, study.name)
+    code = CodeVersion("0.0.0", "handmade0000", None)
+    for cell in cells(study, root, budget):
+        value = values.get((cell.method, cell.setting, cell.seed))
+        if value is not None:
+            store.put(make_record(study.name, budget, cell.method, cell.setting, cell.seed, cell.config_hash, {}, code,
+                                  {"test": {"accuracy": value}}, 60.0))
+
+
+def test_a_report_over_budgets_puts_them_side_by_side(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Hand-made store: smoke (IID 1-shot only), cpu (both settings) and x2 (fl-proto alone, no control).
+    Columns: per budget its settings; then the paper's numbers once per setting. A row a budget does
+    not run is n/a there; a cell of that budget not in the store is —. Each budget judges its own claims."""
+    (tmp_path / "studies").mkdir()
+    (tmp_path / "docs").mkdir()
+    path = write_study(tmp_path / "studies", budgets_study(), "digits.yaml")
+    store_dir = tmp_path / "studies" / "store"
+    put_values(store_dir, path, "smoke", {("fl-proto", "IID 1-shot", 0): 0.60, ("fl-proto", "IID 1-shot", 1): 0.62,
+                                          (CONTROL, "IID 1-shot", 0): 0.50, (CONTROL, "IID 1-shot", 1): 0.51})
+    put_values(store_dir, path, "cpu", {("fl-proto", "IID 1-shot", 0): 0.70, ("fl-proto", "IID 1-shot", 1): 0.70})
+    put_values(store_dir, path, "x2", {("fl-proto", "IID 1-shot", 0): 0.80})
+    code, out, err = run_cli(["study", "report", str(path), "--store", str(store_dir), "--budgets", "smoke,cpu,x2"],
+                             capsys)
+    assert code == 0, err
+    header = ("| method | IID 1-shot, smoke: ours | non-IID 1-shot, cpu: ours | IID 1-shot, cpu: ours | "
+              "IID 1-shot, x2: ours | non-IID 1-shot: paper (Table 9 (made up for the test)) | "
+              "IID 1-shot: paper (Table 9 (made up for the test)) |")
+    assert header in out
+    # smoke: mean 61, half-width t(0.975, 1) * sd / sqrt 2 = 12.71 * 1; cpu: no spread; x2: one seed
+    assert "| fl-proto | 61.00 ± 12.71 | — | 70.00 ± 0.00 | 80.00 (1 seed) | — | 63.40 |" in out
+    assert "| FL-MAML | — | — | — | n/a | — | — |" in out
+    # the control is the round-0 cell, the same config at smoke and cpu: stored once, shown at both
+    assert "| (control) untrained, round 0 | 50.50 ± 6.35 | — | 50.50 ± 6.35 | n/a | — | — |" in out
+    assert "- **smoke**: 4/6 cells, seeds 0, 1, 4.0 min of runs, sources handmade0000" in out
+    assert "- **cpu**: 4/12 cells, seeds 0, 1, 4.0 min of runs, sources handmade0000" in out
+    assert "- **x2**: 1/2 cells, seeds 0, 1.0 min of runs, sources handmade0000: fl-proto at twice cpu" in out
+    # the claim fl-proto > control: at smoke d = 10, 11, at cpu d = 20, 19 (both hold); x2 has no control
+    assert ("| smoke | fl-proto > (control) untrained, round 0 | IID 1-shot | — | **holds** | "
+            "fl-proto − (control) untrained, round 0: 10.50 ± 6.35 |") in out
+    assert ("| cpu | fl-proto > (control) untrained, round 0 | IID 1-shot | — | **holds** | "
+            "fl-proto − (control) untrained, round 0: 19.50 ± 6.35 |") in out
+    assert "| x2 |" not in out
+
+    # the same in a docs page: study:NAME@a+b+c
+    page = tmp_path / "docs" / "page.md"
+    page.write_text("<!-- study:digits-check@smoke+cpu+x2 begin -->\n<!-- study:digits-check@smoke+cpu+x2 end -->\n")
+    assert run_cli(["study", "docs", "--root", str(tmp_path)], capsys)[0] == 0
+    text = page.read_text()
+    assert header in text and "`fedfew study report studies/digits.yaml --budgets smoke,cpu,x2`" in text
+    assert render_pages(tmp_path)[page] == text
+    for marker, expected in (("digits-check@smoke+nonesuch", "names no budget 'nonesuch'"),
+                             ("digits-check@smoke+cpu:claims", "several budgets take the table view only")):
+        page.write_text(f"<!-- study:{marker} begin -->\n<!-- study:{marker} end -->\n")
+        code, _, err = run_cli(["study", "docs", "--root", str(tmp_path)], capsys)
+        assert code == 2 and expected in err and len(err.strip().splitlines()) == 1
+    for argv, expected in ((["--budgets", "smoke"], "two or more distinct budgets"),
+                           (["--budgets", "smoke,huge"], "budget 'huge' does not exist"),
+                           (["--budgets", "smoke,cpu", "--figure", "x.png"], "prints the table over budgets only")):
+        code, _, err = run_cli(["study", "report", str(path), "--store", str(store_dir), *argv], capsys)
+        assert code == 2 and expected in err and len(err.strip().splitlines()) == 1, (argv, err)

@@ -86,12 +86,13 @@ def cells(study: Study, root: Path, budget_name: str, seeds: list[int] | None = 
         for setting in settings:
             for seed in seeds:
                 out.append(Cell(method, setting, seed, _config(study, root, method, setting, seed, budget.set,
-                                                                extra)))
+                                                                extra, budget_method=budget.per_method.get(method))))
     if study.control is not None and budget.control:
         for setting in settings:
             for seed in seeds:
                 out.append(Cell(CONTROL, setting, seed, _config(study, root, study.control.method, setting, seed,
-                                                                 budget.set, extra, control=True)))
+                                                                 budget.set, extra, control=True,
+                                                                 budget_method=budget.per_method.get(study.control.method))))
     return out
 
 
@@ -103,7 +104,8 @@ def _load(path: Path, mtime_ns: int, overrides: tuple[str, ...]) -> ExperimentCo
 
 
 def _config(study: Study, root: Path, method: str, setting: str, seed: int, budget_set: dict[str, Any],
-            extra: list[str] | None, control: bool = False) -> ExperimentConfig:
+            extra: list[str] | None, control: bool = False,
+            budget_method: dict[str, Any] | None = None) -> ExperimentConfig:
     m, s = study.methods[method], study.settings[setting]
     base = m.config or s.config or study.config
     if base is None:
@@ -112,6 +114,7 @@ def _config(study: Study, root: Path, method: str, setting: str, seed: int, budg
     path = Path(base) if Path(base).is_absolute() else root / base
     overrides = [*assignments(study.set), *assignments(s.set), *assignments(m.set),
                  *assignments(s.per_method.get(method, {})), *assignments(budget_set),
+                 *assignments(budget_method or {}),  # the budget's per_method entry: none adds nothing
                  *(extra or []), f"seed={seed}"]
     if control or m.untrained:
         overrides.append("federation.rounds=0")

@@ -4,6 +4,7 @@ figure, all computed from the store."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -237,6 +238,68 @@ def markdown(results: StudyResults, study_path: str) -> str:
     return "\n".join(parts)
 
 
+def _budget_note(results: StudyResults) -> str:
+    """One budget's status in a report over budgets: cells in the store, seeds, minutes, code."""
+    if results.cells_found == 0:
+        return f"**{results.budget}**: not yet run ({results.cells_total} cells)"
+    seeds = ", ".join(map(str, results.seeds))
+    code = results.code.source if results.code else "?"
+    return (f"**{results.budget}**: {results.cells_found}/{results.cells_total} cells, seeds {seeds}, "
+            f"{results.wall_seconds / 60:.1f} min of runs, sources {code}")
+
+
+def budgets_table(runs: list[StudyResults]) -> str:
+    """Budgets side by side: rows are the methods any budget runs (study order, the control last); per
+    budget a column group of ours, one column per setting that budget runs; then the paper's numbers
+    once per setting. A method a budget does not run shows "n/a" in its group (not "—", which is a cell
+    of that budget not yet in the store)."""
+    study = runs[0].study
+    ran = {m for r in runs for m in r.methods}
+    rows = [m for m in study.methods if m in ran]
+    controls = {r.budget for r in runs if study.control is not None and study.budget(r.budget).control}
+    if controls:
+        rows.append(CONTROL)
+    settings = [s for s in study.settings if any(s in r.settings for r in runs)]
+    header = ["method"] + [f"{setting}, {r.budget}: ours" for r in runs for setting in r.settings]
+    header += [f"{setting}: paper ({p.source})" for setting in settings for p in study.paper]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for method in rows:
+        row = [study.label(method)]
+        for r in runs:
+            runs_it = r.budget in controls if method == CONTROL else method in r.methods
+            row += [_fmt(r.interval(method, setting)) if runs_it else "n/a" for setting in r.settings]
+        row += [_paper(p.values.get(method, {}).get(setting)) for setting in settings for p in study.paper]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def budgets_markdown(runs: list[StudyResults], study_path: str) -> str:
+    """The report over several budgets of one study (``study:NAME@a+b`` in the docs, ``study report
+    --budgets a,b``): each budget's status and note, the table with budgets as column groups, and each
+    budget's verdicts (the claims about the rows and columns it runs) with the budget named."""
+    study = runs[0].study
+    names = "+".join(r.budget for r in runs)
+    lines = [f"Study `{study.name}` at budgets {', '.join(r.budget for r in runs)}. Ours: {_metric_name(study.metric)}, "
+             f"mean ± 95% interval over seeds (Student's t); n/a: a row the budget does not run. Made by "
+             f"`fedfew study run {study_path} --budget B` for each budget B and "
+             f"`fedfew study report {study_path} --budgets {names.replace('+', ',')}`.", ""]
+    for r in runs:
+        note = study.budget(r.budget).note
+        lines.append(f"- {_budget_note(r)}" + (f": {note}" if note else ""))
+    parts = ["\n".join(lines), "", budgets_table(runs)]
+    judged = [(r, claim, verdict, pairs) for r in runs for claim, verdict, pairs in claims(r) if r.cells_found]
+    if judged:
+        rows = ["| budget | claim | setting | source | verdict | paired difference (points, 95% interval over seeds) |",
+                "|---|---|---|---|---|---|"]
+        for r, claim, verdict, pairs in judged:
+            order = " > ".join(study.label(m) for m in claim.order)
+            diffs = "; ".join(f"{study.label(p.above)} − {study.label(p.below)}: {_fmt(p.difference)}" for p in pairs)
+            rows.append(f"| {r.budget} | {order} | {claim.setting} | {claim.source or '—'} | **{verdict}** | {diffs} |")
+        parts += ["", "Claims at each budget (paired comparison over seeds; docs/studies.md states the rule):", "",
+                  "\n".join(rows) + "\n"]
+    return "\n".join(parts)
+
+
 def claims_markdown(results: StudyResults, study_path: str) -> str:
     """The verdicts alone (docs/results.md's summary), with where they come from."""
     study = results.study
@@ -294,14 +357,22 @@ def figure(results: StudyResults, path: Path) -> bool:
     return True
 
 
+def in_percent(key: str) -> bool:
+    """Whether a history number is a fraction shown in percent (an accuracy), not a loss or a
+    temperature (train_l_mi, train_kd_temperature), which are drawn as they are."""
+    return "accuracy" in key
+
+
 def mean_curve(per_seed: dict[int, list[dict[str, Any]]], key: str) -> list[tuple[int, float, float]]:
     """(round, mean, 95% half-width over seeds) at the rounds where every seed's run has ``key``: a
-    curve over seeds, in percent."""
+    curve over seeds, in percent for an accuracy, else in the number's own unit."""
+    scale = 100.0 if in_percent(key) else 1.0
     by_round: dict[int, dict[int, float]] = {}
     for seed, rows in per_seed.items():
         for row in rows:
-            if isinstance(row.get(key), (int, float)):
-                by_round.setdefault(int(row["round"]), {})[seed] = 100.0 * float(row[key])
+            value = row.get(key)
+            if isinstance(value, (int, float)) and math.isfinite(value):  # a term a variant switches off: nan
+                by_round.setdefault(int(row["round"]), {})[seed] = scale * float(row[key])
     points = []
     for r in sorted(by_round):
         if len(by_round[r]) == len(per_seed):
@@ -336,7 +407,7 @@ def curve_figure(results: StudyResults, key: str, path: Path) -> bool:
                             color=line.get_color(), alpha=0.15)
         ax.set_title(setting, fontsize=9)
         ax.set_xlabel("round")
-        ax.set_ylabel(f"{key} (%)")
+        ax.set_ylabel(f"{key} (%)" if in_percent(key) else key)
     axes[0][0].legend(fontsize=7)
     fig.suptitle(f"{results.study.title or results.study.name}: mean over seeds, 95% band", fontsize=9)
     fig.tight_layout()

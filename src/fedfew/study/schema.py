@@ -2,7 +2,8 @@
 
 A study is a grid of ordinary runs. Every cell's config is the base config with overrides applied in
 this order: the study's ``set``, the setting's ``set``, the method's ``set``, the setting's
-``per_method`` entry for the method, the budget's ``set``, the command line's ``--set``, then ``seed``. The untrained control of a setting is the control
+``per_method`` entry for the method, the budget's ``set``, the budget's ``per_method`` entry for the
+method, the command line's ``--set``, then ``seed``. The untrained control of a setting is the control
 method's cell with ``federation.rounds: 0``. Unknown keys are errors naming the key and the file.
 
 ::
@@ -107,6 +108,9 @@ class Budget(_Strict):
     settings: list[str] | None = None
     control: bool = True
     note: str = ""
+    #: Overrides for one method at this budget, applied after the budget's ``set``: a budget that scales
+    #: each method in its own unit (FRL's episodes of R + 1 rounds, fine-tuning's rounds) by one factor.
+    per_method: dict[str, Overrides] = Field(default_factory=dict)
 
 
 class Control(_Strict):
@@ -175,6 +179,10 @@ class Study(_Strict):
                 for name in names or []:
                     if name not in known:
                         raise ValueError(f"budgets.{budget_name}.{kind}: {name!r} is not one of {list(known)}")
+            for method_name in budget.per_method:
+                if method_name not in self.methods:
+                    raise ValueError(f"budgets.{budget_name}.per_method: {method_name!r} is not one of "
+                                     f"{list(self.methods)}")
         for name, method in self.methods.items():
             if method.per_method:
                 raise ValueError(f"methods.{name}.per_method: only a setting takes per-method overrides")
