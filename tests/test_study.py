@@ -363,6 +363,33 @@ def test_a_cell_stopped_before_a_verified_commit_continues_its_older_run(tmp_pat
     assert record["code"]["source"] == source and record["metrics"]["test"] == stored["test"]
 
 
+def test_a_budget_with_its_own_metric_reads_the_last_evaluated_round_of_the_same_runs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    smoke = {"set": {"federation.rounds": 2, "eval.every": 1, "eval.track_test": True}, "settings": ["IID 1-shot"],
+             "seeds": [0]}
+    study = {**DIGITS_STUDY, "claims": [], "control": None,
+             "budgets": {"smoke": smoke, "smoke-last": {**smoke, "metric": "history.last.test_accuracy"},
+                         "cpu": {}}}
+    path = write_study(tmp_path, study)
+    store_args = ["--store", str(tmp_path / "store")]
+    assert run_cli(["study", "run", str(path), *store_args, "--runs", str(tmp_path / "runs"), "--budget", "smoke"],
+                   capsys)[0] == 0
+    code, out, err = run_cli(["study", "report", str(path), *store_args, "--budget", "smoke-last"], capsys)
+    assert code == 0, err
+    assert "2/2 cells in the store" in out and "`history.last.test_accuracy`" in out  # the same cells, read again
+    for record in ResultStore(tmp_path / "store", "digits-check").records():
+        last = record["history"][-1]
+        assert last["round"] == 2 and metric(record, "history.last.test_accuracy") == last["test_accuracy"]
+        assert metric(record, "history.1.test_accuracy") == record["history"][0]["test_accuracy"]
+        label = "FL-MAML" if record["method"] == "fl-maml" else record["method"]
+        assert f"| {label} | {100 * last['test_accuracy']:.2f} (1 seed) |" in out
+    assert metric({"metrics": {}}, "history.last.test_accuracy") is None  # a record without rounds: no value
+    bad = write_study(tmp_path, {**study, "budgets": {**study["budgets"], "smoke-last": {"metric": "history.last["}}},
+                      "bad.yaml")
+    with pytest.raises(UsageError, match="smoke-last"):
+        load_study(bad)
+
+
 def test_verify_counts_new_metrics_as_new_not_different() -> None:
     from fedfew.study.run import same_numbers
 

@@ -52,6 +52,8 @@ def collect(study: Study, root: Path, store_base: Path, budget: str | None = Non
     """The stored values of ``study``'s cells at ``budget`` (default: the docs budget), taken from the
     newest code version that holds any of them."""
     budget = budget or study.docs_budget
+    if study.budget(budget).metric:  # a budget that reads other numbers of its runs
+        study = study.model_copy(update={"metric": study.budget(budget).metric})
     store = ResultStore(store_base, study.name)
     grid: list[Cell] = cells(study, root, budget)
     code = store.newest_code({c.config_hash for c in grid})  # of this budget's cells, not another budget's

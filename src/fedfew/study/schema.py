@@ -111,6 +111,17 @@ class Budget(_Strict):
     #: Overrides for one method at this budget, applied after the budget's ``set``: a budget that scales
     #: each method in its own unit (FRL's episodes of R + 1 rounds, fine-tuning's rounds) by one factor.
     per_method: dict[str, Overrides] = Field(default_factory=dict)
+    #: The metric at this budget in place of the study's (a row's or column's own still wins): a budget
+    #: with the cells of another (the same ``set``) reads other numbers of the same runs, e.g. the last
+    #: evaluated round's test score (``history.last.test_accuracy``) beside the selected round's.
+    metric: str | None = None
+
+    @field_validator("metric")
+    @classmethod
+    def _metric_path(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_metric(value)
+        return value
 
 
 class Control(_Strict):

@@ -214,16 +214,26 @@ def make_record(study: str, budget: str, method: str, setting: str, seed: int, c
 
 
 def metric(record: dict[str, Any], path: str) -> float | None:
-    """The value at a dotted ``path`` of a record's metrics (``test.accuracy``, ``test.local_by_client.0``),
+    """The value at a dotted ``path`` of a record's metrics (``test.accuracy``, ``test.local_by_client.0``)
+    or of its evaluated rounds (``history.last.test_accuracy``, ``history.200.train_l_mi``),
     or with ``[k1,k2,...]`` at the end the mean of those keys of the mapping there
     (``test.local_by_client[1,2]``); None when any of it is missing (a mean is never over fewer keys)."""
     parts, keys = parse_metric(path)
-    value = _at(record["metrics"], parts)
+    value = _at(_history_rounds(record), parts[1:]) if parts[0] == "history" else _at(record["metrics"], parts)
     if keys is None:
         return value if isinstance(value, float) or value is None else None
     chosen = [_at(value, [key]) if isinstance(value, dict) else None for key in keys]
     numbers = [v for v in chosen if isinstance(v, float)]
     return sum(numbers) / len(numbers) if len(numbers) == len(keys) else None
+
+
+def _history_rounds(record: dict[str, Any]) -> dict[str, Any]:
+    """A record's evaluated rounds by round number, and its last one as ``last``: ``history.last.test_accuracy``
+    is the test score of the run's last evaluated round, whichever round the run selected."""
+    rounds: dict[str, Any] = {str(entry["round"]): entry for entry in record.get("history") or [] if "round" in entry}
+    if record.get("history"):
+        rounds["last"] = record["history"][-1]
+    return rounds
 
 
 def _at(value: Any, parts: list[str]) -> Any:
