@@ -106,6 +106,8 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
     ({"settings": {"IID 1-shot": {"metric": "test..x"}}}, "settings.IID 1-shot.metric: 'test..x' is not a metric"),
     ({"methods": {"fl-proto": {"metric": "test.ci95"}, "fl-maml": {}},
       "settings": {"IID 1-shot": {"metric": "test.accuracy"}}}, "metric: set it on methods or on settings, not both"),
+    ({"tables": [{"metric": "test.x", "title": "x", "methods": ["fedavg"]}]}, "tables[0].methods: 'fedavg' is not one of"),
+    ({"tables": [{"metric": "test.x"}]}, "tables.0.title: required key missing"),
 ])
 def test_a_bad_study_file_is_one_line_naming_the_key_and_file(change: dict, expected: str, tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
@@ -237,6 +239,17 @@ def test_study_run_stores_skips_resumes_and_reports(tmp_path: Path, capsys: pyte
     code, out, _ = run_cli(["study", "report", str(other), "--store", str(store_dir), "--budget", "smoke"], capsys)
     assert code == 0 and "6/6 cells in the store" in out and "Incomplete" not in out
     assert "6 stored cells have no `test.nonesuch`" in out and "| fl-proto | — | 63.40 |" in out
+
+    # further tables of the same cells (``tables``): another metric each, scaled as asked, "—" where absent
+    tables = [{"metric": "test.accuracy", "title": "Accuracy as a fraction", "methods": ["fl-proto"]},
+              {"metric": "test.nonesuch", "title": "Nothing", "scale": 100, "settings": ["IID 1-shot"]}]
+    more = write_study(tmp_path, {**DIGITS_STUDY, "tables": tables}, name="more-tables.yaml")
+    code, out, _ = run_cli(["study", "report", str(more), "--store", str(store_dir), "--budget", "smoke"], capsys)
+    assert code == 0 and f"| fl-proto | {mean:.2f} ± {half:.2f} | 63.40 |" in out  # the main table as before
+    assert "Accuracy as a fraction (`test.accuracy`; mean ± 95% interval over seeds):" in out
+    assert f"| fl-proto | {mean / 100:.2f} ± {half / 100:.2f} |" in out 
+    assert "| FL-MAML |" not in out.split("as a fraction")[1].split("Nothing")[0]  # only the rows asked for
+    assert "Nothing (`test.nonesuch` x 100;" in out and "| FL-MAML | — |" in out
 
 
 def test_a_cell_that_cannot_run_leaves_the_others_running(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

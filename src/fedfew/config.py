@@ -269,8 +269,14 @@ class ExperimentConfig(Section):
             options_model.model_validate(self.algorithm.options)
         except ValidationError as err:
             raise ValueError(_format(err, prefix="algorithm.options", model=options_model, header=False)) from None
+        from fedfew.corruption import parse as parse_corruption
+        from fedfew.corruption import split_options
+
+        # ``corrupt`` (fedfew.corruption) is taken by every partitioner: checked here, not by their schemas.
+        partition_options, corrupt = split_options(self.partition.options)
+        parse_corruption(corrupt, self.partition.num_clients)
         for key, registry, name, options, skip in (
-            ("partition.options", PARTITIONS, self.partition.name, self.partition.options,
+            ("partition.options", PARTITIONS, self.partition.name, partition_options,
              ("labels", "num_clients", "rng", "groups")),
             ("model.options", MODELS, self.model.name, self.model.options, ("input_shape", "num_classes")),
         ):
@@ -518,9 +524,11 @@ def _accepted_options(section: str, name: str) -> set[str] | None:
             return set(ALGORITHMS.get(name).Options.model_fields)
         if section == "runtime":
             return set(ENGINES.get(name).Options.model_fields)
-        registry, skip = ((PARTITIONS, ("labels", "num_clients", "rng", "groups")) if section == "partition"
-                          else (MODELS, ("input_shape", "num_classes")))
-        return set(options_schema(registry.get(name), skip).model_fields)
+        if section == "partition":  # ``corrupt`` belongs to no partitioner and suits them all
+            from fedfew.corruption import KEY
+
+            return {KEY, *options_schema(PARTITIONS.get(name), ("labels", "num_clients", "rng", "groups")).model_fields}
+        return set(options_schema(MODELS.get(name), ("input_shape", "num_classes")).model_fields)
     except RegistryError:
         return None
 

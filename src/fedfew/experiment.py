@@ -18,6 +18,8 @@ import torch
 
 import fedfew.algorithms  # noqa: F401  (registers the algorithms)
 from fedfew.config import ConfigError, ExperimentConfig, HeldOutTest
+from fedfew.corruption import corrupt_data, corrupted_ids, split_options
+from fedfew.corruption import parse as parse_corruption
 from fedfew.data import LabelledDataset, load_dataset
 from fedfew.data.dataset import DataError
 from fedfew.data.splits import class_id
@@ -120,6 +122,7 @@ def build_algorithm(config: ExperimentConfig, inputs: AlgorithmInputs) -> tuple[
         extras={"dataset": inputs.dataset_name},
         num_clients=inputs.num_clients,
         num_rounds=config.federation.rounds,
+        corrupt_clients=corrupted_ids(config.partition.options),
     )
     return context, ALGORITHMS.get(config.algorithm.name)(config.algorithm_options(), context)
 
@@ -297,8 +300,10 @@ def _build(config: ExperimentConfig, device: torch.device) -> Experiment:
         pool = dataset.subset(train_idx)
         test = EvalData("test", dataset=dataset.subset(test_idx))
 
+    own_options, corrupt_raw = split_options(config.partition.options)
+    corrupt = parse_corruption(corrupt_raw, config.partition.num_clients)
     schema = options_schema(PARTITIONS.get(config.partition.name), ("labels", "num_clients", "rng", "groups"))
-    options = schema.model_validate(config.partition.options).model_dump(exclude_unset=True)
+    options = schema.model_validate(own_options).model_dump(exclude_unset=True)
     if config.partition.name == "natural":
         options["groups"] = None if pool.groups is None else pool.groups.cpu()
     try:
@@ -318,6 +323,9 @@ def _build(config: ExperimentConfig, device: torch.device) -> Experiment:
                                        numpy_generator(seed, "client-val", cid))
             local, client_val = local.subset(torch.from_numpy(rest)), local.subset(torch.from_numpy(held))
         clients.append(ClientData(cid, local, client_val))
+    if corrupt is not None:  # after every other draw: the clean clients and the rest of the run are unchanged
+        clients = [corrupt_client(c, corrupt.kind, train_classes, seed) if c.client_id in corrupt.clients else c
+                   for c in clients]
 
     meta = AlgorithmInputs(dataset.input_shape, dataset.num_classes, train_classes, dataset.name,
                            text_model_options(dataset, config.model.name), len(clients))
@@ -329,6 +337,13 @@ def _build(config: ExperimentConfig, device: torch.device) -> Experiment:
     context.new_federation = federation_factory(config)
     context.participant_positions = participant_positions(clients)
     return Experiment(config, dataset, clients, context, algorithm, val, test, data_seconds)
+
+
+def corrupt_client(client: ClientData, kind: str, classes: list[int], seed: int) -> ClientData:
+    """``client`` with its data (and its own validation split) spoiled by ``kind``
+    (``partition.options.corrupt``, :mod:`fedfew.corruption`)."""
+    val = None if client.val is None else corrupt_data(client.val, kind, classes, seed, client.client_id, "val")
+    return ClientData(client.client_id, corrupt_data(client.train, kind, classes, seed, client.client_id), val)
 
 
 def federation_factory(config: ExperimentConfig) -> Callable[[Algorithm, list[ClientData]], Engine]:

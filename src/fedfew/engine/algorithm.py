@@ -69,6 +69,9 @@ class Context:
     #: The rows of the loaded dataset that some client trains on: simulation bookkeeping (never the
     #: data), so that FRL's seen-class deployment groups use only samples no participant holds.
     participant_positions: torch.Tensor | None = None
+    #: The clients whose data ``partition.options.corrupt`` spoiled (sorted ids): simulation
+    #: bookkeeping for reports on a server's selection (where the bad clients rank), never for training.
+    corrupt_clients: list[int] = field(default_factory=list)
 
 
 @dataclass

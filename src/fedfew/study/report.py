@@ -37,6 +37,8 @@ class StudyResults:
     #: (method or CONTROL, setting) -> {seed: the run's evaluated rounds} (records that keep them)
     histories: dict[tuple[str, str], dict[int, list[dict[str, Any]]]] = field(default_factory=dict)
     settings: list[str] = field(default_factory=list)
+    #: The study's further tables (``tables``), by position: (method, setting) -> {seed: value, scaled}
+    extra: list[dict[tuple[str, str], dict[int, float]]] = field(default_factory=list)
 
     @property
     def seeds(self) -> list[int]:
@@ -62,6 +64,7 @@ def collect(study: Study, root: Path, store_base: Path, budget: str | None = Non
     b = study.budget(budget)
     results = StudyResults(study, budget, code, cells_total=len(grid),
                            methods=b.methods or list(study.methods), settings=b.settings or list(study.settings))
+    results.extra = [{} for _ in study.tables]
     if code is None:
         return results
     records = store.by_hash(code)
@@ -81,6 +84,10 @@ def collect(study: Study, root: Path, store_base: Path, budget: str | None = Non
         results.sources[source] = results.sources.get(source, 0) + 1
         if record.get("history"):
             results.histories.setdefault((cell.method, cell.setting), {})[cell.seed] = record["history"]
+        for extra, values in zip(study.tables, results.extra):
+            number = metric(record, extra.metric)
+            if number is not None:
+                values.setdefault((cell.method, cell.setting), {})[cell.seed] = extra.scale * number
         value = metric(record, study.metric_of(cell.method, cell.setting))
         if value is None:
             results.cells_without_metric += 1
@@ -118,6 +125,25 @@ def table(results: StudyResults) -> str:
             row += [_paper(p.values.get(method, {}).get(setting)) for p in study.paper]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
+
+
+def extra_tables(results: StudyResults) -> str:
+    """The study's further tables (``tables``): per table its title, then its rows (methods) and
+    columns (settings) as mean ± 95% interval over seeds; "—" where a run has no such number."""
+    parts = []
+    for extra, values in zip(results.study.tables, results.extra):
+        methods = [m for m in results.methods if extra.methods is None or m in extra.methods]
+        settings = [s for s in results.settings if extra.settings is None or s in extra.settings]
+        if not methods or not settings:
+            continue
+        lines = [f"{extra.title} (`{extra.metric}`{'' if extra.scale == 1 else f' x {extra.scale:g}'}; mean ± 95% "
+                 "interval over seeds):", "", "| method | " + " | ".join(settings) + " |", "|" + "---|" * (len(settings) + 1)]
+        for method in methods:
+            cells = [_fmt(t_interval(list(values[(method, s)].values())) if values.get((method, s)) else None)
+                     for s in settings]
+            lines.append(f"| {results.study.label(method)} | " + " | ".join(cells) + " |")
+        parts.append("\n".join(lines) + "\n")
+    return "\n".join(parts)
 
 
 def claims(results: StudyResults) -> list[tuple[Any, str, list[PairVerdict]]]:
@@ -237,6 +263,9 @@ def markdown(results: StudyResults, study_path: str) -> str:
     verdicts = claims_table(results)
     if verdicts:
         parts += ["", "Claims (paired comparison over seeds; docs/studies.md states the rule):", "", verdicts]
+    further = extra_tables(results)
+    if further:
+        parts += ["", further]
     return "\n".join(parts)
 
 

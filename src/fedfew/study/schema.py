@@ -27,6 +27,8 @@ method's cell with ``federation.rounds: 0``. Unknown keys are errors naming the 
         values: {FedFSL-naive: {IID 1-shot: 53.00}}
     claims:                                   # orderings within a column: first > second > ...
       - {setting: IID 1-shot, order: [FedFSL-MI, FedFSL-naive], source: section 5.4}
+    tables:                                   # further tables of the same cells, one metric each
+      - {metric: test.corrupt_rank_mean, title: mean rank of the bad clients, scale: 1, methods: [FedFSL-MI]}
 """
 
 from __future__ import annotations
@@ -140,6 +142,21 @@ class Claim(_Strict):
     source: str = ""
 
 
+class MetricTable(_Strict):
+    """A further table of the same cells: another number from each run's summary (a bad client's
+    rank, a correlation), mean and 95% interval over seeds, after the main table. No paper column,
+    control or claims: those belong to the study's ``metric``."""
+
+    metric: str
+    #: What the numbers are, shown above the table.
+    title: str
+    #: The stored value times this (100: percent, as the main table shows ``metric``; 1: as stored).
+    scale: float = 1.0
+    #: Only these rows / columns (default: every one the budget runs).
+    methods: list[str] | None = None
+    settings: list[str] | None = None
+
+
 class Study(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     title: str = ""
@@ -154,6 +171,8 @@ class Study(_Strict):
     #: A path into a run's summary.json (``test.accuracy``), reported in percent; ``[k1,k2]`` at the end
     #: is the mean of those keys (:data:`METRIC_PATH`). A method or a setting may name its own.
     metric: str = "test.accuracy"
+    #: Further tables of the same cells, each another metric of the runs (after the main table).
+    tables: list[MetricTable] = Field(default_factory=list)
     control: Control | None = None
     paper: list[PaperColumns] = Field(default_factory=list)
     claims: list[Claim] = Field(default_factory=list)
@@ -201,6 +220,11 @@ class Study(_Strict):
             for method_name in setting.per_method:
                 if method_name not in self.methods:
                     raise ValueError(f"settings.{name}.per_method: {method_name!r} is not one of {list(self.methods)}")
+        for i, extra in enumerate(self.tables):
+            for kind, names, known in (("methods", extra.methods, self.methods), ("settings", extra.settings, self.settings)):
+                for name in names or []:
+                    if name not in known:
+                        raise ValueError(f"tables[{i}].{kind}: {name!r} is not one of {list(known)}")
         if self.control is not None and self.control.method not in self.methods:
             raise ValueError(f"control.method: {self.control.method!r} is not one of {list(self.methods)}")
         for i, columns in enumerate(self.paper):
