@@ -372,8 +372,8 @@ def figure(results: StudyResults, path: Path) -> bool:
                     paper_y.append(value)
         bars = ax.bar(xs, means, width, yerr=errs, capsize=3, label=study.label(method))
         if paper_x:
-            ax.plot(paper_x, paper_y, "k_", markersize=12, color=bars.patches[0].get_facecolor() if bars.patches
-                    else None)
+            ax.plot(paper_x, paper_y, linestyle="none", marker="_", markersize=12,  # the paper's number: a dash
+                    color=bars.patches[0].get_facecolor() if bars.patches else "k")
     ax.set_xticks(range(len(results.settings)), results.settings)
     own = any(row.metric for rows in (study.methods, study.settings) for row in rows.values())
     ax.set_ylabel("accuracy (%), each column's metric" if own else f"{study.metric} (%)")
