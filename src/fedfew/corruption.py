@@ -41,7 +41,7 @@ CORRUPTIONS: Registry[Corruptor] = Registry("corruption")
                                    "(MNIST: y -> 9 - y); inputs kept")
 def flip(data: LabelledDataset, classes: list[int], generator: torch.Generator) -> LabelledDataset:
     """Each label y, the i-th of the sorted training classes, becomes the (K-1-i)-th: a fixed
-    permutation every honest client disagrees with (experiments/adfl.py's "flipped", y -> 9 - y on
+    permutation every honest client disagrees with (the retired experiments/adfl.py's "flipped", y -> 9 - y on
     MNIST). Draws nothing."""
     table = torch.full((max(classes) + 1,), -1, dtype=torch.long)
     table[torch.tensor(classes)] = torch.tensor(classes[::-1])
@@ -54,7 +54,7 @@ def flip(data: LabelledDataset, classes: list[int], generator: torch.Generator) 
 @CORRUPTIONS.register("noise", help="inputs replaced by uniform noise on [0, 1] of the same shape; labels kept")
 def noise(data: LabelledDataset, classes: list[int], generator: torch.Generator) -> LabelledDataset:
     """Every input replaced by uniform noise on [0, 1] (the scale of fedfew's image loaders), its
-    label kept: a client that learns nothing about the real inputs (experiments/adfl.py's "noise").
+    label kept: a client that learns nothing about the real inputs (the retired experiments/adfl.py's "noise").
     Drawn on the CPU, so the numbers are the same on every device."""
     if data.is_text:
         raise ConfigError(f"partition.options.{KEY}.kind: noise replaces images or features; "
