@@ -403,6 +403,24 @@ def test_a_budget_with_its_own_metric_reads_the_last_evaluated_round_of_the_same
         load_study(bad)
 
 
+def test_versions_verified_against_one_older_version_count_each_others_records(tmp_path: Path) -> None:
+    """B and C were each verified equal to A (C after B, against the version holding most cells):
+    for C, B's records count too, and a report names C, the most recently verified."""
+    from fedfew.study.store import FORMAT, CodeVersion
+
+    a, b, c = (CodeVersion("0.1.0", source, None) for source in ("aaaaaaaaaaaa", "bbbbbbbbbbbb", "cccccccccccc"))
+    store = ResultStore(tmp_path, "chain")
+    for config_hash, code, finished in (("h1", a, "2026-01-01T00:00:00Z"), ("h2", b, "2026-01-02T00:00:00Z")):
+        store.put({"format": FORMAT, "config_hash": config_hash, "code": code.to_json(), "finished": finished,
+                   "metrics": {}})
+    for new, old, when in ((b, a, "2026-01-02T00:00:00Z"), (c, a, "2026-01-03T00:00:00Z")):
+        store.put_equivalence({"code": new.to_json(), "equal_to": old.to_json(), "cells": [], "verified": when})
+    assert store.equal_codes(c) == {a.key, b.key} and store.equal_codes(b) == {a.key, c.key}
+    assert set(store.by_hash(c)) == {"h1", "h2"}
+    assert store.newer_equal(b) == c and store.newer_equal(a) == c
+    assert store.equal_codes(CodeVersion("0.1.0", "dddddddddddd", None)) == set()  # unlinked: nothing counts
+
+
 def test_verify_counts_new_metrics_as_new_not_different() -> None:
     from fedfew.study.run import same_numbers
 

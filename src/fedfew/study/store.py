@@ -156,26 +156,27 @@ class ResultStore:
         return out
 
     def equal_codes(self, code: CodeVersion) -> set[str]:
-        """Keys of the older versions ``code`` was verified equal to, following each link down."""
+        """Keys of the other versions ``code`` gives the same numbers as: every version linked to it by a
+        chain of verifications, in either direction (equality is symmetric: a version verified against
+        an older one that an in-between version was also verified against gives that version's numbers too)."""
         links = [(CodeVersion.from_json(e["code"]).key, CodeVersion.from_json(e["equal_to"]).key)
                  for e in self.equivalences()]
-        found: set[str] = set()
+        found = {code.key}
         frontier = {code.key}
         while frontier:
-            frontier = {old for new, old in links if new in frontier and old not in found and old != code.key}
+            frontier = ({old for new, old in links if new in frontier} | {new for new, old in links if old in frontier}) \
+                - found
             found |= frontier
-        return found
+        return found - {code.key}
 
     def newer_equal(self, code: CodeVersion) -> CodeVersion:
-        """The newest version verified equal to ``code`` (``code`` itself if none): the version a report
-        names when its records are of an older, verified-equal one."""
-        current = code
-        while True:
-            up = [CodeVersion.from_json(e["code"]) for e in self.equivalences()
-                  if CodeVersion.from_json(e["equal_to"]).key == current.key]
-            if not up:
-                return current
-            current = up[0]
+        """The version a report names when its records are of ``code``: the most recently verified version
+        that gives ``code``'s numbers (``code`` itself if none)."""
+        same = self.equal_codes(code) | {code.key}
+        verified = [e for e in self.equivalences() if CodeVersion.from_json(e["code"]).key in same]
+        if not verified:
+            return code
+        return CodeVersion.from_json(max(verified, key=lambda e: str(e.get("verified", "")))["code"])
 
     def put_equivalence(self, data: dict[str, Any]) -> Path:
         new, old = CodeVersion.from_json(data["code"]), CodeVersion.from_json(data["equal_to"])
