@@ -410,8 +410,8 @@ def test_versions_verified_against_one_older_version_count_each_others_records(t
 
     a, b, c = (CodeVersion("0.1.0", source, None) for source in ("aaaaaaaaaaaa", "bbbbbbbbbbbb", "cccccccccccc"))
     store = ResultStore(tmp_path, "chain")
-    for config_hash, code, finished in (("h1", a, "2026-01-01T00:00:00Z"), ("h2", b, "2026-01-02T00:00:00Z")):
-        store.put({"format": FORMAT, "config_hash": config_hash, "code": code.to_json(), "finished": finished,
+    for cell_hash, code, finished in (("h1", a, "2026-01-01T00:00:00Z"), ("h2", b, "2026-01-02T00:00:00Z")):
+        store.put({"format": FORMAT, "config_hash": cell_hash, "code": code.to_json(), "finished": finished,
                    "metrics": {}})
     for new, old, when in ((b, a, "2026-01-02T00:00:00Z"), (c, a, "2026-01-03T00:00:00Z")):
         store.put_equivalence({"code": new.to_json(), "equal_to": old.to_json(), "cells": [], "verified": when})

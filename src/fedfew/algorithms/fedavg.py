@@ -52,7 +52,9 @@ class FedAvg(Algorithm):
         self.num_outputs = len(context.train_classes) if fewshot else context.num_classes
         # Few-shot tasks train over the base classes only; targets are their indices.
         self.targets_of = label_map(context.train_classes, context.num_classes) if fewshot else None
-        if options.score_uploads and fewshot:
+        # Subclasses with options of their own (FRL's Per-FedAvg) do not take score_uploads.
+        self.scores_uploads = bool(getattr(options, "score_uploads", False))
+        if self.scores_uploads and fewshot:
             raise ValueError(f"{self.name}: score_uploads scores the uploads on the clients' validation sets "
                              "(task: classification), not on few-shot episodes")
         self.model = self.new_model()
@@ -60,7 +62,7 @@ class FedAvg(Algorithm):
     @property
     def evaluates_clients(self) -> bool:  # type: ignore[override]
         """With ``score_uploads`` each client scores its last upload where it is (its state)."""
-        return self.options.score_uploads
+        return self.scores_uploads
 
     def new_model(self) -> FewShotModel:
         return self.context.make_model(self.num_outputs)
@@ -79,7 +81,7 @@ class FedAvg(Algorithm):
         anchor = {k: v.clone() for k, v in payload["model"].items()} if mu > 0 else None
         extra = (lambda m: proximal_term(m, anchor, mu)) if anchor is not None else None
         metrics = train_epochs(model, data.train, self.targets(data.train.labels), self.options, generator, extra)
-        if self.options.score_uploads:  # a copy of the upload stays with the client, to be scored
+        if self.scores_uploads:  # a copy of the upload stays with the client, to be scored
             state = {"upload": get_state(model)}
         return ClientResult(upload={"model": get_state(model)}, state=state, metrics=metrics,
                             num_samples=data.num_samples, num_episodes=0)
