@@ -124,7 +124,11 @@ def build_algorithm(config: ExperimentConfig, inputs: AlgorithmInputs) -> tuple[
         num_rounds=config.federation.rounds,
         corrupt_clients=corrupted_ids(config.partition.options),
     )
-    return context, ALGORITHMS.get(config.algorithm.name)(config.algorithm_options(), context)
+    try:
+        algorithm = ALGORITHMS.get(config.algorithm.name)(config.algorithm_options(), context)
+    except ValueError as err:  # the algorithm refuses this config (a classification method on few-shot tasks)
+        raise ConfigError(f"algorithm.name: {err}") from None
+    return context, algorithm
 
 
 def _model_factory(config: ExperimentConfig, input_shape: tuple[int, ...], extra: dict[str, Any]):
