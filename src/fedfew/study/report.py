@@ -229,6 +229,7 @@ def _metrics_named(study: Study) -> str:
 def _metric_name(path: str) -> str:
     """What the table's numbers are, in words where the path is a common one."""
     return {"test.accuracy": "test accuracy (%)",
+            "history.last.test_accuracy": "test accuracy (%) at the last evaluated round, not the selected one",
             "initial_score.accuracy": "the untrained model's accuracy (%) on the validation split (its test split "
                                       "where it has none)"}.get(path, f"`{path}` (%)")
 
