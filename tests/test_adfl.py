@@ -312,20 +312,26 @@ def test_impossible_options_are_named() -> None:
 
 
 def test_committed_configs_are_valid_for_every_compared_method() -> None:
-    import importlib.util
+    """Every method (row) of the AdFL studies applies to every committed AdFL config, CIFAR-10's included."""
     from pathlib import Path
 
+    import yaml
+
+    from fedfew.study.schema import load_study
+
     repo = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("adfl_experiment", repo / "experiments" / "adfl.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)  # type: ignore[union-attr]
     configs = sorted((repo / "configs" / "adfl").glob("*.yaml"))
     assert len(configs) == 4
-    for path in configs:
-        for overrides in [*script.METHODS.values(), *script.ABLATION.values()]:
-            config = load_config(path, overrides)
-            assert config.task == "classification" and config.federation.rounds == 1
-            assert config.partition.num_clients == config.federation.clients_per_round == 50
+    studies = [load_study(p)[0] for p in sorted((repo / "studies").glob("adfl_*.yaml"))]
+    assert len(studies) == 3
+    for study in studies:
+        for method in study.methods.values():
+            overrides = [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip().removesuffix(chr(10) + '...')}"
+                         for k, v in method.set.items()]
+            for path in configs:
+                config = load_config(path, overrides)
+                assert config.task == "classification" and config.federation.rounds == 1
+                assert config.partition.num_clients == config.federation.clients_per_round == 50
 
 
 def test_mnist15k_joins_two_disjoint_parts(shared_data) -> None:
@@ -337,29 +343,74 @@ def test_mnist15k_joins_two_disjoint_parts(shared_data) -> None:
     assert float(data.inputs.min()) == 0.0 and float(data.inputs.max()) == 1.0
 
 
-def test_experiment_script_scores_equal_what_fedfew_run_gives(tmp_path, monkeypatch) -> None:
-    """experiments/adfl.py trains the clients once and applies every method: each method's number
-    must be the one a separate simulator run of that method's config gives."""
-    import importlib.util
-    from pathlib import Path
+# -- the selection report in the test metrics (oneshot_report.py) -----------------------------------
 
-    import yaml
 
-    repo = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("adfl_experiment", repo / "experiments" / "adfl.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)  # type: ignore[union-attr]
-    config = tiny_config(options={"local_epochs": 1})  # options every compared method takes
-    config["partition"]["num_clients"] = config["federation"]["clients_per_round"] = 6
-    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(config))
-    monkeypatch.setattr(script, "CONFIGS", tmp_path)
-    monkeypatch.setattr(script, "CV", ["algorithm.options.cv_folds=2", "algorithm.options.cv_epochs=1"])
-    methods = {"AdFL ensemble": [], "AdFL vote": ["algorithm.options.combine=vote"],
-               "AdFL CS-weighted": ["algorithm.options.combine=weighted"],
-               "CV ensemble": ["algorithm.name=oneshot", "algorithm.options.selection=cv", *script.CV]}
-    monkeypatch.setattr(script, "METHODS", methods)
-    record = script.run_seed("tiny", 1, bad=False, ablation=False)
-    for label, overrides in methods.items():
-        experiment = build_experiment(load_config(tmp_path / "tiny.yaml", ["seed=1", *overrides]))
-        outcome = experiment.simulator().run(1, 6)
-        assert record["methods"][label]["accuracy"] == pytest.approx(outcome["test"]["accuracy"]), label
+def test_ranks_share_ties_and_correlations_match_hand_values() -> None:
+    from fedfew.algorithms.oneshot_report import descending_ranks, pearson, spearman
+
+    assert descending_ranks(torch.tensor([3.0, 1.0, 3.0, 2.0])).tolist() == [1.5, 4.0, 1.5, 3.0]
+    assert descending_ranks(torch.zeros(4)).tolist() == [2.5] * 4  # a selection that scores nothing: all mid
+    # x = 1, 2, 3; y = 2, 4, 7: deviations (-1, 0, 1) and (-7/3, -1/3, 8/3); sum of products 5,
+    # norms sqrt(2) and sqrt(114/9): r = 5 / sqrt(2 * 114 / 9) = 15 / sqrt(228)
+    assert pearson(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([2.0, 4.0, 7.0])) == pytest.approx(15 / math.sqrt(228))
+    assert spearman(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([2.0, 4.0, 7.0])) == pytest.approx(1.0)
+    assert spearman(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([9.0, 4.0, 7.0])) == pytest.approx(-0.5)
+    assert pearson(torch.tensor([1.0, 2.0]), torch.tensor([5.0, 5.0])) is None
+
+
+def test_corrupted_clients_rank_by_the_servers_score_and_count_when_selected() -> None:
+    from fedfew.algorithms.oneshot_report import corruption_metrics
+
+    scores = {0: 5.0, 1: 1.0, 2: 3.0, 3: 3.0, 4: 0.0}  # ranks 1, 4, 2.5, 2.5, 5
+    out = corruption_metrics([0, 1, 2, 3, 4], scores, [1, 4], [0, 2])
+    assert out == {"corrupt_selected": 0, "corrupt_ranks": {"1": 4.0, "4": 5.0}, "corrupt_rank_mean": 4.5,
+                   "corrupt_rank_best": 4.0}
+    # no scores (random, all): only how many are in the combination; a corrupted client that did not reply is left out
+    assert corruption_metrics([0, 1, 2], None, [1, 7], [1, 2]) == {"corrupt_selected": 1}
+    assert corruption_metrics([0, 1, 2], scores, [], [0]) == {}
+
+
+def test_adfl_reports_scores_ranks_and_each_clients_accuracy_without_changing_its_result() -> None:
+    corrupt = {"corrupt": {"clients": [0, 1], "kind": "flip"}}
+    config = tiny_config(options={"attack_steps": 5, "report_clients": True})
+    config["partition"]["options"].update(corrupt)
+    experiment, outcome = one_round(config)
+    server, alg, test = outcome.server, experiment.algorithm, experiment.test
+    metrics = alg.evaluate(server, test, torch.Generator())
+    coherence = server["coherence"]
+    assert metrics["client_scores"] == {str(i): coherence[i] for i in range(5)}
+    order = sorted(range(5), key=lambda i: -coherence[i])  # no ties among real scores
+    assert metrics["corrupt_ranks"] == {str(c): float(order.index(c) + 1) for c in (0, 1)}
+    assert metrics["corrupt_selected"] == len({0, 1} & set(server["member_ids"]))
+    assert metrics["own_success"] == server["own_success"]
+    probs = member_probabilities(alg.model, [outcome.results[i].upload["model"] for i in range(5)], test.dataset.inputs)
+    own = (probs.argmax(-1) == test.dataset.labels).double().mean(1)
+    assert metrics["client_accuracy"] == {str(i): pytest.approx(float(own[i])) for i in range(5)}
+    scores = torch.tensor([coherence[i] for i in range(5)], dtype=torch.float64)
+    assert metrics["score_accuracy_pearson"] == pytest.approx(float(torch.corrcoef(torch.stack([scores, own]))[0, 1]))
+    held = {int(c) for i in server["member_ids"] for c in experiment.clients[i].train.labels.unique()}
+    assert metrics["member_classes"] == len(held)
+    # the report changes neither the selection nor the accuracy: the same run without it
+    config["algorithm"]["options"].pop("report_clients")
+    _, plain = one_round(config)
+    assert plain.server["member_ids"] == server["member_ids"] and "client_states" not in plain.server
+    assert alg.evaluate(plain.server, test, torch.Generator())["accuracy"] == metrics["accuracy"]
+    assert "client_accuracy" not in alg.evaluate(plain.server, test, torch.Generator())
+    # the untrained control (nothing returned yet) reports nothing of the selection
+    control = alg.evaluate(alg.init_server(torch_generator(1, "server-init")), test, torch.Generator())
+    assert not {"client_scores", "corrupt_selected", "own_success"} & set(control)
+
+
+def test_oneshot_reports_cv_scores_and_no_scores_for_random_or_all() -> None:
+    cv = tiny_config(name="oneshot", options={"selection": "cv", "cv_folds": 2, "cv_epochs": 1})
+    cv["partition"]["options"]["corrupt"] = {"clients": [2], "kind": "noise"}
+    experiment, outcome = one_round(cv)
+    metrics = experiment.algorithm.evaluate(outcome.server, experiment.test, torch.Generator())
+    assert metrics["client_scores"] == {str(i): float(outcome.results[i].upload["cv_score"]) for i in range(5)}
+    assert set(metrics["corrupt_ranks"]) == {"2"} and "client_accuracy" not in metrics
+    fedavg = tiny_config(name="oneshot", options={"selection": "all", "combine": "average"})
+    fedavg["partition"]["options"]["corrupt"] = {"clients": [2], "kind": "noise"}
+    experiment, outcome = one_round(fedavg)
+    metrics = experiment.algorithm.evaluate(outcome.server, experiment.test, torch.Generator())
+    assert metrics["corrupt_selected"] == 1 and "client_scores" not in metrics and "corrupt_ranks" not in metrics

@@ -352,7 +352,7 @@ def test_configs_in_repo_validate() -> None:
 
     folder = Path(__file__).resolve().parents[1] / "configs" / "f2l"
     methods = yaml.safe_load((folder / "methods.yaml").read_text())  # Table 1's rows: algorithm blocks
-    # inner step sizes per dataset and row, chosen on validation tasks (experiments/f2l.py adaptation)
+    # inner step sizes per dataset and row, chosen on validation tasks (studies/f2l_adaptation.yaml)
     adaptation = yaml.safe_load((folder / "adaptation.yaml").read_text())
     for path in sorted(folder.glob("*.yaml")):
         if path.name in ("methods.yaml", "adaptation.yaml"):

@@ -228,3 +228,89 @@ def test_newcomer_with_other_architecture_cannot_start_from_global():
     server = fml.init_server(torch_generator(0, "s"))
     with pytest.raises(ValueError, match="init='fresh'"):
         fml.adapt_newcomer(server, experiment.clients[1], torch_generator(0, "n"), init="global", epochs=1)
+
+
+# -- per-client scores (the catfish table's columns) -------------------------------------------------
+
+
+def test_local_by_client_holds_each_trained_clients_own_score():
+    simulator, outcome = run("fml", {**TRAIN, "local_models": {0: "cnn1"}}, rounds=2)
+    fml: FML = simulator.algorithm
+    test = outcome["test"]
+    by_hand = fml.local_accuracies(simulator.client_states, simulator.clients)  # each private model, scored again
+    assert test["local_by_client"] == {str(cid): score for cid, score in sorted(by_hand.items())}
+    assert list(test["local_by_client"]) == ["0", "1", "2"]
+    values = list(test["local_by_client"].values())
+    assert test["local_accuracy"] == pytest.approx(sum(values) / 3)
+    assert (test["local_min"], test["local_max"]) == (min(values), max(values))
+
+
+# -- FedAvg's uploads scored as its "local models" (Fig. 5) --------------------------------------------
+
+
+def test_fedavg_score_uploads_scores_the_last_uploads_and_changes_no_training_number():
+    from fedfew.engine.protocol import update_generator
+    from fedfew.evaluation import dataset_accuracy
+
+    plain_sim, plain = run("fedavg", {**TRAIN, "aggregation": "uniform"}, rounds=2)
+    simulator = build_experiment(config("fedavg", {**TRAIN, "aggregation": "uniform", "score_uploads": True},
+                                        rounds=2)).simulator()
+    simulator.run(1, 3)
+    server_after_round_1 = {k: v.clone() for k, v in simulator.server["model"].items()}
+    scored = simulator.run(2, 3)
+    # Opt-in and off the training path: the global models and every round's test score are the same.
+    for name, tensor in plain_sim.server["model"].items():
+        assert torch.equal(tensor, simulator.server["model"][name]), name
+    assert [h["test_accuracy"] for h in scored["history"]] == [h["test_accuracy"] for h in plain["history"]]
+    assert scored["test"]["accuracy"] == plain["test"]["accuracy"] and "local_accuracy" not in plain["test"]
+    # Each client's score is its round-2 upload (the round-1 global model after its local epoch),
+    # rebuilt here by its own update from the same payload and generator, on its validation set.
+    fedavg = simulator.algorithm
+    for client in simulator.clients:
+        result = fedavg.client_update({"model": server_after_round_1}, None, client,
+                                      update_generator(simulator.seed, "1", client.client_id))
+        model = fedavg.new_model()
+        model.load_state_dict(result.upload["model"])
+        expected = dataset_accuracy(model, client.val.inputs, client.val.labels, client.val.lengths)
+        assert scored["test"]["local_by_client"][str(client.client_id)] == expected
+    with pytest.raises(ValueError, match="score_uploads"):
+        load = config("fedavg", {"score_uploads": True})
+        build_experiment(load.model_copy(update={"task": "fewshot"}))
+
+
+# -- the newcomer phase (Fig. 4 in the run) -------------------------------------------------------
+
+
+def test_newcomer_phase_reports_each_start_and_way_per_epoch_after_the_last_round():
+    options = {**TRAIN, "newcomers": [2]}
+    plain_sim, plain = run("fml", options, rounds=2)
+    simulator, outcome = run("fml", {**options, "adapt_newcomers": {"epochs": 2}}, rounds=2)
+    test = outcome["test"]
+    # The phase changes nothing that trains or is sent: same global model, bytes and global scores.
+    assert test["accuracy"] == plain["test"]["accuracy"] and outcome["comm"].down == plain["comm"].down
+    assert [h["test_accuracy"] for h in outcome["history"]] == [h["test_accuracy"] for h in plain["history"]]
+    assert "test_newcomer_fresh_dml_accuracy" not in outcome["history"][0]  # only after the last round
+    assert "test_newcomer_fresh_dml_accuracy" in outcome["history"][-1]
+    assert test["local_by_client"].keys() == {"0", "1"}  # the newcomer has no trained private model
+    fml: FML = simulator.algorithm
+    newcomer = simulator.clients[2]
+    for init in ("fresh", "global"):
+        for by, alpha in (("dml", None), ("ce", 1.0)):
+            curve = fml.adapt_newcomer(simulator.server, newcomer, torch_generator(7, "newcomer", 2, init),
+                                       init=init, epochs=2, alpha=alpha)
+            by_epoch = test[f"newcomer_{init}_{by}_by_epoch"]
+            assert by_epoch == {str(row["epoch"]): row["local_accuracy"] for row in curve}
+            assert test[f"newcomer_{init}_{by}_accuracy"] == by_epoch["2"]
+    # Both ways start from the same model (paired): from the global model, epoch 0 is its accuracy.
+    from fedfew.evaluation import dataset_accuracy
+
+    global_model = fml.new_global_model()
+    global_model.load_state_dict(simulator.server["model"])
+    on_joining = dataset_accuracy(global_model, newcomer.val.inputs, newcomer.val.labels, newcomer.val.lengths)
+    assert test["newcomer_global_dml_by_epoch"]["0"] == test["newcomer_global_ce_by_epoch"]["0"] == on_joining
+    assert test["newcomer_fresh_dml_by_epoch"]["0"] == test["newcomer_fresh_ce_by_epoch"]["0"]
+    assert test["newcomer_global_dml_by_epoch"] != test["newcomer_global_ce_by_epoch"]  # the ways differ
+    with pytest.raises(ConfigError, match="adapt_newcomers needs newcomers"):
+        config("fml", {"adapt_newcomers": {"epochs": 1}})
+    with pytest.raises(ConfigError, match="adapt_newcomers"):
+        config("fml", {"newcomers": [2], "adapt_newcomers": {"by": ["sgd"]}})

@@ -18,7 +18,7 @@ from fedfew.errors import UsageError
 from fedfew.study.docs import render_pages, study_files
 from fedfew.study.grid import cells, config_hash
 from fedfew.study.schema import CONTROL, load_study
-from fedfew.study.store import ResultStore
+from fedfew.study.store import ResultStore, metric
 from fedfew.study.verdict import HOLDS, NOT_RESOLVED, REVERSED, compare, judge_order, t_interval
 
 REPO = Path(__file__).resolve().parents[1]
@@ -102,6 +102,12 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
     ({"seeds": ["zero"]}, "seeds.0"),
     ({"methods": "fl-proto"}, "methods"),
     ({"paper": [{"source": "T", "values": {"fl-proto": {"IID": 1.0}}}]}, "'IID' is not one of"),
+    ({"metric": "test.local_by_client[1,"}, "metric: 'test.local_by_client[1,' is not a metric path"),
+    ({"settings": {"IID 1-shot": {"metric": "test..x"}}}, "settings.IID 1-shot.metric: 'test..x' is not a metric"),
+    ({"methods": {"fl-proto": {"metric": "test.ci95"}, "fl-maml": {}},
+      "settings": {"IID 1-shot": {"metric": "test.accuracy"}}}, "metric: set it on methods or on settings, not both"),
+    ({"tables": [{"metric": "test.x", "title": "x", "methods": ["fedavg"]}]}, "tables[0].methods: 'fedavg' is not one of"),
+    ({"tables": [{"metric": "test.x"}]}, "tables.0.title: required key missing"),
 ])
 def test_a_bad_study_file_is_one_line_naming_the_key_and_file(change: dict, expected: str, tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
@@ -234,6 +240,17 @@ def test_study_run_stores_skips_resumes_and_reports(tmp_path: Path, capsys: pyte
     assert code == 0 and "6/6 cells in the store" in out and "Incomplete" not in out
     assert "6 stored cells have no `test.nonesuch`" in out and "| fl-proto | — | 63.40 |" in out
 
+    # further tables of the same cells (``tables``): another metric each, scaled as asked, "—" where absent
+    tables = [{"metric": "test.accuracy", "title": "Accuracy as a fraction", "methods": ["fl-proto"]},
+              {"metric": "test.nonesuch", "title": "Nothing", "scale": 100, "settings": ["IID 1-shot"]}]
+    more = write_study(tmp_path, {**DIGITS_STUDY, "tables": tables}, name="more-tables.yaml")
+    code, out, _ = run_cli(["study", "report", str(more), "--store", str(store_dir), "--budget", "smoke"], capsys)
+    assert code == 0 and f"| fl-proto | {mean:.2f} ± {half:.2f} | 63.40 |" in out  # the main table as before
+    assert "Accuracy as a fraction (`test.accuracy`; mean ± 95% interval over seeds):" in out
+    assert f"| fl-proto | {mean / 100:.2f} ± {half / 100:.2f} |" in out 
+    assert "| FL-MAML |" not in out.split("as a fraction")[1].split("Nothing")[0]  # only the rows asked for
+    assert "Nothing (`test.nonesuch` x 100;" in out and "| FL-MAML | — |" in out
+
 
 def test_a_cell_that_cannot_run_leaves_the_others_running(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """An impossible partition in one method's cells (more shards than the digits hold): those cells fail
@@ -359,6 +376,51 @@ def test_a_cell_stopped_before_a_verified_commit_continues_its_older_run(tmp_pat
     assert record["code"]["source"] == source and record["metrics"]["test"] == stored["test"]
 
 
+def test_a_budget_with_its_own_metric_reads_the_last_evaluated_round_of_the_same_runs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    smoke = {"set": {"federation.rounds": 2, "eval.every": 1, "eval.track_test": True}, "settings": ["IID 1-shot"],
+             "seeds": [0]}
+    study = {**DIGITS_STUDY, "claims": [], "control": None,
+             "budgets": {"smoke": smoke, "smoke-last": {**smoke, "metric": "history.last.test_accuracy"},
+                         "cpu": {}}}
+    path = write_study(tmp_path, study)
+    store_args = ["--store", str(tmp_path / "store")]
+    assert run_cli(["study", "run", str(path), *store_args, "--runs", str(tmp_path / "runs"), "--budget", "smoke"],
+                   capsys)[0] == 0
+    code, out, err = run_cli(["study", "report", str(path), *store_args, "--budget", "smoke-last"], capsys)
+    assert code == 0, err
+    assert "2/2 cells in the store" in out and "`history.last.test_accuracy`" in out  # the same cells, read again
+    for record in ResultStore(tmp_path / "store", "digits-check").records():
+        last = record["history"][-1]
+        assert last["round"] == 2 and metric(record, "history.last.test_accuracy") == last["test_accuracy"]
+        assert metric(record, "history.1.test_accuracy") == record["history"][0]["test_accuracy"]
+        label = "FL-MAML" if record["method"] == "fl-maml" else record["method"]
+        assert f"| {label} | {100 * last['test_accuracy']:.2f} (1 seed) |" in out
+    assert metric({"metrics": {}}, "history.last.test_accuracy") is None  # a record without rounds: no value
+    bad = write_study(tmp_path, {**study, "budgets": {**study["budgets"], "smoke-last": {"metric": "history.last["}}},
+                      "bad.yaml")
+    with pytest.raises(UsageError, match="smoke-last"):
+        load_study(bad)
+
+
+def test_versions_verified_against_one_older_version_count_each_others_records(tmp_path: Path) -> None:
+    """B and C were each verified equal to A (C after B, against the version holding most cells):
+    for C, B's records count too, and a report names C, the most recently verified."""
+    from fedfew.study.store import FORMAT, CodeVersion
+
+    a, b, c = (CodeVersion("0.1.0", source, None) for source in ("aaaaaaaaaaaa", "bbbbbbbbbbbb", "cccccccccccc"))
+    store = ResultStore(tmp_path, "chain")
+    for cell_hash, code, finished in (("h1", a, "2026-01-01T00:00:00Z"), ("h2", b, "2026-01-02T00:00:00Z")):
+        store.put({"format": FORMAT, "config_hash": cell_hash, "code": code.to_json(), "finished": finished,
+                   "metrics": {}})
+    for new, old, when in ((b, a, "2026-01-02T00:00:00Z"), (c, a, "2026-01-03T00:00:00Z")):
+        store.put_equivalence({"code": new.to_json(), "equal_to": old.to_json(), "cells": [], "verified": when})
+    assert store.equal_codes(c) == {a.key, b.key} and store.equal_codes(b) == {a.key, c.key}
+    assert set(store.by_hash(c)) == {"h1", "h2"}
+    assert store.newer_equal(b) == c and store.newer_equal(a) == c
+    assert store.equal_codes(CodeVersion("0.1.0", "dddddddddddd", None)) == set()  # unlinked: nothing counts
+
+
 def test_verify_counts_new_metrics_as_new_not_different() -> None:
     from fedfew.study.run import same_numbers
 
@@ -368,6 +430,31 @@ def test_verify_counts_new_metrics_as_new_not_different() -> None:
     assert not same_numbers(stored, {**stored, "accuracy": 0.5000001})
     assert not same_numbers(stored, {"accuracy": 0.5, "parts": {"a": 1.0}})  # a stored number gone
     assert not same_numbers(stored, {**stored, "parts": {"a": 1.5}})
+def test_a_column_with_its_own_metric_reads_the_same_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A setting with ``metric`` (FedFSL Fig. 6's per-digit columns) shares its cells with the plain
+    column: each config runs once, and its column shows the record's value at that path."""
+    from fedfew.data import load_dataset
+
+    digits = load_dataset("digits")
+    name = digits.class_names[digits.splits["novel"][0]]
+    data = {**DIGITS_STUDY, "set": {**DIGITS_STUDY["set"], "eval.per_class": True},
+            "settings": {"all": {}, f"class {name}": {"metric": f"test.per_class.{name}"}},
+            "budgets": {"smoke": {"set": {"federation.rounds": 1}, "seeds": [0], "methods": ["fl-maml"]},
+                        "cpu": {}},
+            "paper": [], "claims": []}
+    path = write_study(tmp_path, data)
+    args = ["--store", str(tmp_path / "store"), "--runs", str(tmp_path / "runs"), "--budget", "smoke"]
+    code, _, err = run_cli(["study", "run", str(path), *args], capsys)
+    assert code == 0, err
+    assert "4 cells (2 distinct runs), 0 already in" in err
+    records = ResultStore(tmp_path / "store", "digits-check").records()
+    assert len(records) == 2 and len(list((tmp_path / "runs").rglob("status.json"))) == 2  # fl-maml and the control
+    trained = next(r for r in records if r["method"] != CONTROL)
+    code, out, _ = run_cli(["study", "report", str(path), *args[:2], "--budget", "smoke"], capsys)
+    assert code == 0 and "4/4 cells in the store" in out and f"class {name}: `test.per_class.{name}`" in out
+    row = next(line for line in out.splitlines() if line.startswith("| FL-MAML |"))
+    accuracy, per_class = trained["metrics"]["test"]["accuracy"], trained["metrics"]["test"]["per_class"][name]
+    assert row == f"| FL-MAML | {100 * accuracy:.2f} (1 seed) | {100 * per_class:.2f} (1 seed) |"
 
 
 # -- generated docs ------------------------------------------------------------------------------------
@@ -563,3 +650,146 @@ def test_winners_are_the_best_mean_and_the_methods_the_paired_rule_cannot_separa
     text = winners_markdown(results, "studies/study.yaml")
     assert "| IID 1-shot | fl-proto: 61.00 ± 12.71 | none | 90.00 ± 0.00 |" in text
     assert "| non-IID 1-shot | FL-MAML: 52.00 ± 12.71 | fl-proto | — |" in text
+
+
+# -- metric paths: one key, or the mean of chosen keys (FML's per-client scores) -----------------------
+def test_a_metric_path_reads_one_key_or_the_mean_of_the_chosen_keys() -> None:
+    record = {"metrics": {"test": {"accuracy": 0.5, "local_by_client": {"0": 0.9, "1": 0.6, "2": 0.3, "3": 0.1}}}}
+    assert metric(record, "test.accuracy") == 0.5
+    assert metric(record, "test.local_by_client.0") == 0.9
+    assert metric(record, "test.local_by_client[1,2,3]") == pytest.approx((0.6 + 0.3 + 0.1) / 3)
+    assert metric(record, "test.local_by_client[2]") == 0.3
+    assert metric(record, "test.local_by_client[1,7]") is None  # never a mean over fewer clients than named
+    assert metric(record, "test.local_by_client") is None  # a mapping is not a number
+    assert metric(record, "test.accuracy[0]") is None and metric(record, "test.nothing.0") is None
+
+
+def test_columns_reading_other_numbers_of_the_same_runs_run_each_config_once(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = {**DIGITS_STUDY, "settings": {"IID": {"partition.name": "iid"},
+                                         "IID, its interval": {"set": {"partition.name": "iid"}, "metric": "test.ci95"}},
+            "budgets": {"smoke": {"set": {"federation.rounds": 1}, "seeds": [0], "control": False}, "cpu": {}},
+            "claims": [], "paper": [], "control": None}
+    path = write_study(tmp_path, data)
+    args = ["--store", str(tmp_path / "store"), "--runs", str(tmp_path / "runs"), "--budget", "smoke"]
+    code, _, err = run_cli(["study", "run", str(path), *args], capsys)
+    assert code == 0, err
+    assert "4 cells (2 distinct runs)" in err
+    records = ResultStore(tmp_path / "store", "digits-check").records()
+    assert len(records) == 2 and len(list((tmp_path / "runs").rglob("status.json"))) == 2
+    study, root = load_study(path)
+    assert study.metric_of("fl-proto", "IID, its interval") == "test.ci95" and study.metric_of("fl-proto", "IID") \
+        == "test.accuracy"
+    from fedfew.study.report import collect
+
+    results = collect(study, root, tmp_path / "store", "smoke")
+    by_method = {r["config"]["algorithm"]["name"]: r["metrics"]["test"] for r in records}
+    assert results.values[("fl-proto", "IID")] == {0: 100 * by_method["fl-proto"]["accuracy"]}
+    assert results.values[("fl-proto", "IID, its interval")] == {0: 100 * by_method["fl-proto"]["ci95"]}
+    assert results.cells_found == 4 and results.wall_seconds == pytest.approx(sum(r["wall_seconds"] for r in records))
+
+
+def test_a_loss_curve_is_drawn_in_its_own_unit_and_skips_switched_off_terms() -> None:
+    """An accuracy is a fraction shown in percent; a training loss (F2L's L_MI) is not scaled, and a
+    round where a variant's term is off (nan) counts as missing for that seed."""
+    from fedfew.study.report import mean_curve
+
+    per_seed = {0: [{"round": 2, "train_l_mi": 1.5}, {"round": 4, "train_l_mi": 1.0}],
+                1: [{"round": 2, "train_l_mi": 1.3}, {"round": 4, "train_l_mi": float("nan")}]}
+    (point,) = mean_curve(per_seed, "train_l_mi")  # round 4: seed 1's value is nan
+    assert point[0] == 2 and point[1] == pytest.approx(1.4) and point[2] == pytest.approx(T1 * 0.1)
+
+
+# -- budgets side by side ------------------------------------------------------------------------------
+def budgets_study() -> dict:
+    """The digits study with a third budget that scales fl-proto alone (per_method) and runs it alone."""
+    return {**DIGITS_STUDY, "budgets": {**DIGITS_STUDY["budgets"], "x2": {
+        "set": {"federation.rounds": 2, "eval.every": 3}, "per_method": {"fl-proto": {"federation.rounds": 4}},
+        "methods": ["fl-proto"], "settings": ["IID 1-shot"], "control": False, "note": "fl-proto at twice cpu"}}}
+
+
+def test_a_budgets_per_method_overrides_reach_only_that_method_after_the_budgets_set(tmp_path: Path) -> None:
+    data = {**budgets_study(), "control": {"method": "fl-proto"}}
+    data["budgets"]["x2"] = {**data["budgets"]["x2"], "methods": None, "control": True}
+    study, root = load_study(write_study(tmp_path, data))
+    grid = {(c.method, c.setting, c.seed): c.config for c in cells(study, root, "x2")}
+    proto, maml = grid[("fl-proto", "IID 1-shot", 0)], grid[("fl-maml", "IID 1-shot", 0)]
+    assert proto.federation.rounds == 4 and maml.federation.rounds == 2  # per_method wins over the budget's set
+    assert proto.eval.every == 3 and maml.eval.every == 3
+    control = grid[(CONTROL, "IID 1-shot", 0)]
+    assert control.federation.rounds == 0 and control.eval.every == 3  # the control method's entry, then round 0
+    # a budget without per_method resolves exactly as before: the cpu cells' keys are unchanged
+    plain = {**DIGITS_STUDY}
+    before = [c.config_hash for c in cells(*load_study(write_study(tmp_path, plain, "plain.yaml")), "cpu")]
+    assert [c.config_hash for c in cells(study, root, "cpu") if c.method != CONTROL] == \
+        [h for h, c in zip(before, cells(study, root, "cpu")) if c.method != CONTROL]
+    data["budgets"]["x2"]["per_method"] = {"fedavg": {}}
+    with pytest.raises(UsageError, match="budgets.x2.per_method: 'fedavg' is not one of"):
+        load_study(write_study(tmp_path, data, "bad.yaml"))
+
+
+def put_values(store_dir: Path, study_path: Path, budget: str, values: dict[tuple[str, str, int], float]) -> None:
+    """Hand-made records (test accuracy as a fraction) for cells of ``budget``, keyed as the grid keys them."""
+    from fedfew.study.store import CodeVersion, make_record
+
+    study, root = load_study(study_path)
+    store = ResultStore(store_dir, study.name)
+    code = CodeVersion("0.0.0", "handmade0000", None)
+    for cell in cells(study, root, budget):
+        value = values.get((cell.method, cell.setting, cell.seed))
+        if value is not None:
+            store.put(make_record(study.name, budget, cell.method, cell.setting, cell.seed, cell.config_hash, {}, code,
+                                  {"test": {"accuracy": value}}, 60.0))
+
+
+def test_a_report_over_budgets_puts_them_side_by_side(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Hand-made store: smoke (IID 1-shot only), cpu (both settings) and x2 (fl-proto alone, no control).
+    Columns: per budget its settings; then the paper's numbers once per setting. A row a budget does
+    not run is n/a there; a cell of that budget not in the store is —. Each budget judges its own claims."""
+    (tmp_path / "studies").mkdir()
+    (tmp_path / "docs").mkdir()
+    path = write_study(tmp_path / "studies", budgets_study(), "digits.yaml")
+    store_dir = tmp_path / "studies" / "store"
+    put_values(store_dir, path, "smoke", {("fl-proto", "IID 1-shot", 0): 0.60, ("fl-proto", "IID 1-shot", 1): 0.62,
+                                          (CONTROL, "IID 1-shot", 0): 0.50, (CONTROL, "IID 1-shot", 1): 0.51})
+    put_values(store_dir, path, "cpu", {("fl-proto", "IID 1-shot", 0): 0.70, ("fl-proto", "IID 1-shot", 1): 0.70})
+    put_values(store_dir, path, "x2", {("fl-proto", "IID 1-shot", 0): 0.80})
+    code, out, err = run_cli(["study", "report", str(path), "--store", str(store_dir), "--budgets", "smoke,cpu,x2"],
+                             capsys)
+    assert code == 0, err
+    header = ("| method | IID 1-shot, smoke: ours | non-IID 1-shot, cpu: ours | IID 1-shot, cpu: ours | "
+              "IID 1-shot, x2: ours | non-IID 1-shot: paper (Table 9 (made up for the test)) | "
+              "IID 1-shot: paper (Table 9 (made up for the test)) |")
+    assert header in out
+    # smoke: mean 61, half-width t(0.975, 1) * sd / sqrt 2 = 12.71 * 1; cpu: no spread; x2: one seed
+    assert "| fl-proto | 61.00 ± 12.71 | — | 70.00 ± 0.00 | 80.00 (1 seed) | — | 63.40 |" in out
+    assert "| FL-MAML | — | — | — | n/a | — | — |" in out
+    # the control is the round-0 cell, the same config at smoke and cpu: stored once, shown at both
+    assert "| (control) untrained, round 0 | 50.50 ± 6.35 | — | 50.50 ± 6.35 | n/a | — | — |" in out
+    assert "- **smoke**: 4/6 cells, seeds 0, 1, 4.0 min of runs, sources handmade0000" in out
+    assert "- **cpu**: 4/12 cells, seeds 0, 1, 4.0 min of runs, sources handmade0000" in out
+    assert "- **x2**: 1/2 cells, seeds 0, 1.0 min of runs, sources handmade0000: fl-proto at twice cpu" in out
+    # the claim fl-proto > control: at smoke d = 10, 11, at cpu d = 20, 19 (both hold); x2 has no control
+    assert ("| smoke | fl-proto > (control) untrained, round 0 | IID 1-shot | — | **holds** | "
+            "fl-proto − (control) untrained, round 0: 10.50 ± 6.35 |") in out
+    assert ("| cpu | fl-proto > (control) untrained, round 0 | IID 1-shot | — | **holds** | "
+            "fl-proto − (control) untrained, round 0: 19.50 ± 6.35 |") in out
+    assert "| x2 |" not in out
+
+    # the same in a docs page: study:NAME@a+b+c
+    page = tmp_path / "docs" / "page.md"
+    page.write_text("<!-- study:digits-check@smoke+cpu+x2 begin -->\n<!-- study:digits-check@smoke+cpu+x2 end -->\n")
+    assert run_cli(["study", "docs", "--root", str(tmp_path)], capsys)[0] == 0
+    text = page.read_text()
+    assert header in text and "`fedfew study report studies/digits.yaml --budgets smoke,cpu,x2`" in text
+    assert render_pages(tmp_path)[page] == text
+    for marker, expected in (("digits-check@smoke+nonesuch", "names no budget 'nonesuch'"),
+                             ("digits-check@smoke+cpu:claims", "several budgets take the table view only")):
+        page.write_text(f"<!-- study:{marker} begin -->\n<!-- study:{marker} end -->\n")
+        code, _, err = run_cli(["study", "docs", "--root", str(tmp_path)], capsys)
+        assert code == 2 and expected in err and len(err.strip().splitlines()) == 1
+    for argv, expected in ((["--budgets", "smoke"], "two or more distinct budgets"),
+                           (["--budgets", "smoke,huge"], "budget 'huge' does not exist"),
+                           (["--budgets", "smoke,cpu", "--figure", "x.png"], "prints the table over budgets only")):
+        code, _, err = run_cli(["study", "report", str(path), "--store", str(store_dir), *argv], capsys)
+        assert code == 2 and expected in err and len(err.strip().splitlines()) == 1, (argv, err)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from fedfew.errors import ConfigError
 from fedfew.schema import NoBoolNumbers
@@ -38,12 +38,35 @@ class DatasetConfig(Section):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
+class HeldOutTest(Section):
+    """Test episodes drawn from held-out *samples* of chosen classes rather than from a class split: a
+    seeded ``holdout`` share of each listed class's samples leaves the training data and is tested on,
+    so test classes may be classes the clients train on (a centralised ceiling, FedFSL section 5.3)."""
+
+    #: Class names or ids.
+    classes: list[int | str] = Field(min_length=2)
+    #: The share of each listed class's samples held out for the test episodes.
+    holdout: float = Field(gt=0, lt=1)
+
+
 class SplitConfig(Section):
     """Which class splits train the clients, select the model and test it (few-shot tasks)."""
 
     train: str = "base"
     val: str | None = "val"
-    test: str = "novel"
+    #: A class split's name, or held-out samples of chosen classes (:class:`HeldOutTest`).
+    test: str | HeldOutTest = "novel"
+
+    @field_validator("test", mode="before")
+    @classmethod
+    def _held_out(cls, value: Any) -> Any:
+        # a mapping is held-out samples: its errors name splits.test.<key>, not both forms of the union
+        if not isinstance(value, dict):
+            return value
+        try:
+            return HeldOutTest.model_validate(value)
+        except ValidationError as err:
+            raise ValueError(_format(err, "splits.test", HeldOutTest, header=False)) from None
 
 
 class ClassificationConfig(Section):
@@ -111,6 +134,10 @@ class EvalConfig(Section):
     #: rounds; the last round without validation data) or "last" (the last round, whatever the
     #: validation says: a rule that no noise in a few validation tasks can move).
     selection: Literal["best", "last"] = "best"
+    #: Add ``per_class`` to the final test metrics: per true class of the test episodes' queries, the
+    #: share classified correctly, pooled over the episodes (few-shot methods scored on the server's
+    #: model). Off by default; computed after the score, drawing nothing the score draws.
+    per_class: bool = False
 
 
 class RuntimeConfig(Section):
@@ -242,8 +269,14 @@ class ExperimentConfig(Section):
             options_model.model_validate(self.algorithm.options)
         except ValidationError as err:
             raise ValueError(_format(err, prefix="algorithm.options", model=options_model, header=False)) from None
+        from fedfew.corruption import parse as parse_corruption
+        from fedfew.corruption import split_options
+
+        # ``corrupt`` (fedfew.corruption) is taken by every partitioner: checked here, not by their schemas.
+        partition_options, corrupt = split_options(self.partition.options)
+        parse_corruption(corrupt, self.partition.num_clients)
         for key, registry, name, options, skip in (
-            ("partition.options", PARTITIONS, self.partition.name, self.partition.options,
+            ("partition.options", PARTITIONS, self.partition.name, partition_options,
              ("labels", "num_clients", "rng", "groups")),
             ("model.options", MODELS, self.model.name, self.model.options, ("input_shape", "num_classes")),
         ):
@@ -491,9 +524,11 @@ def _accepted_options(section: str, name: str) -> set[str] | None:
             return set(ALGORITHMS.get(name).Options.model_fields)
         if section == "runtime":
             return set(ENGINES.get(name).Options.model_fields)
-        registry, skip = ((PARTITIONS, ("labels", "num_clients", "rng", "groups")) if section == "partition"
-                          else (MODELS, ("input_shape", "num_classes")))
-        return set(options_schema(registry.get(name), skip).model_fields)
+        if section == "partition":  # ``corrupt`` belongs to no partitioner and suits them all
+            from fedfew.corruption import KEY
+
+            return {KEY, *options_schema(PARTITIONS.get(name), ("labels", "num_clients", "rng", "groups")).model_fields}
+        return set(options_schema(MODELS.get(name), ("input_shape", "num_classes")).model_fields)
     except RegistryError:
         return None
 

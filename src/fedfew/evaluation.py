@@ -97,3 +97,21 @@ def confusion(predictions: torch.Tensor, labels: torch.Tensor, num_classes: int)
     """[true, predicted] counts."""
     index = labels * num_classes + predictions
     return torch.bincount(index, minlength=num_classes * num_classes).reshape(num_classes, num_classes)
+
+
+def per_class_accuracy(episodes: Iterable[Episode], predictions: Iterable[torch.Tensor],
+                       class_names: list[str]) -> dict[str, float]:
+    """The accuracy over every query item of each true class, pooled over ``episodes``:
+    {class name: correct / queries of that class}. ``predictions`` are each episode's predicted
+    query labels (0..N-1, in the episode's order of ``classes``), mapped back to class ids here.
+    With equal queries per class in every episode, the mean over classes weighted by their query
+    counts is the mean episode accuracy."""
+    correct: dict[int, int] = {}
+    seen: dict[int, int] = {}
+    for episode, predicted in zip(episodes, predictions, strict=True):
+        true_class = episode.classes[episode.query_labels].tolist()
+        hits = (predicted.to(episode.query_labels.device) == episode.query_labels).tolist()
+        for c, hit in zip(true_class, hits, strict=True):
+            seen[c] = seen.get(c, 0) + 1
+            correct[c] = correct.get(c, 0) + int(hit)
+    return {class_names[c]: correct[c] / seen[c] for c in sorted(seen)}

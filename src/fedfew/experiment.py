@@ -17,8 +17,12 @@ import numpy as np
 import torch
 
 import fedfew.algorithms  # noqa: F401  (registers the algorithms)
-from fedfew.config import ConfigError, ExperimentConfig
+from fedfew.config import ConfigError, ExperimentConfig, HeldOutTest
+from fedfew.corruption import corrupt_data, corrupted_ids, split_options
+from fedfew.corruption import parse as parse_corruption
 from fedfew.data import LabelledDataset, load_dataset
+from fedfew.data.dataset import DataError
+from fedfew.data.splits import class_id
 from fedfew.deployment import participant_positions
 from fedfew.engine import ALGORITHMS, Algorithm, ClientData, Context, EpisodeShape, EvalData, Simulator
 from fedfew.engine.compute import Compute
@@ -26,7 +30,14 @@ from fedfew.engine.engines import Engine, EngineSetup, Faults, InProcessEngine
 from fedfew.engine.protocol import init_generator
 from fedfew.engine.store import ClientStates, RemoteClientStates
 from fedfew.engines import ENGINES
-from fedfew.episodes import EpisodeError, check_eval_classes, fixed_episodes, load_tasks
+from fedfew.episodes import (
+    EpisodeError,
+    EpisodeSampler,
+    FixedEpisodes,
+    check_eval_classes,
+    fixed_episodes,
+    load_tasks,
+)
 from fedfew.models import FewShotModel, build_model
 from fedfew.partition import PARTITIONS, PartitionError, partition
 from fedfew.seeding import numpy_generator
@@ -81,7 +92,7 @@ class Experiment:
         if not engine.holds_states:  # the clients keep their states themselves (Flower nodes)
             states = RemoteClientStates([c.client_id for c in self.clients])
         return Simulator(self.algorithm, self.clients, seed, self.val, self.test, states=states, engine=engine,
-                         init_seed=config.model.init_seed)
+                         init_seed=config.model.init_seed, per_class=config.eval.per_class)
 
 
 @dataclass
@@ -110,8 +121,14 @@ def build_algorithm(config: ExperimentConfig, inputs: AlgorithmInputs) -> tuple[
         task=config.task,
         extras={"dataset": inputs.dataset_name},
         num_clients=inputs.num_clients,
+        num_rounds=config.federation.rounds,
+        corrupt_clients=corrupted_ids(config.partition.options),
     )
-    return context, ALGORITHMS.get(config.algorithm.name)(config.algorithm_options(), context)
+    try:
+        algorithm = ALGORITHMS.get(config.algorithm.name)(config.algorithm_options(), context)
+    except ValueError as err:  # the algorithm refuses this config (a classification method on few-shot tasks)
+        raise ConfigError(f"algorithm.name: {err}") from None
+    return context, algorithm
 
 
 def _model_factory(config: ExperimentConfig, input_shape: tuple[int, ...], extra: dict[str, Any]):
@@ -152,6 +169,22 @@ def _sample_split(labels: torch.Tensor, fraction: float, rng: np.random.Generato
         held.append(idx[:cut])
         rest.append(idx[cut:])
     return np.sort(np.concatenate(rest)), np.sort(np.concatenate(held))
+
+
+def _held_out(dataset: LabelledDataset, spec: HeldOutTest, seed: int) -> tuple[list[int], torch.Tensor]:
+    """The test classes and the positions held out for testing (``splits.test: {classes, holdout}``): of each
+    listed class, round(holdout x its samples) drawn by a seeded permutation; the rest may train."""
+    try:
+        classes = sorted({class_id(c, dataset.class_names, "splits.test.classes") for c in spec.classes})
+    except DataError as err:
+        raise ConfigError(str(err)) from None
+    if len(classes) < 2:
+        raise ConfigError(f"splits.test.classes: name at least 2 distinct classes (got {spec.classes})")
+    rng = numpy_generator(seed, "test-holdout")
+    labels = dataset.labels.cpu().numpy()
+    held = [rng.permutation(np.flatnonzero(labels == c))[: int(round(spec.holdout * int((labels == c).sum())))]
+            for c in classes]
+    return classes, torch.from_numpy(np.sort(np.concatenate(held))).to(dataset.labels.device)
 
 
 _DATASETS: dict[str, tuple[LabelledDataset, float]] | None = None
@@ -211,12 +244,21 @@ def _build(config: ExperimentConfig, device: torch.device) -> Experiment:
     episode = EpisodeShape(config.episodes.n_way, config.episodes.k_shot, config.episodes.q_query)
     val: EvalData | None = None
     if config.task == "fewshot":
-        for key in ("train", "test"):
+        held_out = config.splits.test if isinstance(config.splits.test, HeldOutTest) else None
+        for key in ("train", "test") if held_out is None else ("train",):
             split = getattr(config.splits, key)
             if not dataset.splits.get(split):
                 raise ConfigError(f"splits.{key}: dataset {dataset.name!r} has no classes in split {split!r}")
         train_classes = list(dataset.splits[config.splits.train])
-        pool = dataset.split(config.splits.train)
+        if held_out is None:
+            pool = dataset.split(config.splits.train)
+        else:
+            test_classes, held_positions = _held_out(dataset, held_out, seed)
+            if config.episodes.test_tasks:
+                raise ConfigError("episodes.test_tasks: a tasks file fixes its own test samples; it cannot be "
+                                  "combined with held-out samples (splits.test: {classes, holdout})")
+            train_idx = dataset.indices_of_classes(train_classes)
+            pool = dataset.subset(train_idx[~torch.isin(train_idx, held_positions)])
         has_val = bool(config.splits.val and dataset.splits.get(config.splits.val))
         if config.splits.val and not has_val:
             _warn_once(
@@ -224,18 +266,23 @@ def _build(config: ExperimentConfig, device: torch.device) -> Experiment:
                 "selected on validation classes (the last round is reported); hold some out with "
                 "dataset.options.class_split, or set splits.val: null to say so")
         try:
-            generated = (None if config.episodes.test_tasks else config.splits.test,
+            generated = (None if config.episodes.test_tasks or held_out else config.splits.test,
                          config.splits.val if has_val else None)
             for split in generated:  # a test_tasks file fixes its own episodes
-                if split:
+                if isinstance(split, str):
                     check_eval_classes(dataset, dataset.splits[split], episode.n_way, episode.k_shot, episode.q_query,
                                        split)
-            test_classes = dataset.splits[config.splits.test]
-            if config.episodes.test_tasks:
+            if held_out is not None:  # the sampler names a class with too few held-out samples
+                test = EvalData("test", episodes=FixedEpisodes(
+                    EpisodeSampler(dataset, episode.n_way, episode.k_shot, episode.q_query, classes=test_classes,
+                                   indices=held_positions), config.episodes.test_episodes, seed, tag="test"))
+            elif config.episodes.test_tasks:
+                test_classes = dataset.splits[str(config.splits.test)]
                 test = EvalData("test", episodes=load_tasks(
                     config.episodes.test_tasks, dataset, test_classes, episode.n_way, episode.k_shot,
                     episode.q_query))
             else:
+                test_classes = dataset.splits[str(config.splits.test)]
                 test = EvalData("test", episodes=fixed_episodes(
                     dataset, test_classes, episode.n_way, episode.k_shot, episode.q_query,
                     config.episodes.test_episodes, seed, tag="test"))
@@ -257,8 +304,10 @@ def _build(config: ExperimentConfig, device: torch.device) -> Experiment:
         pool = dataset.subset(train_idx)
         test = EvalData("test", dataset=dataset.subset(test_idx))
 
+    own_options, corrupt_raw = split_options(config.partition.options)
+    corrupt = parse_corruption(corrupt_raw, config.partition.num_clients)
     schema = options_schema(PARTITIONS.get(config.partition.name), ("labels", "num_clients", "rng", "groups"))
-    options = schema.model_validate(config.partition.options).model_dump(exclude_unset=True)
+    options = schema.model_validate(own_options).model_dump(exclude_unset=True)
     if config.partition.name == "natural":
         options["groups"] = None if pool.groups is None else pool.groups.cpu()
     try:
@@ -278,13 +327,27 @@ def _build(config: ExperimentConfig, device: torch.device) -> Experiment:
                                        numpy_generator(seed, "client-val", cid))
             local, client_val = local.subset(torch.from_numpy(rest)), local.subset(torch.from_numpy(held))
         clients.append(ClientData(cid, local, client_val))
+    if corrupt is not None:  # after every other draw: the clean clients and the rest of the run are unchanged
+        clients = [corrupt_client(c, corrupt.kind, train_classes, seed) if c.client_id in corrupt.clients else c
+                   for c in clients]
 
     meta = AlgorithmInputs(dataset.input_shape, dataset.num_classes, train_classes, dataset.name,
                            text_model_options(dataset, config.model.name), len(clients))
     context, algorithm = build_algorithm(config, meta)
+    if config.eval.per_class and (config.task != "fewshot" or not algorithm.predicts_episodes):
+        raise ConfigError(f"eval.per_class: {config.algorithm.name} on a {config.task} task has no per-class "
+                          "accuracy (it needs few-shot episodes scored on the server's model, e.g. fl-maml, "
+                          "fedfsl-*); set eval.per_class: false")
     context.new_federation = federation_factory(config)
     context.participant_positions = participant_positions(clients)
     return Experiment(config, dataset, clients, context, algorithm, val, test, data_seconds)
+
+
+def corrupt_client(client: ClientData, kind: str, classes: list[int], seed: int) -> ClientData:
+    """``client`` with its data (and its own validation split) spoiled by ``kind``
+    (``partition.options.corrupt``, :mod:`fedfew.corruption`)."""
+    val = None if client.val is None else corrupt_data(client.val, kind, classes, seed, client.client_id, "val")
+    return ClientData(client.client_id, corrupt_data(client.train, kind, classes, seed, client.client_id), val)
 
 
 def federation_factory(config: ExperimentConfig) -> Callable[[Algorithm, list[ClientData]], Engine]:

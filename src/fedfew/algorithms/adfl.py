@@ -49,7 +49,7 @@ from torch import nn
 from fedfew.adversarial import mi_fgsm
 from fedfew.algorithms.oneshot import OneShot, OneShotOptions, member_probabilities, top_n
 from fedfew.engine.aggregation import weighted_average
-from fedfew.engine.algorithm import ClientResult, register
+from fedfew.engine.algorithm import ClientResult, EvalData, register
 from fedfew.engine.state import StateDict, load_state_
 
 
@@ -127,7 +127,22 @@ class AdFL(OneShot):
         ids = sorted(results)
         states = [results[i].upload["model"] for i in ids]
         scores = self.score(states, generator)
-        return self.combine_scored(server, ids, states, scores, generator)
+        return self.with_clients(self.combine_scored(server, ids, states, scores, generator), ids, results)
+
+    def client_scores(self, server: dict[str, Any]) -> dict[int, float] | None:
+        """The coherence scores (eq. 5) the selection ranks by."""
+        return server.get("coherence") or None
+
+    def returned_ids(self, server: dict[str, Any]) -> list[int]:
+        return sorted(server.get("coherence", {}))
+
+    def selection_report(self, server: dict[str, Any], data: EvalData) -> dict[str, Any]:
+        """:meth:`OneShot.selection_report`, plus the fraction of adversarial samples their own model
+        classifies as their target (``own_success``: the method needs it high; docs/adfl.md's alpha)."""
+        out = super().selection_report(server, data)
+        if "own_success" in server:
+            out["own_success"] = float(server["own_success"])
+        return out
 
     def score(self, states: list[StateDict], generator: torch.Generator) -> dict[str, torch.Tensor]:
         """Steps 2-3: the C x M adversarial samples and eqs. (3)-(5) for ``states``."""

@@ -130,5 +130,18 @@ def per_client_table(scores: dict[int, list[float]]) -> dict[str, float]:
             "client_max": float(table.mean(1).max())}
 
 
+def local_scores(local: dict[int, float]) -> dict[str, Any]:
+    """Test metrics of the clients' own models, each scored on its own private validation set (keyed
+    by client id): the mean over clients (``local_accuracy``), its 1.96 std / sqrt(n) over clients
+    (``local_ci95``), the worst and best client, and every client's score (``local_by_client``, keys
+    the client ids as strings, ascending), so that a study can report one client or a chosen few
+    (``test.local_by_client.0``, ``test.local_by_client[1,2]``). Empty when no client has a model."""
+    if not local:
+        return {}
+    summary = mean_ci95(local.values())
+    return {"local_accuracy": summary.mean, "local_ci95": summary.ci95, "local_min": min(local.values()),
+            "local_max": max(local.values()), "local_by_client": {str(cid): local[cid] for cid in sorted(local)}}
+
+
 def episode_accuracy(logits: torch.Tensor, episode: Episode) -> float:
     return float((logits.argmax(-1) == episode.query_labels).float().mean())

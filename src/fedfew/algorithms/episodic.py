@@ -141,3 +141,13 @@ class EpisodicFedAvg(Algorithm):
                   for i in indices]
         model.train()
         return scores
+
+    def episode_predictions(self, server: dict[str, Any], data: EvalData, indices: Sequence[int]) -> list[torch.Tensor]:
+        """The predicted query labels behind :meth:`episode_scores` (``eval.per_class``)."""
+        if data.episodes is None:
+            raise ValueError(f"no {data.split} episodes to evaluate on")
+        model = load_state_(self.model, server["model"])
+        model.eval()
+        predictions = [self.learner.predict(model, data.episodes[i]).argmax(-1) for i in indices]
+        model.train()
+        return predictions

@@ -5,7 +5,9 @@ mu/2 ||w - w^t||^2 to each batch loss), and sends w back; the server averages by
 
 On a few-shot task the model classifies over the training (base) classes, and meta-test episodes
 are solved with a prototype classifier on the encoder's features (the usual "pre-train, then
-nearest class mean" baseline). On a classification task the global model is scored on the test set.
+nearest class mean" baseline). On a classification task the global model is scored on the test set;
+with ``score_uploads`` each client also scores its last upload on its private validation set (FedAvg's
+"local model" in FML's Fig. 5), from a copy it keeps as its state: nothing in training changes.
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ from typing import Any, Literal
 import torch
 from pydantic import Field
 
-from fedfew.algorithms.common import TrainOptions, evaluate_model, label_map, train_epochs
+from fedfew.algorithms.common import TrainOptions, evaluate_model, label_map, local_scores, train_epochs
 from fedfew.engine.aggregation import weighted_average, weights_for
 from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, Context, EvalData, register
 from fedfew.engine.state import get_state, load_state_
+from fedfew.evaluation import dataset_accuracy
 from fedfew.meta.learners import proximal_term
 from fedfew.models.base import FewShotModel
 from fedfew.seeding import seed_torch_init
@@ -27,6 +30,11 @@ from fedfew.seeding import seed_torch_init
 class FedAvgOptions(TrainOptions):
     mu: float = Field(0.0, ge=0)
     aggregation: Literal["samples", "uniform"] = "samples"
+    #: Score each client's "local model", its last upload (the global model it received after its
+    #: local epochs), on its private validation set, as FML scores its private models (FML's Fig. 5):
+    #: test metrics ``local_accuracy``, ``local_ci95``, ``local_min``, ``local_max``, ``local_by_client``.
+    #: The client keeps a copy of its upload as its state for that; training is unchanged.
+    score_uploads: bool = False
 
 
 class FedProxOptions(FedAvgOptions):
@@ -44,7 +52,17 @@ class FedAvg(Algorithm):
         self.num_outputs = len(context.train_classes) if fewshot else context.num_classes
         # Few-shot tasks train over the base classes only; targets are their indices.
         self.targets_of = label_map(context.train_classes, context.num_classes) if fewshot else None
+        # Subclasses with options of their own (FRL's Per-FedAvg) do not take score_uploads.
+        self.scores_uploads = bool(getattr(options, "score_uploads", False))
+        if self.scores_uploads and fewshot:
+            raise ValueError(f"{self.name}: score_uploads scores the uploads on the clients' validation sets "
+                             "(task: classification), not on few-shot episodes")
         self.model = self.new_model()
+
+    @property
+    def evaluates_clients(self) -> bool:  # type: ignore[override]
+        """With ``score_uploads`` each client scores its last upload where it is (its state)."""
+        return self.scores_uploads
 
     def new_model(self) -> FewShotModel:
         return self.context.make_model(self.num_outputs)
@@ -63,6 +81,8 @@ class FedAvg(Algorithm):
         anchor = {k: v.clone() for k, v in payload["model"].items()} if mu > 0 else None
         extra = (lambda m: proximal_term(m, anchor, mu)) if anchor is not None else None
         metrics = train_epochs(model, data.train, self.targets(data.train.labels), self.options, generator, extra)
+        if self.scores_uploads:  # a copy of the upload stays with the client, to be scored
+            state = {"upload": get_state(model)}
         return ClientResult(upload={"model": get_state(model)}, state=state, metrics=metrics,
                             num_samples=data.num_samples, num_episodes=0)
 
@@ -74,6 +94,21 @@ class FedAvg(Algorithm):
 
     def evaluate(self, server: dict[str, Any], data: EvalData, generator: torch.Generator) -> dict[str, float]:
         return evaluate_model(load_state_(self.model, server["model"]), data)
+
+    # -- score_uploads: each client's last upload on its private validation set -------------------
+    def evaluate_client(self, payload: dict[str, Any], state: Any, client: ClientData, data: EvalData,
+                        generator: torch.Generator) -> dict[str, Any]:
+        if not isinstance(state, dict) or "upload" not in state or client.val is None or len(client.val) == 0:
+            return {}  # not yet trained (round 0), or nothing to score on
+        model = load_state_(self.model, state["upload"])
+        return {"local_accuracy": dataset_accuracy(model, client.val.inputs, client.val.labels, client.val.lengths)}
+
+    def combine_evaluations(self, server: dict[str, Any], scores: dict[int, dict[str, Any]], data: EvalData,
+                            generator: torch.Generator) -> dict[str, Any]:
+        """The global model exactly as :meth:`evaluate` scores it, and the uploads' scores."""
+        metrics: dict[str, Any] = dict(self.evaluate(server, data, generator))
+        metrics.update(local_scores({cid: s["local_accuracy"] for cid, s in scores.items() if "local_accuracy" in s}))
+        return metrics
 
 
 @register("fedprox", help="FedProx: FedAvg with a proximal term mu/2 ||w - w_global||^2")

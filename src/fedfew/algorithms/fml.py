@@ -36,30 +36,36 @@ Choices where the paper is silent or our framework needs one (each an option or 
 * ``newcomers`` (Fig. 4): clients that sit out every round (nothing sent either way). After training,
   :meth:`FML.adapt_newcomer` lets one join: its local model starts fresh or from the global model and
   adapts by DML with a fork of the global model for a few epochs, recording its accuracy per epoch.
+  ``adapt_newcomers: {epochs, init: [fresh, global], by: [dml, ce]}`` makes that a phase of the run:
+  the evaluation of the last round's global model sends it to each newcomer (the only time a newcomer
+  receives anything), which adapts once per start x way (``ce``: alpha = 1, cross-entropy alone)
+  from its own generator (seed, "newcomer", client, start), leaving the run's generators alone.
 
 Evaluation: the global model on the held-out test set (``accuracy``), and every trained client's
 local model on its private validation set (``local_accuracy`` = mean over clients, with
-``local_ci95`` over clients, ``local_min``, ``local_max``).
+``local_ci95`` over clients, ``local_min``, ``local_max``, and each client's own in
+``local_by_client``); with ``adapt_newcomers`` also ``newcomer_{init}_{by}_accuracy`` (after the last
+epoch, mean over newcomers) and ``newcomer_{init}_{by}_by_epoch`` ({"0": on joining, "1": ...}).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import torch
 import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
 
-from fedfew.algorithms.common import TrainOptions, make_optimizer, minibatches
+from fedfew.algorithms.common import TrainOptions, local_scores, make_optimizer, minibatches
 from fedfew.data.dataset import LabelledDataset
 from fedfew.engine.aggregation import weighted_average
 from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, Context, EvalData, Options, register
 from fedfew.engine.state import get_state, load_state_
-from fedfew.evaluation import dataset_accuracy, mean_ci95
+from fedfew.evaluation import dataset_accuracy
 from fedfew.models import MODELS, FewShotModel
-from fedfew.seeding import seed_torch_init
+from fedfew.seeding import seed_torch_init, torch_generator
 
 # -- the losses (eq. 3) -------------------------------------------------------------------------
 
@@ -157,6 +163,19 @@ def deep_mutual_learning(
     return metrics
 
 
+def newcomer_scores(curves: list[dict[str, list[float]]]) -> dict[str, Any]:
+    """Test metrics of the newcomer phase from each newcomer's curves (``{"{init}_{by}": [accuracy per
+    epoch]}``): per start and way, the mean over newcomers after the last epoch
+    (``newcomer_{init}_{by}_accuracy``) and at every epoch (``newcomer_{init}_{by}_by_epoch``, keys
+    the epochs as strings, "0" = on joining)."""
+    metrics: dict[str, Any] = {}
+    for key in curves[0] if curves else []:
+        per_epoch = [sum(c[key][e] for c in curves) / len(curves) for e in range(len(curves[0][key]))]
+        metrics[f"newcomer_{key}_accuracy"] = per_epoch[-1]
+        metrics[f"newcomer_{key}_by_epoch"] = {str(e): v for e, v in enumerate(per_epoch)}
+    return metrics
+
+
 # -- options ------------------------------------------------------------------------------------
 
 
@@ -184,6 +203,23 @@ class DynamicWeights(Options):
         return a0 + (a1 - a0) * fraction, b0 + (b1 - b0) * fraction
 
 
+NewcomerStart = Literal["fresh", "global"]
+NewcomerWay = Literal["dml", "ce"]
+
+
+class NewcomerPhase(Options):
+    """Fig. 4 as a phase of the run (``adapt_newcomers``): once the last round is done, every newcomer
+    joins the final global model and adapts for ``epochs`` epochs, once per start in ``init`` and way
+    of adapting in ``by`` (each from the same seeded generator per start, so the ways are paired)."""
+
+    epochs: int = Field(5, ge=1)
+    #: How the newcomer's private model starts: ``fresh`` (seeded) or a copy of the ``global`` model.
+    init: list[NewcomerStart] = Field(default_factory=lambda: list(get_args(NewcomerStart)), min_length=1)
+    #: How it adapts: ``dml`` (eq. 3 with the last round's alpha and beta) or ``ce`` (alpha = 1: the
+    #: private model by cross-entropy alone, the baseline).
+    by: list[NewcomerWay] = Field(default_factory=lambda: list(get_args(NewcomerWay)), min_length=1)
+
+
 class FMLOptions(TrainOptions):
     """FML's options: the minibatch training options (momentum 0.9 and lr 0.01 are ours: the paper
     states no optimiser setting) and the DML weights (0.5 each, ours), the private architectures and
@@ -200,6 +236,9 @@ class FMLOptions(TrainOptions):
     local_model_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
     #: Clients that take no part in training (Fig. 4's new participants).
     newcomers: list[int] = Field(default_factory=list)
+    #: After training, let the newcomers join and adapt; their accuracy per epoch goes into the test
+    #: metrics (None: no such phase; ``FML.adapt_newcomer`` can still be called from Python).
+    adapt_newcomers: NewcomerPhase | None = None
 
     @model_validator(mode="after")
     def _check(self) -> FMLOptions:
@@ -216,6 +255,8 @@ class FMLOptions(TrainOptions):
             raise ValueError(f"fml: local_model_options names {stray}, which no client uses in local_models")
         if any(k < 0 for k in self.newcomers):
             raise ValueError("fml: newcomers are client ids and must be >= 0")
+        if self.adapt_newcomers is not None and not self.newcomers:
+            raise ValueError("fml: adapt_newcomers needs newcomers (the clients that sit out training and join after)")
         return self
 
     def local_model_names(self) -> list[str]:
@@ -246,6 +287,8 @@ class FML(Algorithm):
                 f"fml: local_models lists {len(chosen)} models but client {len(chosen)} exists "
                 f"({context.num_clients} clients); give one per client or use a mapping {{client: model}}"
             )
+        if options.adapt_newcomers is not None and context.num_rounds is None:
+            raise ValueError("fml: adapt_newcomers needs the run's number of rounds (Context.num_rounds)")
         self.model = self.new_global_model()  # workspace for memes and the global model
         self._local_workspaces: dict[str, FewShotModel] = {}
 
@@ -288,7 +331,9 @@ class FML(Algorithm):
 
     def broadcast(self, server: dict[str, Any], client_id: int) -> dict[str, Any]:
         if client_id in self.options.newcomers:
-            return {}
+            # Nothing while the others train; the final global model when the newcomer joins (only
+            # an evaluation of the last round's model asks for it: training rounds are 0 .. R-1).
+            return {"model": server["model"], "round": server["round"]} if self.newcomers_join(server) else {}
         alpha, beta = self.options.weights_at(server["round"])
         return {"model": server["model"], "alpha": alpha, "beta": beta}
 
@@ -334,23 +379,44 @@ class FML(Algorithm):
 
     evaluates_clients = True
 
+    def newcomers_join(self, server: dict[str, Any]) -> bool:
+        """True for the server state after the last round when the run has the newcomer phase."""
+        return self.options.adapt_newcomers is not None and server["round"] == self.context.num_rounds
+
     def evaluate_client(self, payload: dict[str, Any], state: dict[str, Any], client: ClientData, data: EvalData,
                         generator: torch.Generator) -> dict[str, Any]:
+        if client.client_id in self.options.newcomers:
+            return {"newcomer": self.newcomer_curves(payload, client)} if "model" in payload else {}
         return {"local_accuracy": self.local_accuracy(state, client)}
 
+    def newcomer_curves(self, server: dict[str, Any], client: ClientData) -> dict[str, list[float]]:
+        """``adapt_newcomers``: the newcomer's private-model accuracy on its validation set per epoch
+        (0 = on joining), for each start x way of adapting, keyed ``"{init}_{by}"``. Each start has its
+        own generator (seed, "newcomer", client, init), shared by the ways, so they are paired; the
+        run's generators are not touched."""
+        phase = self.options.adapt_newcomers
+        assert phase is not None
+        curves = {}
+        for init in phase.init:
+            for by in phase.by:
+                generator = torch_generator(self.context.seed, "newcomer", client.client_id, init)
+                curve = self.adapt_newcomer(server, client, generator, init=init, epochs=phase.epochs,
+                                            alpha=1.0 if by == "ce" else None)
+                curves[f"{init}_{by}"] = [row["local_accuracy"] for row in curve]
+        return curves
+
     def combine_evaluations(self, server: dict[str, Any], scores: dict[int, dict[str, Any]], data: EvalData,
-                            generator: torch.Generator) -> dict[str, float]:
+                            generator: torch.Generator) -> dict[str, Any]:
         """The global model on the labelled test set (on the server), and the clients' local models on
         their private validation sets (each on its client)."""
         if data.dataset is None:
             raise ValueError(f"fml evaluates on a labelled {data.split} set (task: classification)")
         d = data.dataset
-        metrics = {"accuracy": dataset_accuracy(load_state_(self.model, server["model"]), d.inputs, d.labels, d.lengths)}
+        metrics: dict[str, Any] = {
+            "accuracy": dataset_accuracy(load_state_(self.model, server["model"]), d.inputs, d.labels, d.lengths)}
         local = {cid: s["local_accuracy"] for cid, s in scores.items() if s.get("local_accuracy") is not None}
-        if local:
-            summary = mean_ci95(local.values())
-            metrics.update(local_accuracy=summary.mean, local_ci95=summary.ci95,
-                           local_min=min(local.values()), local_max=max(local.values()))
+        metrics.update(local_scores(local))
+        metrics.update(newcomer_scores([s["newcomer"] for cid, s in sorted(scores.items()) if "newcomer" in s]))
         return metrics
 
     # -- a new participant (Fig. 4) -------------------------------------------------------------

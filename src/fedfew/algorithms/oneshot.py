@@ -33,6 +33,7 @@ from pydantic import Field, model_validator
 from torch import nn
 
 from fedfew.algorithms.common import TrainOptions, evaluate_model, train_epochs
+from fedfew.algorithms.oneshot_report import client_metrics, corruption_metrics
 from fedfew.data.dataset import LabelledDataset
 from fedfew.engine.aggregation import weighted_average
 from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, Context, EvalData, register
@@ -56,6 +57,11 @@ class OneShotOptions(TrainOptions):
     cv_folds: int = Field(0, ge=0)
     #: Epochs of each cross-validation fold (None: local_epochs, as Guha et al.).
     cv_epochs: int | None = Field(None, ge=1)
+    #: Score every returned model in the test metrics (its own accuracy, the selection score's
+    #: correlation with it, the all-client ensemble, the members' classes: oneshot_report.py). The
+    #: server then keeps every returned model and each client also uploads its label counts (8 bytes
+    #: a class, counted in bytes sent up); the selection and its accuracy are unchanged. Off: neither.
+    report_clients: bool = False
 
     @model_validator(mode="after")
     def _check_cv(self) -> OneShotOptions:
@@ -171,7 +177,26 @@ class OneShot(Algorithm):
                 raise ValueError(f"algorithm.options.ensemble_size={self.options.ensemble_size} exceeds the "
                                  f"{len(ids)} clients that returned a model")
             chosen = top_n(scores, self.options.ensemble_size, generator)
-        return self.combine(server, ids, results, chosen, scores)
+        return self.with_clients(self.combine(server, ids, results, chosen, scores), ids, results)
+
+    def with_clients(self, server: dict[str, Any], ids: list[int], results: dict[int, ClientResult]) -> dict[str, Any]:
+        """With ``report_clients``: ``server`` plus every returned model and label counts, for the
+        per-client test metrics (oneshot_report.py); otherwise ``server`` itself."""
+        if not self.options.report_clients:
+            return server
+        return {**server, "client_states": {i: results[i].upload["model"] for i in ids},
+                "label_counts": {i: results[i].upload["label_counts"] for i in ids if "label_counts" in results[i].upload}}
+
+    def client_scores(self, server: dict[str, Any]) -> dict[int, float] | None:
+        """Each returned model's score by this selection (None before aggregation, and for the
+        selections that score nothing: ``all``, ``random``)."""
+        if self.options.selection in ("all", "random"):
+            return None
+        return server.get("selection_scores") or None
+
+    def returned_ids(self, server: dict[str, Any]) -> list[int]:
+        """The clients whose models the server combined from ([] before aggregation)."""
+        return sorted(server.get("selection_scores", {}))
 
     def combine(self, server: dict[str, Any], ids: list[int], results: dict[int, ClientResult],
                 chosen: list[int], scores: torch.Tensor) -> dict[str, Any]:
@@ -189,6 +214,8 @@ class OneShot(Algorithm):
         model = load_state_(self.model, payload["model"])
         metrics = train_epochs(model, data.train, data.train.labels, self.options, generator)
         upload: dict[str, Any] = {"model": get_state(model)}
+        if self.options.report_clients:  # for the report of which classes the members hold, never for selection
+            upload["label_counts"] = torch.bincount(data.train.labels, minlength=self.context.num_classes)
         if self.options.cv_folds:
             # The folds draw from their own generator, seeded after the main training, so the
             # returned model is the same with or without cross-validation.
@@ -202,7 +229,11 @@ class OneShot(Algorithm):
         return ClientResult(upload=upload, state=state, metrics=metrics, num_samples=data.num_samples)
 
     # -- evaluation --------------------------------------------------------------------------
-    def evaluate(self, server: dict[str, Any], data: EvalData, generator: torch.Generator) -> dict[str, float]:
+    def evaluate(self, server: dict[str, Any], data: EvalData, generator: torch.Generator) -> dict[str, Any]:
+        return {**self.evaluate_combination(server, data), **self.selection_report(server, data)}
+
+    def evaluate_combination(self, server: dict[str, Any], data: EvalData) -> dict[str, float]:
+        """The combined model's (or ensemble's) scores on ``data``."""
         if not server.get("members"):
             return evaluate_model(load_state_(self.model, server["model"]), data)
         if data.dataset is None:
@@ -213,3 +244,20 @@ class OneShot(Algorithm):
         members = (probabilities.argmax(-1) == data.dataset.labels).double().mean(1)
         return {"accuracy": float((predictions == data.dataset.labels).double().mean()),
                 "member_accuracy_mean": float(members.mean()), "member_accuracy_max": float(members.max())}
+
+    def selection_report(self, server: dict[str, Any], data: EvalData) -> dict[str, Any]:
+        """What the selection did (oneshot_report.py): the scores, the corrupted clients' ranks and,
+        with ``report_clients``, every returned model's own accuracy. Draws nothing."""
+        ids = self.returned_ids(server)
+        if not ids:  # the untrained control: nothing was returned
+            return {}
+        scores = self.client_scores(server)
+        members = list(server.get("member_ids", []))
+        out: dict[str, Any] = {} if scores is None else {"client_scores": {str(i): float(scores[i]) for i in ids}}
+        out.update(corruption_metrics(ids, scores, self.context.corrupt_clients, members))
+        states = server.get("client_states")
+        if states and data.dataset is not None:
+            probabilities = member_probabilities(self.model, [states[i] for i in ids], data.dataset.inputs)
+            out.update(client_metrics(ids, scores, probabilities, data.dataset.labels, server.get("label_counts", {}),
+                                      members))
+        return out

@@ -57,7 +57,7 @@ def default_split(num_classes: int) -> dict[str, list[int]]:
     return _draw({"base": n - val - novel, "val": val, "novel": novel}, n, seed=0)
 
 
-def _class_id(item: Any, class_names: list[str], where: str) -> int:
+def class_id(item: Any, class_names: list[str], where: str) -> int:
     if isinstance(item, bool) or not isinstance(item, (int, str)):
         raise DataError(f"{where}: {item!r} is neither a class name nor a class id")
     if isinstance(item, int):
@@ -149,7 +149,7 @@ def _explicit_split(lists: dict[str, Any], class_names: list[str], where: str) -
     for key, items in lists.items():
         ids = []
         for item in items:
-            cid = _class_id(item, class_names, f"{where}.{key}")
+            cid = class_id(item, class_names, f"{where}.{key}")
             if cid in owner:
                 also = "twice" if owner[cid] == key else f"in both {owner[cid]} and {key}"
                 raise DataError(f"{where}: class {class_names[cid]!r} (id {cid}) is listed {also}")

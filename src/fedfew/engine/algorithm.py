@@ -59,6 +59,9 @@ class Context:
     task: str = "fewshot"  # "fewshot" (meta-test on novel-class episodes) or "classification"
     extras: dict[str, Any] = field(default_factory=dict)
     num_clients: int = 0  # how many clients the federation has (0: not known)
+    #: The run's number of training rounds (``federation.rounds``; None: not known), for a phase that
+    #: happens once the last round is done (FML's newcomers joining the final global model).
+    num_rounds: int | None = None
     #: An engine of the configured kind (``runtime.engine``) for a federation of new clients that
     #: the algorithm makes itself (FRL's deployment groups): ``new_federation(algorithm, clients)``,
     #: an :class:`~fedfew.engine.engines.Engine` to close after use. None: in this process.
@@ -66,6 +69,9 @@ class Context:
     #: The rows of the loaded dataset that some client trains on: simulation bookkeeping (never the
     #: data), so that FRL's seen-class deployment groups use only samples no participant holds.
     participant_positions: torch.Tensor | None = None
+    #: The clients whose data ``partition.options.corrupt`` spoiled (sorted ids): simulation
+    #: bookkeeping for reports on a server's selection (where the bad clients rank), never for training.
+    corrupt_clients: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -192,6 +198,18 @@ class Algorithm:
     def episode_scores(self, server: Any, data: EvalData, indices: Sequence[int]) -> list[float]:
         """The score of each evaluation episode in ``indices`` (algorithms with ``splits_evaluation``)."""
         raise NotImplementedError(f"{self.name} does not score episodes one by one")
+
+    def episode_predictions(self, server: Any, data: EvalData, indices: Sequence[int]) -> list[torch.Tensor]:
+        """The predicted query labels (0..N-1) of each evaluation episode in ``indices``, from the same
+        model and adaptation as :meth:`episode_scores` (``eval.per_class`` pools them by true class)."""
+        raise NotImplementedError(f"{self.name} does not report its episodes' predictions")
+
+    @property
+    def predicts_episodes(self) -> bool:
+        """Whether :meth:`episode_predictions` gives the predictions behind this algorithm's score: its
+        score is the mean of :meth:`episode_scores` of the server's model (not the clients' own models)."""
+        overridden = type(self).episode_predictions is not Algorithm.episode_predictions
+        return overridden and self.splits_evaluation and not self.evaluates_clients
 
     # -- evaluation with the clients' own models (``evaluates_clients``) ----------------------
     def evaluate_client(self, payload: dict[str, Any], state: Any, client: ClientData, data: EvalData,

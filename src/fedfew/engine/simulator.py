@@ -27,7 +27,7 @@ from fedfew.engine.static import crossing_bytes, static_tensors
 from fedfew.engine.store import ClientStates, Entry
 from fedfew.engine.tasks import MAIN, ClientTask, resolve_part
 from fedfew.errors import RunFailedError
-from fedfew.evaluation import mean_ci95, with_interval
+from fedfew.evaluation import mean_ci95, per_class_accuracy, with_interval
 from fedfew.seeding import derive_seed, initial_model_seed, numpy_generator, torch_generator
 
 
@@ -186,9 +186,13 @@ class Simulator:
         states: ClientStates | None = None,
         engine: Engine | None = None,
         init_seed: int | None = None,
+        per_class: bool = False,
     ) -> None:
         self.algorithm, self.clients, self.seed = algorithm, clients, seed
         self.val, self.test = val, test
+        #: Add the per-class accuracy of the test episodes' queries to the final test metrics
+        #: (``eval.per_class``; the algorithm must have :attr:`Algorithm.predicts_episodes`).
+        self.per_class = per_class
         by_id = {c.client_id: c for c in clients}
 
         def init_state(cid: int) -> Any:
@@ -330,6 +334,19 @@ class Simulator:
         elif rounds == 0:
             st.last_test = scores  # the control's test score: no second pass over the test tasks
 
+    def per_class_accuracy(self, data: EvalData, server: Any) -> dict[str, float]:
+        """{class name: accuracy over the queries of that true class} of ``server``'s model on ``data``'s
+        episodes: a second pass over the episodes after the score is computed, with the global random
+        state restored afterwards, so the scores and everything drawn after them stay as without it."""
+        if data.episodes is None or not self.algorithm.predicts_episodes:
+            raise ValueError(f"{self.algorithm.name}: eval.per_class needs few-shot episodes scored on the "
+                             "server's model")
+        self._announce(f"per-class accuracy on {_size(data)} ({data.split})")
+        with torch.random.fork_rng(devices=[]), self.engine.compute.scope():
+            torch.manual_seed(derive_seed(self.seed, "evaluate-per-class", data.split))
+            predictions = self.algorithm.episode_predictions(server, data, range(len(data.episodes)))
+        return per_class_accuracy(data.episodes, predictions, data.episodes.sampler.dataset.class_names)
+
     def _announce(self, note: str) -> None:
         if self.on_phase is not None:
             self.on_phase(note)
@@ -353,8 +370,11 @@ class Simulator:
             if self.test is not None:
                 self._announce(f"testing round {selected_round} on {_size(self.test)}")
             final = self.evaluate(self.test, server, states) if self.test is not None else {}
+        test: dict[str, Any] = dict(final)
+        if self.per_class and self.test is not None:
+            test["per_class"] = self.per_class_accuracy(self.test, server)
         self.best_server, self.best_client_states = server, states
-        return {"history": st.history, "selected_round": selected_round, "test": final, "comm": st.comm,
+        return {"history": st.history, "selected_round": selected_round, "test": test, "comm": st.comm,
                 "initial": st.initial, **self._scores_against_initial(final)}
 
     def _scores_against_initial(self, final_test: dict[str, float]) -> dict[str, float]:

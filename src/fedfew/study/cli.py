@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from fedfew.study.grid import parse_seeds
-from fedfew.study.schema import load_study
+from fedfew.study.schema import Study, StudyError, load_study
 
 
 def _store(args: argparse.Namespace, root: Path) -> Path:
@@ -39,6 +39,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from fedfew.study.report import collect, curve_figure, figure, markdown
 
     study, root = load_study(args.study)
+    if args.budgets is not None:
+        return _report_budgets(args, study, root)
     study.budget(args.budget or study.docs_budget)  # a budget that does not exist: one line, exit 2
     results = collect(study, root, _store(args, root), args.budget)
     print(markdown(results, args.study))
@@ -53,6 +55,23 @@ def _cmd_report(args: argparse.Namespace) -> int:
             print(f"curves of {key}: {target}")
         else:
             print(f"no curves: no stored record of this budget keeps its evaluated rounds with {key}")
+    return 0
+
+
+def _report_budgets(args: argparse.Namespace, study: Study, root: Path) -> int:
+    """``report --budgets a,b``: the budgets side by side (the table and each budget's verdicts)."""
+    from fedfew.study.report import budgets_markdown, collect
+
+    names = [b.strip() for b in args.budgets.split(",") if b.strip()]
+    if len(names) < 2 or len(set(names)) != len(names):
+        raise StudyError(f"--budgets {args.budgets!r}: give two or more distinct budgets separated by commas, "
+                         f"e.g. --budgets {','.join(list(study.budgets)[:2])}")
+    if args.budget or args.figure or args.curve:
+        raise StudyError("--budgets: prints the table over budgets only; give --budget, --figure or --curve "
+                         "without it")
+    for name in names:
+        study.budget(name)  # one that does not exist: one line, exit 2
+    print(budgets_markdown([collect(study, root, _store(args, root), name) for name in names], args.study))
     return 0
 
 
@@ -100,10 +119,13 @@ def add_parser(sub: argparse._SubParsersAction, plugin_option: object = None) ->
     report = actions.add_parser("report", help="the table, the claims' verdicts and a figure, from the store")
     report.add_argument("study")
     report.add_argument("--budget", default=None, help="budget to report (default: the study's docs_budget)")
+    report.add_argument("--budgets", default=None, metavar="A,B",
+                        help="several budgets side by side (budgets as column groups), e.g. --budgets cpu,x5,x10")
     report.add_argument("--figure", default=None, metavar="PNG", help="also draw the bars with intervals here")
     report.add_argument("--curve", nargs=2, default=None, metavar=("KEY", "PNG"),
-                        help="also draw KEY (test_accuracy, val_accuracy, train_loss, ...) against the round, mean "
-                             "over seeds with its 95%% band, into PNG")
+                        help="also draw KEY (test_accuracy, val_accuracy, train_loss, train_l_mi, ...) against the "
+                             "round, mean over seeds with its 95%% band, into PNG (accuracies in %%, other numbers "
+                             "as they are; train_* at the evaluated rounds)")
     common(report)
     report.set_defaults(func=_cmd_report)
 

@@ -2,7 +2,7 @@
 ``<!-- study:NAME end -->`` in the docs pages (``study:NAME:claims`` for the verdicts alone, as
 docs/results.md shows them; ``study:NAME:winners`` for the best method per setting and
 those not separated from it; ``study:NAME@BUDGET`` for any of these at a budget other than the study's
-docs budget, such as a paper-budget cell; ``<!-- studies:compute begin -->`` for every study's progress
+docs budget, such as a paper-budget cell; ``study:NAME@A+B`` for budgets side by side, as column groups; ``<!-- studies:compute begin -->`` for every study's progress
 and compute time), made from the committed store alone (no number in those blocks is typed by hand;
 tests/test_study.py fails when a page differs from what the store gives)."""
 
@@ -12,11 +12,21 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from fedfew.study.report import StudyResults, claims_markdown, collect, figure, markdown, winners_markdown
+from fedfew.study.report import (
+    StudyResults,
+    budgets_markdown,
+    claims_markdown,
+    collect,
+    figure,
+    markdown,
+    winners_markdown,
+)
 from fedfew.study.schema import Study, StudyError, load_study
 
 #: A marker is a line of its own (a marker quoted inside a sentence, as in docs/studies.md, is not one).
-MARKER = re.compile(r"^<!-- study:([A-Za-z0-9_.-]+)(@[A-Za-z0-9_.-]+)?(:claims|:winners)? begin -->$", re.MULTILINE)
+#: ``@a+b+c`` puts several budgets side by side (budgets as column groups; the table view only).
+MARKER = re.compile(r"^<!-- study:([A-Za-z0-9_.-]+)(@[A-Za-z0-9_.-]+(?:\+[A-Za-z0-9_.-]+)*)?(:claims|:winners)? "
+                    r"begin -->$", re.MULTILINE)
 #: The one block about all studies: cells in the store, seeds and compute time per study.
 COMPUTE = "studies:compute"
 
@@ -60,10 +70,19 @@ def render_pages(root: Path, store_base: Path | None = None, figures: bool = Fal
             if name not in studies:
                 raise StudyError(f"{page}: marker study:{name} names no study in {root / 'studies'}")
             study, path = studies[name]
-            budget = at[1:] or None
-            if budget is not None and budget not in study.budgets:
-                raise StudyError(f"{page}: marker study:{name}{at} names no budget of {path.relative_to(root)} "
-                                 f"(it has {', '.join(study.budgets)})")
+            budgets = at[1:].split("+") if at else []
+            for budget in budgets:
+                if budget not in study.budgets:
+                    raise StudyError(f"{page}: marker study:{name}{at} names no budget {budget!r} of "
+                                     f"{path.relative_to(root)} (it has {', '.join(study.budgets)})")
+            if len(budgets) > 1:
+                if view:
+                    raise StudyError(f"{page}: marker study:{name}{at}{view}: several budgets take the table view "
+                                     f"only (study:{name}{at})")
+                body = budgets_markdown([results_of(name, b) for b in budgets], str(path.relative_to(root)))
+                text = marker_pattern(name + at).sub(_between(body), text)
+                continue
+            budget = budgets[0] if budgets else None
             results = results_of(name, budget)
             if view:
                 render = claims_markdown if view == ":claims" else winners_markdown

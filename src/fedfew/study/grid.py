@@ -19,6 +19,11 @@ NOT_IN_KEY = {"dataset": ("root",), "runtime": ("threads", "output_dir", "progre
                                                  "client_states", "workers", "engine"),
               "flower": ("round_timeout", "startup_timeout", "port", "tls", "node_auth")}
 
+#: Config fields added after records were stored, with the default that reproduces the older runs: a
+#: field at that value is left out of the key, so every stored cell keeps its key; any other value
+#: (the new behaviour, opt-in) is part of it.
+NEUTRAL_DEFAULTS: dict[tuple[str, ...], Any] = {("eval", "per_class"): False}
+
 
 @dataclass(frozen=True)
 class Cell:
@@ -43,6 +48,13 @@ def config_hash(config: ExperimentConfig) -> str:
     for section, keys in NOT_IN_KEY.items():
         for key in keys:
             data.get(section, {}).pop(key, None)
+    for path, neutral in NEUTRAL_DEFAULTS.items():
+        *parents, key = path
+        holder = data
+        for part in parents:
+            holder = holder.get(part, {})
+        if key in holder and type(holder[key]) is type(neutral) and holder[key] == neutral:
+            del holder[key]
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -74,12 +86,13 @@ def cells(study: Study, root: Path, budget_name: str, seeds: list[int] | None = 
         for setting in settings:
             for seed in seeds:
                 out.append(Cell(method, setting, seed, _config(study, root, method, setting, seed, budget.set,
-                                                                extra)))
+                                                                extra, budget_method=budget.per_method.get(method))))
     if study.control is not None and budget.control:
         for setting in settings:
             for seed in seeds:
                 out.append(Cell(CONTROL, setting, seed, _config(study, root, study.control.method, setting, seed,
-                                                                 budget.set, extra, control=True)))
+                                                                 budget.set, extra, control=True,
+                                                                 budget_method=budget.per_method.get(study.control.method))))
     return out
 
 
@@ -91,7 +104,8 @@ def _load(path: Path, mtime_ns: int, overrides: tuple[str, ...]) -> ExperimentCo
 
 
 def _config(study: Study, root: Path, method: str, setting: str, seed: int, budget_set: dict[str, Any],
-            extra: list[str] | None, control: bool = False) -> ExperimentConfig:
+            extra: list[str] | None, control: bool = False,
+            budget_method: dict[str, Any] | None = None) -> ExperimentConfig:
     m, s = study.methods[method], study.settings[setting]
     base = m.config or s.config or study.config
     if base is None:
@@ -100,6 +114,7 @@ def _config(study: Study, root: Path, method: str, setting: str, seed: int, budg
     path = Path(base) if Path(base).is_absolute() else root / base
     overrides = [*assignments(study.set), *assignments(s.set), *assignments(m.set),
                  *assignments(s.per_method.get(method, {})), *assignments(budget_set),
+                 *assignments(budget_method or {}),  # the budget's per_method entry: none adds nothing
                  *(extra or []), f"seed={seed}"]
     if control or m.untrained:
         overrides.append("federation.rounds=0")

@@ -4,6 +4,7 @@ figure, all computed from the store."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,8 @@ class StudyResults:
     #: (method or CONTROL, setting) -> {seed: the run's evaluated rounds} (records that keep them)
     histories: dict[tuple[str, str], dict[int, list[dict[str, Any]]]] = field(default_factory=dict)
     settings: list[str] = field(default_factory=list)
+    #: The study's further tables (``tables``), by position: (method, setting) -> {seed: value, scaled}
+    extra: list[dict[tuple[str, str], dict[int, float]]] = field(default_factory=list)
 
     @property
     def seeds(self) -> list[int]:
@@ -51,6 +54,8 @@ def collect(study: Study, root: Path, store_base: Path, budget: str | None = Non
     """The stored values of ``study``'s cells at ``budget`` (default: the docs budget), taken from the
     newest code version that holds any of them."""
     budget = budget or study.docs_budget
+    if study.budget(budget).metric:  # a budget that reads other numbers of its runs
+        study = study.model_copy(update={"metric": study.budget(budget).metric})
     store = ResultStore(store_base, study.name)
     grid: list[Cell] = cells(study, root, budget)
     code = store.newest_code({c.config_hash for c in grid})  # of this budget's cells, not another budget's
@@ -59,23 +64,31 @@ def collect(study: Study, root: Path, store_base: Path, budget: str | None = Non
     b = study.budget(budget)
     results = StudyResults(study, budget, code, cells_total=len(grid),
                            methods=b.methods or list(study.methods), settings=b.settings or list(study.settings))
+    results.extra = [{} for _ in study.tables]
     if code is None:
         return results
     records = store.by_hash(code)
     equal = store.equal_codes(code)
     results.verified = [(CodeVersion.from_json(e["equal_to"]).source, len(e["cells"])) for e in store.equivalences()
                         if CodeVersion.from_json(e["equal_to"]).key in equal]
+    counted: set[str] = set()
     for cell in grid:
         record = records.get(cell.config_hash)
         if record is None:
             continue
         results.cells_found += 1
-        results.wall_seconds += float(record.get("wall_seconds", 0.0))
+        if cell.config_hash not in counted:  # cells reading other numbers of one run count its time once
+            counted.add(cell.config_hash)
+            results.wall_seconds += float(record.get("wall_seconds", 0.0))
         source = record["code"]["source"]
         results.sources[source] = results.sources.get(source, 0) + 1
         if record.get("history"):
             results.histories.setdefault((cell.method, cell.setting), {})[cell.seed] = record["history"]
-        value = metric(record, study.metric)
+        for extra, values in zip(study.tables, results.extra):
+            number = metric(record, extra.metric)
+            if number is not None:
+                values.setdefault((cell.method, cell.setting), {})[cell.seed] = extra.scale * number
+        value = metric(record, study.metric_of(cell.method, cell.setting))
         if value is None:
             results.cells_without_metric += 1
             continue
@@ -112,6 +125,25 @@ def table(results: StudyResults) -> str:
             row += [_paper(p.values.get(method, {}).get(setting)) for p in study.paper]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
+
+
+def extra_tables(results: StudyResults) -> str:
+    """The study's further tables (``tables``): per table its title, then its rows (methods) and
+    columns (settings) as mean ± 95% interval over seeds; "—" where a run has no such number."""
+    parts = []
+    for extra, values in zip(results.study.tables, results.extra):
+        methods = [m for m in results.methods if extra.methods is None or m in extra.methods]
+        settings = [s for s in results.settings if extra.settings is None or s in extra.settings]
+        if not methods or not settings:
+            continue
+        lines = [f"{extra.title} (`{extra.metric}`{'' if extra.scale == 1 else f' x {extra.scale:g}'}; mean ± 95% "
+                 "interval over seeds):", "", "| method | " + " | ".join(settings) + " |", "|" + "---|" * (len(settings) + 1)]
+        for method in methods:
+            cells = [_fmt(t_interval(list(values[(method, s)].values())) if values.get((method, s)) else None)
+                     for s in settings]
+            lines.append(f"| {results.study.label(method)} | " + " | ".join(cells) + " |")
+        parts.append("\n".join(lines) + "\n")
+    return "\n".join(parts)
 
 
 def claims(results: StudyResults) -> list[tuple[Any, str, list[PairVerdict]]]:
@@ -185,9 +217,19 @@ def winners_markdown(results: StudyResults, study_path: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _metrics_named(study: Study) -> str:
+    """The study's metric in words, or, where rows or columns name their own, each of them."""
+    own = {name: row.metric for rows in (study.methods, study.settings) for name, row in rows.items() if row.metric}
+    if not own:
+        return _metric_name(study.metric)
+    return "per row or column, " + "; ".join(f"{name}: {_metric_name(path)}" for name, path in own.items()) \
+        + f"; otherwise {_metric_name(study.metric)}"
+
+
 def _metric_name(path: str) -> str:
     """What the table's numbers are, in words where the path is a common one."""
     return {"test.accuracy": "test accuracy (%)",
+            "history.last.test_accuracy": "test accuracy (%) at the last evaluated round, not the selected one",
             "initial_score.accuracy": "the untrained model's accuracy (%) on the validation split (its test split "
                                       "where it has none)"}.get(path, f"`{path}` (%)")
 
@@ -204,7 +246,7 @@ def markdown(results: StudyResults, study_path: str) -> str:
     seeds = results.seeds
     status = (f"Study `{study.name}` at the {results.budget} budget: {results.cells_found}/{results.cells_total} "
               f"cells in the store, seeds {', '.join(map(str, seeds))}, {results.wall_seconds / 60:.1f} min of "
-              f"runs, code {results.code.describe() if results.code else '?'}. Ours: {_metric_name(study.metric)}, mean ± 95% "
+              f"runs, code {results.code.describe() if results.code else '?'}. Ours: {_metrics_named(study)}, mean ± 95% "
               f"interval over seeds (Student's t). Made by `{command}` and `{report}`.")
     older = {src: n for src, n in results.sources.items() if results.code and src != results.code.source}
     if older:
@@ -215,12 +257,78 @@ def markdown(results: StudyResults, study_path: str) -> str:
     if results.cells_found < results.cells_total:
         status += f" **Incomplete**: {results.cells_total - results.cells_found} cells not yet run."
     if results.cells_without_metric:
-        status += (f" {results.cells_without_metric} stored cells have no `{study.metric}` in their run's summary "
-                   "(shown as —).")
+        own = any(row.metric for rows in (study.methods, study.settings) for row in rows.values())
+        what = "a value at their row's or column's metric" if own else f"`{study.metric}`"
+        status += f" {results.cells_without_metric} stored cells have no {what} in their run's summary (shown as —)."
     parts = [status, "", table(results)]
     verdicts = claims_table(results)
     if verdicts:
         parts += ["", "Claims (paired comparison over seeds; docs/studies.md states the rule):", "", verdicts]
+    further = extra_tables(results)
+    if further:
+        parts += ["", further]
+    return "\n".join(parts)
+
+
+def _budget_note(results: StudyResults) -> str:
+    """One budget's status in a report over budgets: cells in the store, seeds, minutes, code."""
+    if results.cells_found == 0:
+        return f"**{results.budget}**: not yet run ({results.cells_total} cells)"
+    seeds = ", ".join(map(str, results.seeds))
+    code = results.code.source if results.code else "?"
+    return (f"**{results.budget}**: {results.cells_found}/{results.cells_total} cells, seeds {seeds}, "
+            f"{results.wall_seconds / 60:.1f} min of runs, sources {code}")
+
+
+def budgets_table(runs: list[StudyResults]) -> str:
+    """Budgets side by side: rows are the methods any budget runs (study order, the control last); per
+    budget a column group of ours, one column per setting that budget runs; then the paper's numbers
+    once per setting. A method a budget does not run shows "n/a" in its group (not "—", which is a cell
+    of that budget not yet in the store)."""
+    study = runs[0].study
+    ran = {m for r in runs for m in r.methods}
+    rows = [m for m in study.methods if m in ran]
+    controls = {r.budget for r in runs if study.control is not None and study.budget(r.budget).control}
+    if controls:
+        rows.append(CONTROL)
+    settings = [s for s in study.settings if any(s in r.settings for r in runs)]
+    header = ["method"] + [f"{setting}, {r.budget}: ours" for r in runs for setting in r.settings]
+    header += [f"{setting}: paper ({p.source})" for setting in settings for p in study.paper]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for method in rows:
+        row = [study.label(method)]
+        for r in runs:
+            runs_it = r.budget in controls if method == CONTROL else method in r.methods
+            row += [_fmt(r.interval(method, setting)) if runs_it else "n/a" for setting in r.settings]
+        row += [_paper(p.values.get(method, {}).get(setting)) for setting in settings for p in study.paper]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def budgets_markdown(runs: list[StudyResults], study_path: str) -> str:
+    """The report over several budgets of one study (``study:NAME@a+b`` in the docs, ``study report
+    --budgets a,b``): each budget's status and note, the table with budgets as column groups, and each
+    budget's verdicts (the claims about the rows and columns it runs) with the budget named."""
+    study = runs[0].study
+    names = "+".join(r.budget for r in runs)
+    lines = [f"Study `{study.name}` at budgets {', '.join(r.budget for r in runs)}. Ours: {_metric_name(study.metric)}, "
+             f"mean ± 95% interval over seeds (Student's t); n/a: a row the budget does not run. Made by "
+             f"`fedfew study run {study_path} --budget B` for each budget B and "
+             f"`fedfew study report {study_path} --budgets {names.replace('+', ',')}`.", ""]
+    for r in runs:
+        note = study.budget(r.budget).note
+        lines.append(f"- {_budget_note(r)}" + (f": {note}" if note else ""))
+    parts = ["\n".join(lines), "", budgets_table(runs)]
+    judged = [(r, claim, verdict, pairs) for r in runs for claim, verdict, pairs in claims(r) if r.cells_found]
+    if judged:
+        rows = ["| budget | claim | setting | source | verdict | paired difference (points, 95% interval over seeds) |",
+                "|---|---|---|---|---|---|"]
+        for r, claim, verdict, pairs in judged:
+            order = " > ".join(study.label(m) for m in claim.order)
+            diffs = "; ".join(f"{study.label(p.above)} − {study.label(p.below)}: {_fmt(p.difference)}" for p in pairs)
+            rows.append(f"| {r.budget} | {order} | {claim.setting} | {claim.source or '—'} | **{verdict}** | {diffs} |")
+        parts += ["", "Claims at each budget (paired comparison over seeds; docs/studies.md states the rule):", "",
+                  "\n".join(rows) + "\n"]
     return "\n".join(parts)
 
 
@@ -265,10 +373,11 @@ def figure(results: StudyResults, path: Path) -> bool:
                     paper_y.append(value)
         bars = ax.bar(xs, means, width, yerr=errs, capsize=3, label=study.label(method))
         if paper_x:
-            ax.plot(paper_x, paper_y, "k_", markersize=12, color=bars.patches[0].get_facecolor() if bars.patches
-                    else None)
+            ax.plot(paper_x, paper_y, linestyle="none", marker="_", markersize=12,  # the paper's number: a dash
+                    color=bars.patches[0].get_facecolor() if bars.patches else "k")
     ax.set_xticks(range(len(results.settings)), results.settings)
-    ax.set_ylabel(f"{study.metric} (%)")
+    own = any(row.metric for rows in (study.methods, study.settings) for row in rows.values())
+    ax.set_ylabel("accuracy (%), each column's metric" if own else f"{study.metric} (%)")
     ax.set_title(study.title or study.name, fontsize=9)
     ax.legend(fontsize=7)
     if study.paper:
@@ -280,14 +389,22 @@ def figure(results: StudyResults, path: Path) -> bool:
     return True
 
 
+def in_percent(key: str) -> bool:
+    """Whether a history number is a fraction shown in percent (an accuracy), not a loss or a
+    temperature (train_l_mi, train_kd_temperature), which are drawn as they are."""
+    return "accuracy" in key
+
+
 def mean_curve(per_seed: dict[int, list[dict[str, Any]]], key: str) -> list[tuple[int, float, float]]:
     """(round, mean, 95% half-width over seeds) at the rounds where every seed's run has ``key``: a
-    curve over seeds, in percent."""
+    curve over seeds, in percent for an accuracy, else in the number's own unit."""
+    scale = 100.0 if in_percent(key) else 1.0
     by_round: dict[int, dict[int, float]] = {}
     for seed, rows in per_seed.items():
         for row in rows:
-            if isinstance(row.get(key), (int, float)):
-                by_round.setdefault(int(row["round"]), {})[seed] = 100.0 * float(row[key])
+            value = row.get(key)
+            if isinstance(value, (int, float)) and math.isfinite(value):  # a term a variant switches off: nan
+                by_round.setdefault(int(row["round"]), {})[seed] = scale * float(row[key])
     points = []
     for r in sorted(by_round):
         if len(by_round[r]) == len(per_seed):
@@ -322,7 +439,7 @@ def curve_figure(results: StudyResults, key: str, path: Path) -> bool:
                             color=line.get_color(), alpha=0.15)
         ax.set_title(setting, fontsize=9)
         ax.set_xlabel("round")
-        ax.set_ylabel(f"{key} (%)")
+        ax.set_ylabel(f"{key} (%)" if in_percent(key) else key)
     axes[0][0].legend(fontsize=7)
     fig.suptitle(f"{results.study.title or results.study.name}: mean over seeds, 95% band", fontsize=9)
     fig.tight_layout()

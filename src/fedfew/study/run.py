@@ -119,10 +119,13 @@ def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base
             f"{code.describe()}. Run again with --new-code to add this version's results beside them (reports "
             "show the newest version), or point --store elsewhere")
     done = store.by_hash(code)
-    pending = [c for c in todo if c.config_hash not in done]
-    skipped = len(todo) - len(pending)
-    print(f"study {study.name} at budget {budget}: {len(todo)} cells, {skipped} already in {store.folder}",
-          file=out, flush=True)
+    # Cells that read other numbers of the same run (a row's or column's own metric) run once.
+    pending = list({c.config_hash: c for c in todo if c.config_hash not in done}.values())
+    runs = len({c.config_hash for c in todo})
+    skipped = runs - len(pending)  # runs, not cells: equal unless cells share a run
+    print(f"study {study.name} at budget {budget}: {len(todo)} cells"
+          + (f" ({runs} distinct runs)" if runs < len(todo) else "")
+          + f", {skipped} already in {store.folder}", file=out, flush=True)
     spent: list[float] = []
     failed: list[tuple[Cell, FedfewError]] = []
     with dataset_cache():
@@ -131,26 +134,27 @@ def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base
             try:
                 summary, run_folder = _run_cell(cell, _resumable_folder(runs_base, study, cell, code, store))
             except RunInterrupted:
-                print(f"study {study.name}: stopped in cell {cell.title} ({skipped + i - 1}/{len(todo)} done); run "
+                print(f"study {study.name}: stopped in cell {cell.title} ({skipped + i - 1}/{runs} done); run "
                       "the same `fedfew study run` again to continue (the cell resumes from its checkpoint)",
                       file=out, flush=True)
                 raise
             except FedfewError as err:  # this cell's own problem (its partition, a run that failed): go on
                 failed.append((cell, err))
-                print(f"[{skipped + i}/{len(todo)}] {cell.title}: failed: {err}", file=out, flush=True)
+                print(f"[{skipped + i}/{runs}] {cell.title}: failed: {err}", file=out, flush=True)
                 continue
             wall = time.perf_counter() - start
             record = _cell_record(study, budget, cell, code, summary, run_folder, wall)
             store.put(record)
             spent.append(wall)
             left = (len(pending) - i) * sum(spent) / len(spent)
-            value = metric(record, study.metric)  # the study's metric (test.accuracy unless it names another)
-            shown = f"{100 * value:.2f}%" if value is not None else f"no {study.metric}"
-            print(f"[{skipped + i}/{len(todo)}] {cell.title}: {shown} in {wall:.1f} s; about {_eta(left)} left",
+            path = study.metric_of(cell.method, cell.setting)  # test.accuracy unless the study names another
+            value = metric(record, path)
+            shown = f"{100 * value:.2f}%" if value is not None else f"no {path}"
+            print(f"[{skipped + i}/{runs}] {cell.title}: {shown} in {wall:.1f} s; about {_eta(left)} left",
                   file=out, flush=True)
     if failed:
         raise CellsFailed(study.name, failed, len(todo))
-    return {"cells": len(todo), "run": len(pending), "skipped": skipped}
+    return {"cells": runs, "run": len(pending), "skipped": skipped}
 
 
 def _cell_record(study: Study, budget: str, cell: Cell, code: CodeVersion, summary: dict[str, Any],

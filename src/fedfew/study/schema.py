@@ -2,7 +2,8 @@
 
 A study is a grid of ordinary runs. Every cell's config is the base config with overrides applied in
 this order: the study's ``set``, the setting's ``set``, the method's ``set``, the setting's
-``per_method`` entry for the method, the budget's ``set``, the command line's ``--set``, then ``seed``. The untrained control of a setting is the control
+``per_method`` entry for the method, the budget's ``set``, the budget's ``per_method`` entry for the
+method, the command line's ``--set``, then ``seed``. The untrained control of a setting is the control
 method's cell with ``federation.rounds: 0``. Unknown keys are errors naming the key and the file.
 
 ::
@@ -26,11 +27,14 @@ method's cell with ``federation.rounds: 0``. Unknown keys are errors naming the 
         values: {FedFSL-naive: {IID 1-shot: 53.00}}
     claims:                                   # orderings within a column: first > second > ...
       - {setting: IID 1-shot, order: [FedFSL-MI, FedFSL-naive], source: section 5.4}
+    tables:                                   # further tables of the same cells, one metric each
+      - {metric: test.corrupt_rank_mean, title: mean rank of the bad clients, scale: 1, methods: [FedFSL-MI]}
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +49,23 @@ CONTROL = "control"
 
 class StudyError(UsageError):
     """A study file, its grid, seeds, budget or store cannot be used as asked (exit 2)."""
+
+
+#: A metric path: dotted keys into a run's summary (``test.accuracy``, one client's score
+#: ``test.local_by_client.0``), optionally ending in ``[k1,k2,...]``: the mean of those keys of the
+#: mapping the path names (``test.local_by_client[1,2,3,4]``: the mean over clients 1-4).
+METRIC_PATH = re.compile(r"^(?P<path>[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*)(?:\[(?P<keys>[A-Za-z0-9_-]+(?:,[A-Za-z0-9_-]+)*)\])?$")
+
+
+def parse_metric(text: str) -> tuple[list[str], list[str] | None]:
+    """``test.local_by_client[1,2]`` -> (["test", "local_by_client"], ["1", "2"]); a path without
+    brackets gives None as its keys. A path of another form is a ValueError."""
+    match = METRIC_PATH.match(text.replace(" ", ""))
+    if match is None:
+        raise ValueError(f"{text!r} is not a metric path: dotted keys (test.accuracy, test.local_by_client.0), "
+                         "optionally ending in [k1,k2] for the mean of those keys (test.local_by_client[1,2])")
+    keys = match.group("keys")
+    return match.group("path").split("."), (keys.split(",") if keys else None)
 
 
 class _Strict(BaseModel):
@@ -68,6 +89,17 @@ class Row(_Strict):
     #: (a column that means the same budget in each method's own unit, e.g. FRL's Fig. 2, where an FRL
     #: episode is R + 1 communication rounds and fine-tuning's round is one).
     per_method: dict[str, Overrides] = Field(default_factory=dict)
+    #: This row's metric in place of the study's (on methods or on settings, not both): rows or columns
+    #: that read different numbers of the same runs (FML's catfish table: the global model's accuracy,
+    #: the weak clients' and client 0's). Cells with the same resolved config run once.
+    metric: str | None = None
+
+    @field_validator("metric")
+    @classmethod
+    def _metric_path(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_metric(value)
+        return value
 
 
 class Budget(_Strict):
@@ -78,6 +110,20 @@ class Budget(_Strict):
     settings: list[str] | None = None
     control: bool = True
     note: str = ""
+    #: Overrides for one method at this budget, applied after the budget's ``set``: a budget that scales
+    #: each method in its own unit (FRL's episodes of R + 1 rounds, fine-tuning's rounds) by one factor.
+    per_method: dict[str, Overrides] = Field(default_factory=dict)
+    #: The metric at this budget in place of the study's (a row's or column's own still wins): a budget
+    #: with the cells of another (the same ``set``) reads other numbers of the same runs, e.g. the last
+    #: evaluated round's test score (``history.last.test_accuracy``) beside the selected round's.
+    metric: str | None = None
+
+    @field_validator("metric")
+    @classmethod
+    def _metric_path(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_metric(value)
+        return value
 
 
 class Control(_Strict):
@@ -96,6 +142,21 @@ class Claim(_Strict):
     source: str = ""
 
 
+class MetricTable(_Strict):
+    """A further table of the same cells: another number from each run's summary (a bad client's
+    rank, a correlation), mean and 95% interval over seeds, after the main table. No paper column,
+    control or claims: those belong to the study's ``metric``."""
+
+    metric: str
+    #: What the numbers are, shown above the table.
+    title: str
+    #: The stored value times this (100: percent, as the main table shows ``metric``; 1: as stored).
+    scale: float = 1.0
+    #: Only these rows / columns (default: every one the budget runs).
+    methods: list[str] | None = None
+    settings: list[str] | None = None
+
+
 class Study(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     title: str = ""
@@ -107,8 +168,11 @@ class Study(_Strict):
     budgets: dict[str, Budget]
     #: The budget whose results the docs show.
     docs_budget: str = "cpu"
-    #: A path into a run's summary.json (``test.accuracy``), reported in percent.
+    #: A path into a run's summary.json (``test.accuracy``), reported in percent; ``[k1,k2]`` at the end
+    #: is the mean of those keys (:data:`METRIC_PATH`). A method or a setting may name its own.
     metric: str = "test.accuracy"
+    #: Further tables of the same cells, each another metric of the runs (after the main table).
+    tables: list[MetricTable] = Field(default_factory=list)
     control: Control | None = None
     paper: list[PaperColumns] = Field(default_factory=list)
     claims: list[Claim] = Field(default_factory=list)
@@ -125,8 +189,16 @@ class Study(_Strict):
                     for k, v in value.items()}
         return value
 
+    @field_validator("metric")
+    @classmethod
+    def _metric_path(cls, value: str) -> str:
+        parse_metric(value)
+        return value
+
     @model_validator(mode="after")
     def _names(self) -> Study:
+        if any(m.metric for m in self.methods.values()) and any(s.metric for s in self.settings.values()):
+            raise ValueError("metric: set it on methods or on settings, not both (a cell reads one number)")
         if "smoke" not in self.budgets:
             raise ValueError("budgets: a study needs a 'smoke' budget (seconds, for the test suite)")
         if CONTROL in self.methods:
@@ -137,6 +209,10 @@ class Study(_Strict):
                 for name in names or []:
                     if name not in known:
                         raise ValueError(f"budgets.{budget_name}.{kind}: {name!r} is not one of {list(known)}")
+            for method_name in budget.per_method:
+                if method_name not in self.methods:
+                    raise ValueError(f"budgets.{budget_name}.per_method: {method_name!r} is not one of "
+                                     f"{list(self.methods)}")
         for name, method in self.methods.items():
             if method.per_method:
                 raise ValueError(f"methods.{name}.per_method: only a setting takes per-method overrides")
@@ -144,6 +220,11 @@ class Study(_Strict):
             for method_name in setting.per_method:
                 if method_name not in self.methods:
                     raise ValueError(f"settings.{name}.per_method: {method_name!r} is not one of {list(self.methods)}")
+        for i, extra in enumerate(self.tables):
+            for kind, names, known in (("methods", extra.methods, self.methods), ("settings", extra.settings, self.settings)):
+                for name in names or []:
+                    if name not in known:
+                        raise ValueError(f"tables[{i}].{kind}: {name!r} is not one of {list(known)}")
         if self.control is not None and self.control.method not in self.methods:
             raise ValueError(f"control.method: {self.control.method!r} is not one of {list(self.methods)}")
         for i, columns in enumerate(self.paper):
@@ -170,6 +251,11 @@ class Study(_Strict):
             raise StudyError(f"study {self.name}: budget {name!r} does not exist; this study has "
                              f"{', '.join(self.budgets)}")
         return self.budgets[name]
+
+    def metric_of(self, method: str, setting: str) -> str:
+        """The metric path a cell of ``method`` (or the control) in ``setting`` reports."""
+        row = self.methods.get(method)
+        return (row.metric if row is not None else None) or self.settings[setting].metric or self.metric
 
     def label(self, method: str) -> str:
         if method == CONTROL:

@@ -19,7 +19,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from fedfew.study.schema import StudyError
+from fedfew.study.schema import StudyError, parse_metric
 
 FORMAT = 1
 
@@ -156,26 +156,27 @@ class ResultStore:
         return out
 
     def equal_codes(self, code: CodeVersion) -> set[str]:
-        """Keys of the older versions ``code`` was verified equal to, following each link down."""
+        """Keys of the other versions ``code`` gives the same numbers as: every version linked to it by a
+        chain of verifications, in either direction (equality is symmetric: a version verified against
+        an older one that an in-between version was also verified against gives that version's numbers too)."""
         links = [(CodeVersion.from_json(e["code"]).key, CodeVersion.from_json(e["equal_to"]).key)
                  for e in self.equivalences()]
-        found: set[str] = set()
+        found = {code.key}
         frontier = {code.key}
         while frontier:
-            frontier = {old for new, old in links if new in frontier and old not in found and old != code.key}
+            frontier = ({old for new, old in links if new in frontier} | {new for new, old in links if old in frontier}) \
+                - found
             found |= frontier
-        return found
+        return found - {code.key}
 
     def newer_equal(self, code: CodeVersion) -> CodeVersion:
-        """The newest version verified equal to ``code`` (``code`` itself if none): the version a report
-        names when its records are of an older, verified-equal one."""
-        current = code
-        while True:
-            up = [CodeVersion.from_json(e["code"]) for e in self.equivalences()
-                  if CodeVersion.from_json(e["equal_to"]).key == current.key]
-            if not up:
-                return current
-            current = up[0]
+        """The version a report names when its records are of ``code``: the most recently verified version
+        that gives ``code``'s numbers (``code`` itself if none)."""
+        same = self.equal_codes(code) | {code.key}
+        verified = [e for e in self.equivalences() if CodeVersion.from_json(e["code"]).key in same]
+        if not verified:
+            return code
+        return CodeVersion.from_json(max(verified, key=lambda e: str(e.get("verified", "")))["code"])
 
     def put_equivalence(self, data: dict[str, Any]) -> Path:
         new, old = CodeVersion.from_json(data["code"]), CodeVersion.from_json(data["equal_to"])
@@ -214,13 +215,35 @@ def make_record(study: str, budget: str, method: str, setting: str, seed: int, c
 
 
 def metric(record: dict[str, Any], path: str) -> float | None:
-    """The value at a dotted ``path`` of a record's metrics (``test.accuracy``), or None."""
-    value: Any = record["metrics"]
-    for part in path.split("."):
+    """The value at a dotted ``path`` of a record's metrics (``test.accuracy``, ``test.local_by_client.0``)
+    or of its evaluated rounds (``history.last.test_accuracy``, ``history.200.train_l_mi``),
+    or with ``[k1,k2,...]`` at the end the mean of those keys of the mapping there
+    (``test.local_by_client[1,2]``); None when any of it is missing (a mean is never over fewer keys)."""
+    parts, keys = parse_metric(path)
+    value = _at(_history_rounds(record), parts[1:]) if parts[0] == "history" else _at(record["metrics"], parts)
+    if keys is None:
+        return value if isinstance(value, float) or value is None else None
+    chosen = [_at(value, [key]) if isinstance(value, dict) else None for key in keys]
+    numbers = [v for v in chosen if isinstance(v, float)]
+    return sum(numbers) / len(numbers) if len(numbers) == len(keys) else None
+
+
+def _history_rounds(record: dict[str, Any]) -> dict[str, Any]:
+    """A record's evaluated rounds by round number, and its last one as ``last``: ``history.last.test_accuracy``
+    is the test score of the run's last evaluated round, whichever round the run selected."""
+    rounds: dict[str, Any] = {str(entry["round"]): entry for entry in record.get("history") or [] if "round" in entry}
+    if record.get("history"):
+        rounds["last"] = record["history"][-1]
+    return rounds
+
+
+def _at(value: Any, parts: list[str]) -> Any:
+    """The number (as a float) or mapping at ``parts`` of ``value``; None where there is none."""
+    for part in parts:
         if not isinstance(value, dict) or part not in value:
             return None
         value = value[part]
-    return float(value) if isinstance(value, (int, float)) else None
+    return float(value) if isinstance(value, (int, float)) else value if isinstance(value, dict) else None
 
 
 def foreign_codes(store: ResultStore, code: CodeVersion, hashes: Iterable[str]) -> list[CodeVersion]:
