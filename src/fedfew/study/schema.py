@@ -36,10 +36,18 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from fedfew.errors import UsageError
 
@@ -68,6 +76,15 @@ def parse_metric(text: str) -> tuple[list[str], list[str] | None]:
     return match.group("path").split("."), (keys.split(",") if keys else None)
 
 
+def _checked_metric(text: str) -> str:
+    parse_metric(text)
+    return text
+
+
+#: A metric path (see :func:`parse_metric`), checked when the study file is read.
+MetricPath = Annotated[str, AfterValidator(_checked_metric)]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
@@ -92,14 +109,7 @@ class Row(_Strict):
     #: This row's metric in place of the study's (on methods or on settings, not both): rows or columns
     #: that read different numbers of the same runs (FML's catfish table: the global model's accuracy,
     #: the weak clients' and client 0's). Cells with the same resolved config run once.
-    metric: str | None = None
-
-    @field_validator("metric")
-    @classmethod
-    def _metric_path(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_metric(value)
-        return value
+    metric: MetricPath | None = None
 
 
 class Budget(_Strict):
@@ -116,14 +126,7 @@ class Budget(_Strict):
     #: The metric at this budget in place of the study's (a row's or column's own still wins): a budget
     #: with the cells of another (the same ``set``) reads other numbers of the same runs, e.g. the last
     #: evaluated round's test score (``history.last.test_accuracy``) beside the selected round's.
-    metric: str | None = None
-
-    @field_validator("metric")
-    @classmethod
-    def _metric_path(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_metric(value)
-        return value
+    metric: MetricPath | None = None
 
 
 class Control(_Strict):
