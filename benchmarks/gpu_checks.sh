@@ -7,9 +7,11 @@
 #      (benchmarks/gpu_compare.py);
 #   4. the peers' workload: the loop (../shared/peers/loop_pfllib_style.py --device cuda) against
 #      fedfew sequential, batched, and batched bf16 on the same GPU, alternated in one invocation
-#      (benchmarks/bench_peers.py), with nvidia-smi sampling GPU utilisation.
+#      (benchmarks/bench_peers.py), with nvidia-smi sampling GPU utilisation;
+#   5. one stored study cell at its own budget on the device (.gpu/cell.yaml: FedFSL Table 3's headline,
+#      FedFSL-MI-Adv, 100 rounds x 5 local steps), its accuracy and seconds beside the CPU's stored ones.
 # Everything goes to $OUT (at most 8 files come back): summary.txt, all.log, env.txt, pytest.xml,
-# cuda_vs_cpu.json, peers_cuda.json, gpu_util.csv. The whole script keeps to BUDGET seconds (default
+# cuda_vs_cpu.json, peers_cuda.json, gpu_util.csv, cell.json. The whole script keeps to BUDGET seconds (default
 # 480) so that a 540 s call leaves room; each step gets what is left, capped.
 # Local dry run of the CPU parts:  GPU_CHECKS_DEVICE=cpu GPU_CHECKS_INSTALL=0 PYTHON=.venv/bin/python \
 #   BUDGET=240 PAIRS=1 ROUNDS=1 OUT=/tmp/gpu_out bash benchmarks/gpu_checks.sh
@@ -18,7 +20,7 @@ cd "$(dirname "$0")/.."
 OUT="${OUT:-$(mktemp -d)}"; mkdir -p "$OUT"
 BUDGET="${BUDGET:-480}"; PAIRS="${PAIRS:-2}"; ROUNDS="${ROUNDS:-10}"
 DEVICE="${GPU_CHECKS_DEVICE:-cuda}"; PYTHON="${PYTHON:-python3}"
-STEPS="${STEPS:-tests compare peers}"  # a rerun may name fewer
+STEPS="${STEPS:-tests compare peers cell}"  # a rerun may name fewer
 START=$(date +%s)
 export PYTHONUNBUFFERED=1 FLWR_TELEMETRY_ENABLED=0
 LOG="$OUT/all.log"; SUMMARY="$OUT/summary.txt"; : >"$LOG"; : >"$SUMMARY"
@@ -85,5 +87,24 @@ has peers && step peers-"$DEVICE" 300 "$PYTHON" benchmarks/bench_peers.py run --
 grep -E '^pair |wall-time ratio|episodes/s' "$LOG" | tee -a "$SUMMARY"
 if [ -s "$OUT/gpu_util.csv" ]; then
   note "gpu utilisation during the benchmark: $(awk -F', ' 'NR>1 {gsub(/ %/,"",$2); s+=$2; n++} END {if (n) printf "mean %.0f%% over %d samples", s/n, n}' "$OUT/gpu_util.csv")"
+fi
+
+# 5. the stored cell at its budget on the device (its config as stored; only the device differs)
+if has cell && [ -s .gpu/cell.yaml ]; then
+  CELL_RUNS="$(mktemp -d)"
+  FEDFEW_DATA="$FEDFEW_SHARED_DATA" step cell-"$DEVICE" 240 "$PYTHON" -m fedfew.cli run .gpu/cell.yaml --out "$CELL_RUNS" \
+    --quiet --set runtime.device="$DEVICE" --set runtime.threads=4 --set runtime.checkpoint_every=1000
+  "$PYTHON" - "$CELL_RUNS" "$OUT/cell.json" <<'PY' >>"$LOG" 2>&1
+import json, pathlib, sys
+runs, target = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+cpu = json.loads(pathlib.Path(".gpu/cell_cpu.json").read_text())
+folder = next(iter(sorted(runs.iterdir())), None)
+summary = json.loads((folder / "summary.json").read_text()) if folder and (folder / "summary.json").exists() else None
+rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()] if folder and (folder / "metrics.jsonl").exists() else []
+target.write_text(json.dumps({"cpu_stored": cpu, "device_summary": summary, "device_rounds": rows}, indent=1, default=str))
+acc = summary["test"]["accuracy"] if summary else None
+print(f"cell: device accuracy {acc} in {summary.get('seconds') if summary else None} s; stored cpu {cpu['accuracy']} in {cpu['wall_seconds']} s; rounds logged {len(rows)}")
+PY
+  grep -E '^cell: ' "$LOG" | tail -1 | tee -a "$SUMMARY"
 fi
 note "total $(( $(date +%s) - START ))s of ${BUDGET}s; files in $OUT: $(ls "$OUT" | tr '\n' ' ')"

@@ -136,3 +136,27 @@ def test_python_dash_m_fedfew_version() -> None:
     done = subprocess.run([sys.executable, "-m", "fedfew", "--version"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"fedfew {fedfew.__version__}"
+
+
+#: torch's factory draws: without ``device=`` they make their tensor on the default device, which is
+#: the GPU inside an engine's compute scope, where a CPU generator is an error (found on an H100).
+FACTORY_DRAWS = {"rand", "randn", "randint", "randperm", "normal", "poisson"}
+
+
+def undeviced_draws(source: str) -> list[int]:
+    """Lines of ``torch.<draw>(..., generator=...)`` calls that name no ``device``."""
+    return [node.lineno for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in FACTORY_DRAWS
+            and {"generator"} <= {k.arg for k in node.keywords} and "device" not in {k.arg for k in node.keywords}]
+
+
+def test_the_draw_finder_finds_a_draw_without_a_device() -> None:
+    assert undeviced_draws("torch.randperm(5, generator=g)\ntorch.randperm(5, generator=g, device=g.device)") == [1]
+
+
+def test_every_seeded_draw_names_its_device() -> None:
+    """Sampling draws on the CPU from the seeded generators on every device (fedfew.engine.compute): a
+    draw that names no device would land on the GPU's default device there and fail."""
+    found = [f"{path.relative_to(SRC)}:{line}" for path in sorted(SRC.rglob("*.py"))
+             for line in undeviced_draws(path.read_text())]
+    assert not found, found

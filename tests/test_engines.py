@@ -104,7 +104,39 @@ def test_every_algorithm_runs_on_cuda(name: str) -> None:
     config = tiny_config(name, federation={"rounds": 2})
     cpu = run(config, ["runtime.device=cpu"])
     gpu = run(config, ["runtime.device=cuda"])
+    for cpu_row, gpu_row in zip(cpu["history"], gpu["history"], strict=True):  # fp32: no TF32 shortcuts on cuda
+        if cpu_row.get("train_loss") is not None:
+            assert gpu_row["train_loss"] == pytest.approx(cpu_row["train_loss"], rel=1e-3)
     assert gpu["test"]["accuracy"] == pytest.approx(cpu["test"]["accuracy"], abs=0.15)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here")
+@pytest.mark.parametrize("name", sorted(ALGORITHM_SETUPS))
+def test_every_algorithm_starts_from_the_same_numbers_on_cuda(name: str) -> None:
+    """Models are initialised from the CPU's random numbers wherever they live: the server's initial
+    state on cuda is the CPU's, bit for bit (a module built under the cuda default device would draw
+    from the CUDA generator instead)."""
+    from fedfew.engine.serialize import flatten as flatten_tree
+
+    states = {}
+    for device in ("cpu", "cuda"):
+        simulator = build_experiment(load_config(tiny_config(name), [f"runtime.device={device}"])).simulator()
+        try:
+            states[device] = flatten_tree(simulator.state.server, dedup=False)[0]
+        finally:
+            simulator.engine.close()
+    assert sorted(states["cuda"]) == sorted(states["cpu"])
+    for key, tensor in states["cpu"].items():
+        assert torch.equal(states["cuda"][key].cpu(), tensor), key
+
+
+def test_tf32_off_cuda_is_a_clean_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from fedfew.cli import demo_config_path, main
+
+    assert main(["run", str(demo_config_path()), "--set", "runtime.precision=tf32", "--set", "runtime.device=cpu",
+                 "--out", str(tmp_path), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "runtime.precision=tf32" in err
 
 
 def test_cuda_asked_without_a_gpu_is_a_clean_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

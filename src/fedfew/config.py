@@ -154,8 +154,11 @@ class RuntimeConfig(Section):
     client_states: Literal["auto", "memory", "disk"] = "auto"
     #: "cpu", "cuda" or "auto" (cuda when a GPU is visible).
     device: Literal["cpu", "cuda", "auto"] = "cpu"
-    #: "bf16" autocasts convolutions and matrix products to bfloat16 (parameters stay float32).
-    precision: Literal["fp32", "bf16"] = "fp32"
+    #: "fp32": float32 throughout, also on a GPU (cuDNN's and cuBLAS's TF32 shortcuts off, so a CUDA run
+    #: matches the CPU's to float32 rounding); "tf32" (CUDA only): convolutions and matrix products in
+    #: TensorFloat-32, PyTorch's own default for cuDNN convolutions; "bf16" autocasts convolutions and
+    #: matrix products to bfloat16 (parameters stay float32).
+    precision: Literal["fp32", "tf32", "bf16"] = "fp32"
     #: Where the clients run (``fedfew list engines``): "inprocess" (this process), "workers" (worker
     #: processes, one thread each), "flower" (Flower's deployment runtime: a SuperLink and one
     #: SuperNode per client as separate processes; docs/deployment.md) or "flower-sim" (Flower's

@@ -59,7 +59,7 @@ def noise(data: LabelledDataset, classes: list[int], generator: torch.Generator)
     if data.is_text:
         raise ConfigError(f"partition.options.{KEY}.kind: noise replaces images or features; "
                           f"dataset {data.name!r} holds token ids")
-    values = torch.rand(tuple(data.inputs.shape), generator=generator, dtype=torch.float32)
+    values = torch.rand(tuple(data.inputs.shape), generator=generator, dtype=torch.float32, device=generator.device)
     return replace(data, inputs=values.to(device=data.inputs.device, dtype=data.inputs.dtype))
 
 

@@ -69,7 +69,8 @@ def _train_group(algorithm: EpisodicFedAvg, payloads: list[dict[str, Any]], samp
     anchor = stack_states([p["model"] for p in payloads], names) if opts.mu > 0 else None
     optimizer = make_optimizer(opts.optimizer, list(params.values()), opts.lr, weight_decay=opts.weight_decay)
     clients = len(payloads)
-    sums = {"loss": torch.zeros(clients, dtype=torch.float64), "accuracy": torch.zeros(clients, dtype=torch.float64)}
+    # metrics are summed on the CPU (the default device is the compute device here)
+    sums = {key: torch.zeros(clients, dtype=torch.float64, device="cpu") for key in ("loss", "accuracy")}
     for _ in range(opts.local_steps):
         optimizer.zero_grad(set_to_none=True)
         total = torch.zeros(())

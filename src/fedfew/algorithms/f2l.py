@@ -348,8 +348,10 @@ class F2L(Algorithm):
 
     def new_client_model(self) -> F2LClientModel:
         o = self.options
-        return F2LClientModel(self.feature_dim, self.train_shape.n_way, o.client_heads, o.client_layers,
-                              o.client_dropout, o.client_feedforward)
+        with torch.device("cpu"):  # initialised from the CPU RNG, as make_model does: the same numbers on any device
+            model = F2LClientModel(self.feature_dim, self.train_shape.n_way, o.client_heads, o.client_layers,
+                                   o.client_dropout, o.client_feedforward)
+        return model.to(next(self.server_model.parameters()).device)  # where make_model puts models
 
     # -- server ---------------------------------------------------------------------------
     def init_server(self, generator: torch.Generator) -> dict[str, Any]:

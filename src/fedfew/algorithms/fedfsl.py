@@ -116,7 +116,9 @@ class FedFSLBase(EpisodicFedAvg):
         if opts.classifier == "linear":
             return self.context.make_model(n_way)
         model = self.context.make_model(None)
-        model.head = two_layer_classifier(model.feature_dim, opts.classifier_hidden, n_way)
+        with torch.device("cpu"):  # initialised from the CPU RNG, as make_model does: the same numbers on any device
+            head = two_layer_classifier(model.feature_dim, opts.classifier_hidden, n_way)
+        model.head = head.to(next(model.parameters()).device)  # where make_model put the encoder
         return model
 
 

