@@ -140,7 +140,7 @@ def test_python_dash_m_fedfew_version() -> None:
 
 #: torch's factory draws: without ``device=`` they make their tensor on the default device, which is
 #: the GPU inside an engine's compute scope, where a CPU generator is an error (found on an H100).
-FACTORY_DRAWS = {"rand", "randn", "randint", "randperm", "normal", "poisson"}
+FACTORY_DRAWS = {"rand", "randn", "randint", "randperm"}  # the draws that are always factories
 
 
 def undeviced_draws(source: str) -> list[int]:

@@ -32,8 +32,9 @@ class StudyResults:
     #: Stored records shown, by the source hash of the code that made them (more than one where an older
     #: version was verified to give this version's numbers: ``fedfew study verify``)
     sources: dict[str, int] = field(default_factory=dict)
-    #: The verifications that let older records stand for this version: (older sources, cells re-run)
-    verified: list[tuple[str, int]] = field(default_factory=list)
+    #: The verifications that let older records stand for this version: (the verifying version's
+    #: sources, the older sources it was checked against, cells re-run), oldest check first
+    verified: list[tuple[str, str, int]] = field(default_factory=list)
     #: (method or CONTROL, setting) -> {seed: the run's evaluated rounds} (records that keep them)
     histories: dict[tuple[str, str], dict[int, list[dict[str, Any]]]] = field(default_factory=dict)
     settings: list[str] = field(default_factory=list)
@@ -69,8 +70,10 @@ def collect(study: Study, root: Path, store_base: Path, budget: str | None = Non
         return results
     records = store.by_hash(code)
     equal = store.equal_codes(code)
-    results.verified = [(CodeVersion.from_json(e["equal_to"]).source, len(e["cells"])) for e in store.equivalences()
-                        if CodeVersion.from_json(e["equal_to"]).key in equal]
+    checks = sorted((e for e in store.equivalences() if CodeVersion.from_json(e["equal_to"]).key in equal),
+                    key=lambda e: str(e.get("verified", "")))
+    results.verified = [(CodeVersion.from_json(e["code"]).source, CodeVersion.from_json(e["equal_to"]).source,
+                         len(e["cells"])) for e in checks]
     counted: set[str] = set()
     for cell in grid:
         record = records.get(cell.config_hash)
@@ -250,9 +253,9 @@ def markdown(results: StudyResults, study_path: str) -> str:
               f"interval over seeds (Student's t). Made by `{command}` and `{report}`.")
     older = {src: n for src, n in results.sources.items() if results.code and src != results.code.source}
     if older:
-        checks = "; ".join(f"sources {src} on {n} re-run cells" for src, n in results.verified)
+        checks = "; ".join(f"{new} against {old} on {n} re-run cells" for new, old, n in results.verified)
         status += (f" {sum(older.values())} of the {results.cells_found} records were made by older code "
-                   f"({', '.join(sorted(older))}), verified to give this version's numbers exactly ({checks}; "
+                   f"({', '.join(sorted(older))}), verified to give this version's numbers exactly (sources {checks}; "
                    "`fedfew study verify`).")
     if results.cells_found < results.cells_total:
         status += f" **Incomplete**: {results.cells_total - results.cells_found} cells not yet run."
