@@ -171,11 +171,12 @@ def wait_for_rounds(out: Path, rounds: int, process: subprocess.Popen[str], time
 
 @pytest.fixture(scope="module")
 def long_f2l(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A 30-round F2L run (private client-models with their Adam moments) and its uninterrupted folder.
+    """A 60-round F2L run (private client-models with their Adam moments) and its uninterrupted folder.
     Long enough that a signal sent after round 2 or 3 lands mid-run on a loaded machine (with 12 tiny
-    rounds a starved test process once saw round 2 only after the run had finished)."""
+    rounds a starved test process once saw round 2 only after the run had finished; with 30, under a
+    load of two study processes beside the whole suite on 2 cores, once more)."""
     base = tmp_path_factory.mktemp("long")
-    config = tiny_config("f2l", federation={"rounds": 30, "clients_per_round": 3}, partition={"num_clients": 3})
+    config = tiny_config("f2l", federation={"rounds": 60, "clients_per_round": 3}, partition={"num_clients": 3})
     path = base / "f2l.yaml"
     path.write_text(yaml.safe_dump(config))
     whole = run_experiment(load_config(path), base / "whole", progress=False)

@@ -397,6 +397,10 @@ def test_a_budget_with_its_own_metric_reads_the_last_evaluated_round_of_the_same
         label = "FL-MAML" if record["method"] == "fl-maml" else record["method"]
         assert f"| {label} | {100 * last['test_accuracy']:.2f} (1 seed) |" in out
     assert metric({"metrics": {}}, "history.last.test_accuracy") is None  # a record without rounds: no value
+    # The untrained control (a round-0 run) evaluated one round, round 0: that is its last round.
+    control = {"metrics": {"rounds": 0, "test": {"accuracy": 0.25, "ci95": 0.01}}}
+    assert metric(control, "history.last.test_accuracy") == metric(control, "history.0.test_accuracy") == 0.25
+    assert metric({"metrics": {"rounds": 3, "test": {"accuracy": 0.5}}}, "history.last.test_accuracy") is None
     bad = write_study(tmp_path, {**study, "budgets": {**study["budgets"], "smoke-last": {"metric": "history.last["}}},
                       "bad.yaml")
     with pytest.raises(UsageError, match="smoke-last"):
@@ -455,6 +459,12 @@ def test_a_column_with_its_own_metric_reads_the_same_runs(tmp_path: Path, capsys
     row = next(line for line in out.splitlines() if line.startswith("| FL-MAML |"))
     accuracy, per_class = trained["metrics"]["test"]["accuracy"], trained["metrics"]["test"]["per_class"][name]
     assert row == f"| FL-MAML | {100 * accuracy:.2f} (1 seed) | {100 * per_class:.2f} (1 seed) |"
+    # A budget without that column names the study's metric only (not the metric of a column it leaves out).
+    data["budgets"]["smoke-all"] = {**data["budgets"]["smoke"], "settings": ["all"]}
+    path = write_study(tmp_path, data)
+    code, out, _ = run_cli(["study", "report", str(path), *args[:2], "--budget", "smoke-all"], capsys)
+    assert code == 0 and "2/2 cells in the store" in out and "Ours: test accuracy (%), mean" in out
+    assert "per_class" not in out
 
 
 # -- generated docs ------------------------------------------------------------------------------------

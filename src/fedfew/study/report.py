@@ -5,6 +5,7 @@ figure, all computed from the store."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -220,9 +221,12 @@ def winners_markdown(results: StudyResults, study_path: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _metrics_named(study: Study) -> str:
-    """The study's metric in words, or, where rows or columns name their own, each of them."""
-    own = {name: row.metric for rows in (study.methods, study.settings) for name, row in rows.items() if row.metric}
+def _metrics_named(study: Study, shown: Iterable[str]) -> str:
+    """The study's metric in words, or, where the rows or columns ``shown`` name their own, each of them
+    (a budget that leaves those rows out reads the study's metric only)."""
+    names = set(shown)
+    own = {name: row.metric for rows in (study.methods, study.settings) for name, row in rows.items()
+           if row.metric and name in names}
     if not own:
         return _metric_name(study.metric)
     return "per row or column, " + "; ".join(f"{name}: {_metric_name(path)}" for name, path in own.items()) \
@@ -249,7 +253,7 @@ def markdown(results: StudyResults, study_path: str) -> str:
     seeds = results.seeds
     status = (f"Study `{study.name}` at the {results.budget} budget: {results.cells_found}/{results.cells_total} "
               f"cells in the store, seeds {', '.join(map(str, seeds))}, {results.wall_seconds / 60:.1f} min of "
-              f"runs, code {results.code.describe() if results.code else '?'}. Ours: {_metrics_named(study)}, mean ± 95% "
+              f"runs, code {results.code.describe() if results.code else '?'}. Ours: {_metrics_named(study, [*results.methods, *results.settings])}, mean ± 95% "
               f"interval over seeds (Student's t). Made by `{command}` and `{report}`.")
     older = {src: n for src, n in results.sources.items() if results.code and src != results.code.source}
     if older:
@@ -260,7 +264,8 @@ def markdown(results: StudyResults, study_path: str) -> str:
     if results.cells_found < results.cells_total:
         status += f" **Incomplete**: {results.cells_total - results.cells_found} cells not yet run."
     if results.cells_without_metric:
-        own = any(row.metric for rows in (study.methods, study.settings) for row in rows.values())
+        shown = {*results.methods, *results.settings}
+        own = any(row.metric for rows in (study.methods, study.settings) for name, row in rows.items() if name in shown)
         what = "a value at their row's or column's metric" if own else f"`{study.metric}`"
         status += f" {results.cells_without_metric} stored cells have no {what} in their run's summary (shown as —)."
     parts = [status, "", table(results)]

@@ -234,6 +234,10 @@ def _history_rounds(record: dict[str, Any]) -> dict[str, Any]:
     rounds: dict[str, Any] = {str(entry["round"]): entry for entry in record.get("history") or [] if "round" in entry}
     if record.get("history"):
         rounds["last"] = record["history"][-1]
+    elif record["metrics"].get("rounds") == 0 and isinstance(record["metrics"].get("test"), dict):
+        # A round-0 run (the untrained control) evaluates one round, round 0: its last evaluated round
+        # is its test score, so a last-round table shows the control beside the trained rows.
+        rounds["0"] = rounds["last"] = {"round": 0, **{f"test_{k}": v for k, v in record["metrics"]["test"].items()}}
     return rounds
 
 
