@@ -221,12 +221,17 @@ def winners_markdown(results: StudyResults, study_path: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _metrics_named(study: Study, shown: Iterable[str]) -> str:
-    """The study's metric in words, or, where the rows or columns ``shown`` name their own, each of them
-    (a budget that leaves those rows out reads the study's metric only)."""
+def _own_metrics(study: Study, shown: Iterable[str]) -> dict[str, str]:
+    """The metrics that the rows or columns ``shown`` name for themselves (a budget that leaves those
+    rows out reads the study's metric only)."""
     names = set(shown)
-    own = {name: row.metric for rows in (study.methods, study.settings) for name, row in rows.items()
-           if row.metric and name in names}
+    return {name: row.metric for rows in (study.methods, study.settings) for name, row in rows.items()
+            if row.metric and name in names}
+
+
+def _metrics_named(study: Study, shown: Iterable[str]) -> str:
+    """The study's metric in words, or, where the rows or columns ``shown`` name their own, each of them."""
+    own = _own_metrics(study, shown)
     if not own:
         return _metric_name(study.metric)
     return "per row or column, " + "; ".join(f"{name}: {_metric_name(path)}" for name, path in own.items()) \
@@ -251,9 +256,10 @@ def markdown(results: StudyResults, study_path: str) -> str:
         return (f"*Not yet run at the {results.budget} budget* ({results.cells_total} cells): `{command}`, then "
                 f"`fedfew study docs`.\n")
     seeds = results.seeds
+    shown = [*results.methods, *results.settings]
     status = (f"Study `{study.name}` at the {results.budget} budget: {results.cells_found}/{results.cells_total} "
               f"cells in the store, seeds {', '.join(map(str, seeds))}, {results.wall_seconds / 60:.1f} min of "
-              f"runs, code {results.code.describe() if results.code else '?'}. Ours: {_metrics_named(study, [*results.methods, *results.settings])}, mean ± 95% "
+              f"runs, code {results.code.describe() if results.code else '?'}. Ours: {_metrics_named(study, shown)}, mean ± 95% "
               f"interval over seeds (Student's t). Made by `{command}` and `{report}`.")
     older = {src: n for src, n in results.sources.items() if results.code and src != results.code.source}
     if older:
@@ -264,9 +270,7 @@ def markdown(results: StudyResults, study_path: str) -> str:
     if results.cells_found < results.cells_total:
         status += f" **Incomplete**: {results.cells_total - results.cells_found} cells not yet run."
     if results.cells_without_metric:
-        shown = {*results.methods, *results.settings}
-        own = any(row.metric for rows in (study.methods, study.settings) for name, row in rows.items() if name in shown)
-        what = "a value at their row's or column's metric" if own else f"`{study.metric}`"
+        what = "a value at their row's or column's metric" if _own_metrics(study, shown) else f"`{study.metric}`"
         status += f" {results.cells_without_metric} stored cells have no {what} in their run's summary (shown as —)."
     parts = [status, "", table(results)]
     verdicts = claims_table(results)
