@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from fedfew.config import ConfigError, load_config
 from fedfew.errors import UsageError
 from fedfew.study.docs import render_pages, study_files
 from fedfew.study.grid import cells, config_hash
+from fedfew.study.run import CLAIM_FILE
 from fedfew.study.schema import CONTROL, load_study
 from fedfew.study.store import ResultStore, metric
 from fedfew.study.verdict import HOLDS, NOT_RESOLVED, REVERSED, compare, judge_order, t_interval
@@ -272,6 +275,51 @@ def test_a_cell_that_cannot_run_leaves_the_others_running(tmp_path: Path, capsys
     assert len(ResultStore(tmp_path / "store", "digits-check").records()) == 1
     code, _, err = run_cli(["study", "run", str(path), *args], capsys)
     assert code == 2 and "1 already in" in err and "1 of 2 cells failed" in err
+
+
+def test_a_cell_another_process_is_running_is_left_to_it_not_failed(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Two `fedfew study run` processes sharing a study: a cell another live process has claimed (the
+    flock on its cell folder's claim file, with its pid inside) is left to that process, neither run nor
+    failed; once that process is gone (the OS drops its claim), the same command stores the cell."""
+    study = {**DIGITS_STUDY, "control": None, "claims": [], "paper": [], "seeds": [0, 1],
+             "methods": {"fl-proto": DIGITS_STUDY["methods"]["fl-proto"]}}
+    path = write_study(tmp_path, study)
+    store_dir, runs = tmp_path / "store", tmp_path / "runs"
+    args = ["--store", str(store_dir), "--runs", str(runs), "--budget", "smoke"]
+    assert run_cli(["study", "run", str(path), *args], capsys)[0] == 0
+    store = ResultStore(store_dir, "digits-check")
+    victim = next(r for r in store.records() if r["seed"] == 1)
+    (store.folder / f"{victim['config_hash']}-{victim['code']['source']}.json").unlink()
+    [cell_folder] = [p for p in (runs / "digits-check").iterdir() if p.name.startswith(victim["config_hash"])]
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_CLAIM, str(cell_folder / CLAIM_FILE)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "claimed"
+        code, out, err = run_cli(["study", "run", str(path), *args], capsys)
+        assert code == 0, err
+        assert f"fl-proto / IID 1-shot / seed 1: running in another process (pid {holder.pid}); left to it" in err
+        assert "1 cells were running in other processes" in err and "1 left to other processes" in out
+        assert "failed" not in err and len(store.records()) == 1
+    finally:
+        holder.kill()
+        holder.wait()
+    code, _, err = run_cli(["study", "run", str(path), *args], capsys)
+    assert code == 0 and "[2/2]" in err and "other processes" not in err
+    again = {r["config_hash"]: r["metrics"]["test"]["accuracy"] for r in store.records()}
+    assert again[victim["config_hash"]] == victim["metrics"]["test"]["accuracy"]
+
+
+#: Another `fedfew study run`'s claim on a cell, as run.claim_cell takes it, held until killed.
+HOLD_CLAIM = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.ftruncate(fd, 0)
+os.write(fd, str(os.getpid()).encode())
+print("claimed", flush=True)
+time.sleep(120)
+"""
 
 
 def test_a_store_from_other_code_is_refused_and_left_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

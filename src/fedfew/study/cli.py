@@ -20,7 +20,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     study, root = load_study(args.study)
     seeds = parse_seeds(args.seeds) if args.seeds else None
     counts = run_study(study, root, args.budget, _store(args, root), Path(args.runs), seeds, args.set, args.new_code)
-    print(f"study {study.name}: {counts['run']} cells run, {counts['skipped']} already stored; "
+    held = f", {counts['held']} left to other processes" if counts.get("held") else ""
+    print(f"study {study.name}: {counts['run']} cells run, {counts['skipped']} already stored{held}; "
           f"`fedfew study report {args.study} --budget {args.budget}` shows the table")
     return 0
 

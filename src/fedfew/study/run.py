@@ -3,10 +3,14 @@ result written to the store; cells already stored are skipped and an interrupted
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
+import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +54,32 @@ def _resumable_folder(runs_base: Path, study: Study, cell: Cell, code: CodeVersi
             log.info("%s: continuing the run of verified-equal sources %s", cell.title, source)
             return older
     return folder
+
+
+#: The file in a cell's folder that a `fedfew study run` process holds (flock) while it runs the cell,
+#: with its pid inside: how processes sharing a study leave each other's cells alone.
+CLAIM_FILE = ".claim"
+
+
+@contextlib.contextmanager
+def claim_cell(folder: Path) -> Iterator[int | str | None]:
+    """Hold the cell's claim for the ``with`` block: yields None when this process holds it, or the pid
+    of the live process that does (another `fedfew study run` sharing the study). The OS releases the
+    claim when its holder exits, however it exits, so a stopped process leaves no stale claim."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / CLAIM_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = os.read(fd, 32).decode(errors="replace").strip()
+            yield int(owner) if owner.isdigit() else "unknown"
+            return
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield None
+    finally:
+        os.close(fd)  # closing the descriptor releases the flock
 
 
 def _run_cell(cell: Cell, folder: Path) -> tuple[dict[str, Any], Path]:
@@ -128,23 +158,36 @@ def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base
           + f", {skipped} already in {store.folder}", file=out, flush=True)
     spent: list[float] = []
     failed: list[tuple[Cell, FedfewError]] = []
+    held: list[Cell] = []
     with dataset_cache():
         for i, cell in enumerate(pending, 1):
             start = time.perf_counter()
-            try:
-                summary, run_folder = _run_cell(cell, _resumable_folder(runs_base, study, cell, code, store))
-            except RunInterrupted:
-                print(f"study {study.name}: stopped in cell {cell.title} ({skipped + i - 1}/{runs} done); run "
-                      "the same `fedfew study run` again to continue (the cell resumes from its checkpoint)",
-                      file=out, flush=True)
-                raise
-            except FedfewError as err:  # this cell's own problem (its partition, a run that failed): go on
-                failed.append((cell, err))
-                print(f"[{skipped + i}/{runs}] {cell.title}: failed: {err}", file=out, flush=True)
-                continue
-            wall = time.perf_counter() - start
-            record = _cell_record(study, budget, cell, code, summary, run_folder, wall)
-            store.put(record)
+            folder = _resumable_folder(runs_base, study, cell, code, store)
+            # Two processes may share a study (disjoint seeds, or the same ones): a cell the other is
+            # running is left to it, not failed; the other stores it when it finishes.
+            with claim_cell(folder) as owner:
+                if owner is not None:
+                    held.append(cell)
+                    print(f"[{skipped + i}/{runs}] {cell.title}: running in another process (pid {owner}); left "
+                          "to it", file=out, flush=True)
+                    continue
+                if store.get(cell.config_hash, code) is not None:  # another process stored it meanwhile
+                    held.append(cell)
+                    continue
+                try:
+                    summary, run_folder = _run_cell(cell, folder)
+                except RunInterrupted:
+                    print(f"study {study.name}: stopped in cell {cell.title} ({skipped + i - 1}/{runs} done); run "
+                          "the same `fedfew study run` again to continue (the cell resumes from its checkpoint)",
+                          file=out, flush=True)
+                    raise
+                except FedfewError as err:  # this cell's own problem (its partition, a failed run): go on
+                    failed.append((cell, err))
+                    print(f"[{skipped + i}/{runs}] {cell.title}: failed: {err}", file=out, flush=True)
+                    continue
+                wall = time.perf_counter() - start
+                record = _cell_record(study, budget, cell, code, summary, run_folder, wall)
+                store.put(record)
             spent.append(wall)
             left = (len(pending) - i) * sum(spent) / len(spent)
             path = study.metric_of(cell.method, cell.setting)  # test.accuracy unless the study names another
@@ -152,9 +195,12 @@ def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base
             shown = f"{100 * value:.2f}%" if value is not None else f"no {path}"
             print(f"[{skipped + i}/{runs}] {cell.title}: {shown} in {wall:.1f} s; about {_eta(left)} left",
                   file=out, flush=True)
+    if held:
+        print(f"study {study.name}: {len(held)} cells were running in other processes and are left to them; the "
+              "same command after they finish stores any they did not complete", file=out, flush=True)
     if failed:
         raise CellsFailed(study.name, failed, len(todo))
-    return {"cells": runs, "run": len(pending), "skipped": skipped}
+    return {"cells": runs, "run": len(pending) - len(held), "skipped": skipped, "held": len(held)}
 
 
 def _cell_record(study: Study, budget: str, cell: Cell, code: CodeVersion, summary: dict[str, Any],
