@@ -710,6 +710,30 @@ def test_winners_are_the_best_mean_and_the_methods_the_paired_rule_cannot_separa
     assert "| non-IID 1-shot | FL-MAML: 52.00 ± 12.71 | fl-proto | — |" in text
 
 
+def test_winners_judge_only_complete_settings_and_leave_apart_rows_out(tmp_path: Path) -> None:
+    """A setting with a cell not yet stored has no best (the rows that ran first would win); a row the
+    study keeps apart (``winners.apart``: scored by another protocol) is shown in its own column and never
+    named best, even with the highest mean."""
+    from fedfew.study.report import StudyResults, winners, winners_markdown
+    from fedfew.study.schema import load_study
+
+    data = {**DIGITS_STUDY, "winners": {"apart": ["fl-proto"], "why": "another protocol"}}
+    study, _ = load_study(write_study(tmp_path, data))
+    results = StudyResults(study, "cpu", None, cells_total=12, cells_found=9, methods=list(study.methods),
+                           settings=list(study.settings), missing={"IID 1-shot": 3})
+    results.values = {("fl-proto", "non-IID 1-shot"): {0: 90.0, 1: 92.0},
+                      ("fl-maml", "non-IID 1-shot"): {0: 53.0, 1: 51.0},
+                      ("fl-maml", "IID 1-shot"): {0: 60.0, 1: 62.0}}
+    assert winners(results) == [("non-IID 1-shot", "fl-maml", [], None), ("IID 1-shot", None, [], None)]
+    text = winners_markdown(results, "studies/study.yaml")
+    assert "| setting | best (mean ± 95% interval) | not separated from the best | apart: another protocol |" in text
+    assert "| non-IID 1-shot | FL-MAML: 52.00 ± 12.71 | none | fl-proto: 91.00 ± 12.71 | — |" in text
+    assert "| IID 1-shot | incomplete (3 cells not yet run) | | fl-proto: — | — |" in text
+    bad = {**DIGITS_STUDY, "winners": {"apart": ["fedavg"]}}
+    with pytest.raises(UsageError, match="winners.apart: 'fedavg' is not one of"):
+        load_study(write_study(tmp_path, bad, name="bad.yaml"))
+
+
 # -- metric paths: one key, or the mean of chosen keys (FML's per-client scores) -----------------------
 def test_a_metric_path_reads_one_key_or_the_mean_of_the_chosen_keys() -> None:
     record = {"metrics": {"test": {"accuracy": 0.5, "local_by_client": {"0": 0.9, "1": 0.6, "2": 0.3, "3": 0.1}}}}

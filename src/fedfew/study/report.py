@@ -41,6 +41,8 @@ class StudyResults:
     settings: list[str] = field(default_factory=list)
     #: The study's further tables (``tables``), by position: (method, setting) -> {seed: value, scaled}
     extra: list[dict[tuple[str, str], dict[int, float]]] = field(default_factory=list)
+    #: setting -> how many of its cells (the control's included) are not in the store
+    missing: dict[str, int] = field(default_factory=dict)
 
     @property
     def seeds(self) -> list[int]:
@@ -68,6 +70,8 @@ def collect(study: Study, root: Path, store_base: Path, budget: str | None = Non
                            methods=b.methods or list(study.methods), settings=b.settings or list(study.settings))
     results.extra = [{} for _ in study.tables]
     if code is None:
+        for cell in grid:
+            results.missing[cell.setting] = results.missing.get(cell.setting, 0) + 1
         return results
     records = store.by_hash(code)
     equal = store.equal_codes(code)
@@ -79,6 +83,7 @@ def collect(study: Study, root: Path, store_base: Path, budget: str | None = Non
     for cell in grid:
         record = records.get(cell.config_hash)
         if record is None:
+            results.missing[cell.setting] = results.missing.get(cell.setting, 0) + 1
             continue
         results.cells_found += 1
         if cell.config_hash not in counted:  # cells reading other numbers of one run count its time once
@@ -187,11 +192,14 @@ WinnerRow = tuple[str, str | None, list[str], Interval | None]
 def winners(results: StudyResults) -> list[WinnerRow]:
     """Per setting: the method with the highest mean over seeds, the methods the paired rule does not
     separate from it (the 95% interval of their per-seed difference to it does not exclude 0), and the
-    control. The control never wins; a setting with no stored method has no best."""
+    control. The control and the study's ``winners.apart`` rows never win; a setting with any cell not
+    yet in the store has no best (a partial column would crown whichever rows ran first)."""
+    apart = set(results.study.winners.apart)
     out: list[WinnerRow] = []
     for setting in results.settings:
-        stored = {m: results.values[(m, setting)] for m in results.methods if results.values.get((m, setting))}
-        if not stored:
+        stored = {m: results.values[(m, setting)] for m in results.methods
+                  if results.values.get((m, setting)) and m not in apart}
+        if not stored or results.missing.get(setting):
             out.append((setting, None, [], results.interval(CONTROL, setting)))
             continue
         best = max(stored, key=lambda m: t_interval(list(stored[m].values())).mean)  # ties: the first listed
@@ -201,23 +209,34 @@ def winners(results: StudyResults) -> list[WinnerRow]:
 
 
 def winners_markdown(results: StudyResults, study_path: str) -> str:
-    """"What wins where": per setting the best method, the ones not separated from it, the control."""
+    """"What wins where": per setting the best method, the ones not separated from it, the rows kept
+    apart (``winners.apart``), the control."""
     study = results.study
     if results.cells_found == 0:
         return (f"*{study.title or study.name}: not yet run at the {results.budget} budget*: "
                 f"`fedfew study run {study_path} --budget {results.budget}`.\n")
+    apart = [m for m in study.winners.apart if m in results.methods]
     lines = [f"{study.title or study.name} (`{study_path}`, {results.budget} budget, "
              f"{results.cells_found}/{results.cells_total} cells). Best: the highest mean over seeds; "
              "not separated: methods whose paired difference to the best has a 95% interval that includes 0 "
-             "(or fewer than 2 paired seeds).", "",
-             "| setting | best (mean ± 95% interval) | not separated from the best | untrained control |",
-             "|---|---|---|---|"]
+             "(or fewer than 2 paired seeds). A setting is judged once all its cells are in the store."
+             + (f" Apart ({study.winners.why}): never compared with the others." if apart else ""), "",
+             "| setting | best (mean ± 95% interval) | not separated from the best |"
+             + (f" apart: {study.winners.why} |" if apart else "") + " untrained control |",
+             "|---|---|---|" + ("---|" if apart else "") + "---|"]
     for setting, best, tied, control in winners(results):
+        aside = ("; ".join(f"{study.label(m)}: {_fmt(results.interval(m, setting))}" for m in apart) + " | "
+                 if apart else "")
+        missing = results.missing.get(setting, 0)
         if best is None:
-            lines.append(f"| {setting} | not yet run | | {_fmt(control)} |")
+            ran = any(results.values.get((m, setting)) for m in results.methods)
+            state = f"incomplete ({missing} cells not yet run)" if ran and missing else \
+                "not yet run" if missing else "no row to compare"
+            lines.append(f"| {setting} | {state} | | {aside}{_fmt(control)} |")
             continue
         shown = f"{study.label(best)}: {_fmt(results.interval(best, setting))}"
-        lines.append(f"| {setting} | {shown} | {', '.join(study.label(m) for m in tied) or 'none'} | {_fmt(control)} |")
+        lines.append(f"| {setting} | {shown} | {', '.join(study.label(m) for m in tied) or 'none'} | {aside}"
+                     f"{_fmt(control)} |")
     return "\n".join(lines) + "\n"
 
 

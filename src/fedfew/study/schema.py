@@ -145,6 +145,16 @@ class Claim(_Strict):
     source: str = ""
 
 
+class Winners(_Strict):
+    """How a ``study:NAME:winners`` block judges each setting."""
+
+    #: Rows scored by another protocol than the rest (FRL's deployment groups beside K-shot episodes):
+    #: shown in a column of their own, never named best or compared with the best.
+    apart: list[str] = Field(default_factory=list)
+    #: Why they stand apart, the column's heading.
+    why: str = "scored differently"
+
+
 class MetricTable(_Strict):
     """A further table of the same cells: another number from each run's summary (a bad client's
     rank, a correlation), mean and 95% interval over seeds, after the main table. No paper column,
@@ -179,6 +189,7 @@ class Study(_Strict):
     control: Control | None = None
     paper: list[PaperColumns] = Field(default_factory=list)
     claims: list[Claim] = Field(default_factory=list)
+    winners: Winners = Field(default_factory=Winners)
     notes: str = ""
 
     @field_validator("methods", "settings", mode="before")
@@ -216,6 +227,9 @@ class Study(_Strict):
                 if method_name not in self.methods:
                     raise ValueError(f"budgets.{budget_name}.per_method: {method_name!r} is not one of "
                                      f"{list(self.methods)}")
+        for name in self.winners.apart:
+            if name not in self.methods:
+                raise ValueError(f"winners.apart: {name!r} is not one of {list(self.methods)}")
         for name, method in self.methods.items():
             if method.per_method:
                 raise ValueError(f"methods.{name}.per_method: only a setting takes per-method overrides")
