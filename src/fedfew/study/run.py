@@ -150,7 +150,11 @@ def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base
             "show the newest version), or point --store elsewhere")
     done = store.by_hash(code)
     # Cells that read other numbers of the same run (a row's or column's own metric) run once.
-    pending = list({c.config_hash: c for c in todo if c.config_hash not in done}.values())
+    first: dict[str, Cell] = {}
+    for c in todo:  # a run shared by several cells is named by the first of them
+        if c.config_hash not in done:
+            first.setdefault(c.config_hash, c)
+    pending = list(first.values())
     runs = len({c.config_hash for c in todo})
     skipped = runs - len(pending)  # runs, not cells: equal unless cells share a run
     print(f"study {study.name} at budget {budget}: {len(todo)} cells"
