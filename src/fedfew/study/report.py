@@ -5,6 +5,7 @@ figure, all computed from the store."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,9 +70,8 @@ def collect(study: Study, root: Path, store_base: Path, budget: str | None = Non
     results = StudyResults(study, budget, code, cells_total=len(grid),
                            methods=b.methods or list(study.methods), settings=b.settings or list(study.settings))
     results.extra = [{} for _ in study.tables]
+    results.missing = dict(Counter(cell.setting for cell in grid))  # each found cell is taken off below
     if code is None:
-        for cell in grid:
-            results.missing[cell.setting] = results.missing.get(cell.setting, 0) + 1
         return results
     records = store.by_hash(code)
     equal = store.equal_codes(code)
@@ -83,8 +83,8 @@ def collect(study: Study, root: Path, store_base: Path, budget: str | None = Non
     for cell in grid:
         record = records.get(cell.config_hash)
         if record is None:
-            results.missing[cell.setting] = results.missing.get(cell.setting, 0) + 1
             continue
+        results.missing[cell.setting] -= 1
         results.cells_found += 1
         if cell.config_hash not in counted:  # cells reading other numbers of one run count its time once
             counted.add(cell.config_hash)
