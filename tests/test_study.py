@@ -19,6 +19,7 @@ from fedfew.config import ConfigError, load_config
 from fedfew.errors import UsageError
 from fedfew.study.docs import render_pages, study_files
 from fedfew.study.grid import cells, config_hash
+from fedfew.study.report import setting_panels
 from fedfew.study.run import CLAIM_FILE
 from fedfew.study.schema import CONTROL, load_study
 from fedfew.study.store import ResultStore, metric
@@ -708,6 +709,17 @@ def test_winners_are_the_best_mean_and_the_methods_the_paired_rule_cannot_separa
     text = winners_markdown(results, "studies/study.yaml")
     assert "| IID 1-shot | fl-proto: 61.00 ± 12.71 | none | 90.00 ± 0.00 |" in text
     assert "| non-IID 1-shot | FL-MAML: 52.00 ± 12.71 | fl-proto | — |" in text
+
+
+def test_a_figure_of_many_settings_is_cut_into_even_panels_in_order() -> None:
+    names = [f"s{i}" for i in range(12)]
+    assert setting_panels(names) == [names[0:4], names[4:8], names[8:12]]  # the benchmark's 12 columns
+    assert setting_panels(names[:6]) == [names[0:3], names[3:6]]
+    assert setting_panels(names[:5]) == [names[0:3], names[3:5]]
+    assert setting_panels(names[:4]) == [names[:4]] and setting_panels(names[:1]) == [names[:1]]
+    for n in range(1, 13):
+        panels = setting_panels(names[:n])
+        assert [s for panel in panels for s in panel] == names[:n] and max(map(len, panels)) <= 4
 
 
 def test_winners_judge_only_complete_settings_and_leave_apart_rows_out(tmp_path: Path) -> None:

@@ -375,8 +375,29 @@ def claims_markdown(results: StudyResults, study_path: str) -> str:
     return head + "\n\n" + (claims_table(results) or "no claims declared\n")
 
 
+#: Settings per panel of a bar figure: a study with more (the benchmark's 12 columns) wraps onto
+#: further rows of panels instead of one strip too wide to read.
+SETTINGS_PER_PANEL = 4
+#: The widest a panel is drawn (inches), however many bars it holds.
+MAX_PANEL_WIDTH = 16.0
+
+
+def setting_panels(settings: list[str], most: int = SETTINGS_PER_PANEL) -> list[list[str]]:
+    """The settings in order, cut into the fewest panels of at most ``most`` each, as even as they can
+    be (6 settings: 3 + 3, not 4 + 2)."""
+    count = max(1, math.ceil(len(settings) / most))
+    size, extra = divmod(len(settings), count)
+    panels, start = [], 0
+    for k in range(count):
+        end = start + size + (1 if k < extra else 0)
+        panels.append(settings[start:end])
+        start = end
+    return panels
+
+
 def figure(results: StudyResults, path: Path) -> bool:
-    """Bars of ours (mean, 95% interval) per setting and method, the paper's numbers as markers."""
+    """Bars of ours (mean, 95% interval) per setting and method, the paper's numbers as markers; at
+    most ``SETTINGS_PER_PANEL`` settings a panel, panels stacked, one legend for all."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -386,36 +407,51 @@ def figure(results: StudyResults, path: Path) -> bool:
     rows = list(results.methods) + ([CONTROL] if study.control is not None else [])
     if not results.values:
         return False
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(results.settings) * max(1, len(rows)) / 2), 4))
+    panels = setting_panels(list(results.settings))
+    widest = max(len(panel) for panel in panels)
+    width_in = min(MAX_PANEL_WIDTH, max(6.0, 1.2 * widest * max(1, len(rows)) / 2))
+    fig, axes = plt.subplots(len(panels), 1, figsize=(width_in, 4 * len(panels)), squeeze=False, sharey=True)
     width = 0.8 / len(rows)
-    for i, method in enumerate(rows):
-        xs, means, errs, paper_x, paper_y = [], [], [], [], []
-        for j, setting in enumerate(results.settings):
-            interval = results.interval(method, setting)
-            x = j + (i - (len(rows) - 1) / 2) * width
-            if interval is not None:
-                xs.append(x)
-                means.append(interval.mean)
-                errs.append(interval.half_width or 0.0)
-            for p in study.paper[:1]:
-                value = p.values.get(method, {}).get(setting)
-                if value is not None:
-                    paper_x.append(x)
-                    paper_y.append(value)
-        bars = ax.bar(xs, means, width, yerr=errs, capsize=3, label=study.label(method))
-        if paper_x:
-            ax.plot(paper_x, paper_y, linestyle="none", marker="_", markersize=12,  # the paper's number: a dash
-                    color=bars.patches[0].get_facecolor() if bars.patches else "k")
-    ax.set_xticks(range(len(results.settings)), results.settings)
+    palette = plt.get_cmap("tab10" if len(results.methods) <= 10 else "tab20")
+    handles = []
+    for panel, ax in zip(panels, axes[:, 0]):
+        for i, method in enumerate(rows):
+            xs, means, errs, paper_x, paper_y = [], [], [], [], []
+            for j, setting in enumerate(panel):
+                interval = results.interval(method, setting)
+                x = j + (i - (len(rows) - 1) / 2) * width
+                if interval is not None:
+                    xs.append(x)
+                    means.append(interval.mean)
+                    errs.append(interval.half_width or 0.0)
+                for p in study.paper[:1]:
+                    value = p.values.get(method, {}).get(setting)
+                    if value is not None:
+                        paper_x.append(x)
+                        paper_y.append(value)
+            # The same colour for a method in every panel; the control grey and hatched, apart from them.
+            style = ({"color": "0.85", "edgecolor": "0.3", "hatch": "//"} if method == CONTROL
+                     else {"color": palette(i % palette.N), **({"hatch": ".."} if i >= palette.N else {})})
+            bars = ax.bar(xs, means, width, yerr=errs, capsize=3, label=study.label(method), **style)
+            if ax is axes[0, 0]:
+                handles.append(bars)
+            if paper_x:
+                ax.plot(paper_x, paper_y, linestyle="none", marker="_", markersize=12,  # the paper's number: a dash
+                        color=style["color"])
+        ax.set_xticks(range(len(panel)), panel)
+        ax.set_xlim(-0.5, widest - 0.5)
     own = any(row.metric for rows in (study.methods, study.settings) for row in rows.values())
-    ax.set_ylabel("accuracy (%), each column's metric" if own else f"{study.metric} (%)")
-    ax.set_title(study.title or study.name, fontsize=9)
-    ax.legend(fontsize=7)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("accuracy (%), each column's metric" if own else f"{study.metric} (%)")
+    axes[0, 0].set_title(study.title or study.name, fontsize=9)
+    # Outside the axes: with a dozen rows a legend inside covers bars.
+    fig.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 0.98), frameon=False)
     if study.paper:
-        ax.text(0.0, -0.15, f"horizontal marks: paper ({study.paper[0].source})", transform=ax.transAxes, fontsize=7)
+        axes[-1, 0].text(0.0, -0.15, f"horizontal marks: paper ({study.paper[0].source})",
+                         transform=axes[-1, 0].transAxes, fontsize=7)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return True
 
