@@ -22,7 +22,7 @@ from fedfew.study.grid import cells, config_hash
 from fedfew.study.report import setting_panels
 from fedfew.study.run import CLAIM_FILE
 from fedfew.study.schema import CONTROL, load_study
-from fedfew.study.store import ResultStore, metric
+from fedfew.study.store import ResultStore, current_code, metric, stored_elsewhere
 from fedfew.study.verdict import HOLDS, NOT_RESOLVED, REVERSED, compare, judge_order, t_interval
 
 REPO = Path(__file__).resolve().parents[1]
@@ -781,6 +781,56 @@ def test_columns_reading_other_numbers_of_the_same_runs_run_each_config_once(
     assert results.values[("fl-proto", "IID")] == {0: 100 * by_method["fl-proto"]["accuracy"]}
     assert results.values[("fl-proto", "IID, its interval")] == {0: 100 * by_method["fl-proto"]["ci95"]}
     assert results.cells_found == 4 and results.wall_seconds == pytest.approx(sum(r["wall_seconds"] for r in records))
+
+
+def test_a_run_another_study_stored_is_copied_not_run_again(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Two studies sharing a row (the same config and code under other labels): the second copies the
+    first's record, names where it came from, and its compute counts only what it ran itself."""
+    smoke = {"smoke": {"set": {"federation.rounds": 1}, "seeds": [0], "settings": ["IID 1-shot"], "control": False},
+             "cpu": {}}
+    first = write_study(tmp_path, {**DIGITS_STUDY, "budgets": smoke, "claims": [], "paper": [], "control": None},
+                        name="first.yaml")
+    proto = DIGITS_STUDY["methods"]["fl-proto"]
+    second_data = {**DIGITS_STUDY, "name": "digits-second", "budgets": smoke, "claims": [], "paper": [], "control": None,
+                   "methods": {"the same proto": proto, "fl-maml 2 steps": {"set": {"algorithm.options.local_steps": 2}}}}
+    second = write_study(tmp_path, second_data, name="second.yaml")
+    store_dir, runs = tmp_path / "store", tmp_path / "runs"
+    args = ["--store", str(store_dir), "--runs", str(runs), "--budget", "smoke"]
+    assert run_cli(["study", "run", str(first), *args], capsys)[0] == 0
+    code, out, err = run_cli(["study", "run", str(second), *args], capsys)
+    assert code == 0, err
+    assert "1 cells run, 0 already stored, 1 copied from other studies' stores" in out
+    original = next(r for r in ResultStore(store_dir, "digits-check").records() if r["method"] == "fl-proto")
+    copied = next(r for r in ResultStore(store_dir, "digits-second").records() if r["method"] == "the same proto")
+    assert copied["reused_from"] == f"digits-check/{original['config_hash']}-{original['code']['source']}.json"
+    assert copied["reused_from"] in err and "copied, not run again" in err
+    assert copied["metrics"] == original["metrics"] and copied["study"] == "digits-second"
+    assert not (runs / "digits-second" / f"{copied['config_hash']}-{copied['code']['source']}").exists()
+    assert len(list((runs / "digits-second").rglob("status.json"))) == 1  # only the 2-step FL-MAML ran
+
+    from fedfew.study.report import collect, markdown
+
+    study, root = load_study(second)
+    results = collect(study, root, store_dir, "smoke")
+    ran = next(r for r in ResultStore(store_dir, "digits-second").records() if "reused_from" not in r)
+    assert results.cells_found == 2 and results.reused == {"digits-check": 1}
+    assert results.wall_seconds == pytest.approx(ran["wall_seconds"])
+    assert results.reused_seconds == pytest.approx(original["wall_seconds"])
+    assert "1 of its runs are another study's, the same config and code, copied from its store (1 from " \
+           "digits-check" in markdown(results, "second.yaml")
+
+    # --no-reuse runs every cell; a record that ran is preferred to a copy, and a copy of a copy names
+    # the run that was made
+    third = write_study(tmp_path, {**second_data, "name": "digits-third"}, name="third.yaml")
+    code, out, err = run_cli(["study", "run", str(third), *args, "--no-reuse"], capsys)
+    assert code == 0 and "2 cells run" in out and "copied" not in err
+    (store_dir / "digits-check" / Path(copied["reused_from"]).name).unlink()  # digits-second's copy is first now
+    found = stored_elsewhere(store_dir, "digits-fourth", copied["config_hash"], current_code())
+    assert found is not None and found["reused_from"].startswith("digits-third/")
+    (store_dir / "digits-third" / Path(found["reused_from"]).name).unlink()  # only the copy is left
+    found = stored_elsewhere(store_dir, "digits-fourth", copied["config_hash"], current_code())
+    assert found is not None and found["reused_from"] == copied["reused_from"] and found["metrics"] == original["metrics"]
 
 
 def test_a_loss_curve_is_drawn_in_its_own_unit_and_skips_switched_off_terms() -> None:

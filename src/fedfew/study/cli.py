@@ -19,9 +19,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     study, root = load_study(args.study)
     seeds = parse_seeds(args.seeds) if args.seeds else None
-    counts = run_study(study, root, args.budget, _store(args, root), Path(args.runs), seeds, args.set, args.new_code)
+    counts = run_study(study, root, args.budget, _store(args, root), Path(args.runs), seeds, args.set, args.new_code,
+                       reuse=not args.no_reuse)
     held = f", {counts['held']} left to other processes" if counts.get("held") else ""
-    print(f"study {study.name}: {counts['run']} cells run, {counts['skipped']} already stored{held}; "
+    reused = f", {counts['reused']} copied from other studies' stores" if counts.get("reused") else ""
+    print(f"study {study.name}: {counts['run']} cells run, {counts['skipped']} already stored{reused}{held}; "
           f"`fedfew study report {args.study} --budget {args.budget}` shows the table")
     return 0
 
@@ -103,6 +105,8 @@ def add_parser(sub: argparse._SubParsersAction, plugin_option: object = None) ->
     run.add_argument("--runs", default="runs/studies", help="base folder for the cells' run folders")
     run.add_argument("--new-code", action="store_true",
                      help="the store holds these cells from other code: add this version's results beside them")
+    run.add_argument("--no-reuse", action="store_true",
+                     help="run every cell, even one whose run (same config and code) another study's store holds")
     common(run)
     run.set_defaults(func=_cmd_run)
 

@@ -106,7 +106,8 @@ def render_pages(root: Path, store_base: Path | None = None, figures: bool = Fal
 def compute_table(studies: dict[str, tuple[Study, Path]], root: Path,
                   results_of: Callable[[str], StudyResults]) -> str:
     """Per study, at its docs budget: cells in the store of all, seeds, the runs' summed wall time
-    (one process each, as `fedfew study run` runs them) and the code version."""
+    (one process each, as `fedfew study run` runs them; a run copied from another study's store counts
+    there only) and the code version."""
     lines = ["| study | budget | cells in the store | seeds | compute (run wall time, min) | code |",
              "|---|---|---|---|---|---|"]
     total = 0.0

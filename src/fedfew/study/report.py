@@ -30,6 +30,10 @@ class StudyResults:
     #: only training writes): in the store, so not "not yet run", but shown as "—".
     cells_without_metric: int = 0
     wall_seconds: float = 0.0
+    #: Records copied from other studies' stores (the same run: config and code), by the study that ran
+    #: them, and those runs' wall time: counted there, so not in ``wall_seconds``
+    reused: dict[str, int] = field(default_factory=dict)
+    reused_seconds: float = 0.0
     methods: list[str] = field(default_factory=list)
     #: Stored records shown, by the source hash of the code that made them (more than one where an older
     #: version was verified to give this version's numbers: ``fedfew study verify``)
@@ -88,7 +92,12 @@ def collect(study: Study, root: Path, store_base: Path, budget: str | None = Non
         results.cells_found += 1
         if cell.config_hash not in counted:  # cells reading other numbers of one run count its time once
             counted.add(cell.config_hash)
-            results.wall_seconds += float(record.get("wall_seconds", 0.0))
+            if record.get("reused_from"):
+                origin = str(record["reused_from"]).split("/", 1)[0]
+                results.reused[origin] = results.reused.get(origin, 0) + 1
+                results.reused_seconds += float(record.get("wall_seconds", 0.0))
+            else:
+                results.wall_seconds += float(record.get("wall_seconds", 0.0))
         source = record["code"]["source"]
         results.sources[source] = results.sources.get(source, 0) + 1
         if record.get("history"):
@@ -280,6 +289,10 @@ def markdown(results: StudyResults, study_path: str) -> str:
               f"cells in the store, seeds {', '.join(map(str, seeds))}, {results.wall_seconds / 60:.1f} min of "
               f"runs, code {results.code.describe() if results.code else '?'}. Ours: {_metrics_named(study, shown)}, mean ± 95% "
               f"interval over seeds (Student's t). Made by `{command}` and `{report}`.")
+    if results.reused:
+        status += (f" {sum(results.reused.values())} of its runs are another study's, the same config and code, "
+                   f"copied from its store ({', '.join(f'{n} from {name}' for name, n in sorted(results.reused.items()))}; "
+                   f"{results.reused_seconds / 60:.1f} min, counted there).")
     older = {src: n for src, n in results.sources.items() if results.code and src != results.code.source}
     if older:
         checks = "; ".join(f"{new} against {old} on {n} re-run cells" for new, old, n in results.verified)

@@ -26,6 +26,7 @@ from fedfew.study.store import (
     foreign_codes,
     make_record,
     metric,
+    stored_elsewhere,
 )
 
 log = logging.getLogger(__name__)
@@ -134,8 +135,10 @@ def _eta(seconds: float) -> str:
 
 def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base: Path,
               seeds: list[int] | None = None, extra: list[str] | None = None, new_code: bool = False,
-              out: Any = None) -> dict[str, int]:
-    """Run every cell of ``study`` at ``budget`` not yet in the store. Returns counts (run, skipped)."""
+              out: Any = None, reuse: bool = True) -> dict[str, int]:
+    """Run every cell of ``study`` at ``budget`` not yet in the store. A cell whose run another study's
+    store already holds (the same config hash and code version) is copied from there, not run again,
+    unless ``reuse`` is False. Returns counts (cells, run, skipped, held, reused)."""
     from fedfew.experiment import dataset_cache
 
     out = out or sys.stderr
@@ -163,8 +166,20 @@ def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base
     spent: list[float] = []
     failed: list[tuple[Cell, FedfewError]] = []
     held: list[Cell] = []
+    reused = 0
     with dataset_cache():
         for i, cell in enumerate(pending, 1):
+            shared = stored_elsewhere(store_base, study.name, cell.config_hash, code) if reuse else None
+            if shared is not None and store.get(cell.config_hash, code) is None:
+                record = {**shared, "study": study.name, "budget": budget, "method": cell.method,
+                          "setting": cell.setting, "seed": cell.seed}
+                store.put(record)
+                reused += 1
+                value = metric(record, study.metric_of(cell.method, cell.setting))
+                shown = f"{100 * value:.2f}%" if value is not None else "stored"
+                print(f"[{skipped + i}/{runs}] {cell.title}: {shown}, the same run as {shared['reused_from']} "
+                      "(config and code); copied, not run again", file=out, flush=True)
+                continue
             start = time.perf_counter()
             folder = _resumable_folder(runs_base, study, cell, code, store)
             # Two processes may share a study (disjoint seeds, or the same ones): a cell the other is
@@ -204,7 +219,8 @@ def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base
               "same command after they finish stores any they did not complete", file=out, flush=True)
     if failed:
         raise CellsFailed(study.name, failed, len(todo))
-    return {"cells": runs, "run": len(pending) - len(held), "skipped": skipped, "held": len(held)}
+    return {"cells": runs, "run": len(pending) - len(held) - reused, "skipped": skipped, "held": len(held),
+            "reused": reused}
 
 
 def _cell_record(study: Study, budget: str, cell: Cell, code: CodeVersion, summary: dict[str, Any],

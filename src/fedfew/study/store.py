@@ -250,6 +250,29 @@ def _at(value: Any, parts: list[str]) -> Any:
     return float(value) if isinstance(value, (int, float)) else value if isinstance(value, dict) else None
 
 
+def stored_elsewhere(base: str | Path, study: str, config_hash: str, code: CodeVersion) -> dict[str, Any] | None:
+    """A record of the same run, the same config hash and code version, in another study's store under
+    ``base`` (two studies sharing a row or a control), with ``reused_from`` naming the record of the
+    study that ran it (a record that ran is preferred to another study's copy of one); None when no
+    other study holds one. An unreadable record there is skipped: it is not this study's to judge, and
+    the cell then simply runs."""
+    copies = []
+    for path in sorted(Path(base).glob(f"*/{config_hash}-{code.source}.json")):
+        if path.parent.name == study:
+            continue
+        try:
+            record = json.loads(path.read_text())
+            same_code = CodeVersion.from_json(record["code"]).key == code.key
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+        if record.get("format") != FORMAT or record.get("config_hash") != config_hash or not same_code:
+            continue
+        if not record.get("reused_from"):
+            return {**record, "reused_from": f"{path.parent.name}/{path.name}"}
+        copies.append(record)
+    return copies[0] if copies else None
+
+
 def foreign_codes(store: ResultStore, code: CodeVersion, hashes: Iterable[str]) -> list[CodeVersion]:
     """Code versions other than ``code`` (and those verified to give its numbers) that hold records of
     these cells."""
