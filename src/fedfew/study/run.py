@@ -175,9 +175,7 @@ def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base
                           "setting": cell.setting, "seed": cell.seed}
                 store.put(record)
                 reused += 1
-                value = metric(record, study.metric_of(cell.method, cell.setting))
-                shown = f"{100 * value:.2f}%" if value is not None else "stored"
-                print(f"[{skipped + i}/{runs}] {cell.title}: {shown}, the same run as {shared['reused_from']} "
+                print(f"[{skipped + i}/{runs}] {cell.title}: {_shown(study, cell, record)}, the same run as {shared['reused_from']} "
                       "(config and code); copied, not run again", file=out, flush=True)
                 continue
             start = time.perf_counter()
@@ -209,10 +207,7 @@ def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base
                 store.put(record)
             spent.append(wall)
             left = (len(pending) - i) * sum(spent) / len(spent)
-            path = study.metric_of(cell.method, cell.setting)  # test.accuracy unless the study names another
-            value = metric(record, path)
-            shown = f"{100 * value:.2f}%" if value is not None else f"no {path}"
-            print(f"[{skipped + i}/{runs}] {cell.title}: {shown} in {wall:.1f} s; about {_eta(left)} left",
+            print(f"[{skipped + i}/{runs}] {cell.title}: {_shown(study, cell, record)} in {wall:.1f} s; about {_eta(left)} left",
                   file=out, flush=True)
     if held:
         print(f"study {study.name}: {len(held)} cells were running in other processes and are left to them; the "
@@ -221,6 +216,13 @@ def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base
         raise CellsFailed(study.name, failed, len(todo))
     return {"cells": runs, "run": len(pending) - len(held) - reused, "skipped": skipped, "held": len(held),
             "reused": reused}
+
+
+def _shown(study: Study, cell: Cell, record: dict[str, Any]) -> str:
+    """The cell's value in a progress line: its metric (test.accuracy unless the study names another)."""
+    path = study.metric_of(cell.method, cell.setting)
+    value = metric(record, path)
+    return f"{100 * value:.2f}%" if value is not None else f"no {path}"
 
 
 def _cell_record(study: Study, budget: str, cell: Cell, code: CodeVersion, summary: dict[str, Any],
