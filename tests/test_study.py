@@ -937,3 +937,38 @@ def test_a_report_over_budgets_puts_them_side_by_side(tmp_path: Path, capsys: py
                            (["--budgets", "smoke,cpu", "--figure", "x.png"], "prints the table over budgets only")):
         code, _, err = run_cli(["study", "report", str(path), "--store", str(store_dir), *argv], capsys)
         assert code == 2 and expected in err and len(err.strip().splitlines()) == 1, (argv, err)
+
+
+# -- the time a study has left -------------------------------------------------------------------------
+def test_time_left_is_each_pending_cells_stored_time_of_its_method(tmp_path: Path) -> None:
+    """The estimate adds, per pending cell, the median stored time of its method and setting among the
+    budget's cells (its method's over settings where the setting has none); a copied run's time and
+    another budget's are left out, and a method the store has no time of counts as this sitting's
+    mean per cell."""
+    from fedfew.study.run import _time_left, _typical_seconds
+    from fedfew.study.store import CodeVersion, make_record
+
+    study, root = load_study(write_study(tmp_path, DIGITS_STUDY))
+    store = ResultStore(tmp_path / "store", study.name)
+    code = CodeVersion("0.0.0", "handmade0000", None)
+    grid = {(c.method, c.setting, c.seed): c for c in cells(study, root, "cpu")}
+    times = {("fl-proto", "IID 1-shot", 0): 60.0, ("fl-proto", "IID 1-shot", 1): 100.0,
+             ("fl-proto", "non-IID 1-shot", 0): 400.0}
+    for (method, setting, seed), seconds in times.items():
+        c = grid[(method, setting, seed)]
+        store.put(make_record(study.name, "cpu", method, setting, seed, c.config_hash, {}, code,
+                              {"test": {"accuracy": 0.5}}, seconds))
+    copied = grid[("fl-maml", "IID 1-shot", 0)]  # another study's run: its 9,999 s are not this study's
+    store.put({**make_record(study.name, "cpu", "fl-maml", "IID 1-shot", 0, copied.config_hash, {}, code,
+                             {"test": {"accuracy": 0.5}}, 9999.0), "reused_from": "other/x.json"})
+    smoke = cells(study, root, "smoke")[0]  # another budget's cell: its time does not count either
+    store.put(make_record(study.name, "smoke", smoke.method, smoke.setting, smoke.seed, smoke.config_hash, {}, code,
+                          {"test": {"accuracy": 0.5}}, 7777.0))
+    typical = _typical_seconds(store, {c.config_hash for c in grid.values()})
+    assert typical == {("fl-proto", "IID 1-shot"): 80.0, ("fl-proto", "non-IID 1-shot"): 400.0,
+                       ("fl-proto", None): 100.0}
+    pending = [grid[("fl-proto", "non-IID 1-shot", 1)], grid[("fl-proto", "IID 1-shot", 1)]]
+    assert _time_left(pending, typical, []) == 480.0
+    maml = grid[("fl-maml", "IID 1-shot", 1)]
+    assert _time_left(pending + [maml], typical, []) is None  # nothing known of fl-maml yet
+    assert _time_left(pending + [maml], typical, [30.0, 50.0]) == 520.0  # this sitting's mean for it

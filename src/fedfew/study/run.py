@@ -8,6 +8,7 @@ import fcntl
 import json
 import logging
 import os
+import statistics
 import sys
 import time
 from collections.abc import Iterator
@@ -133,6 +134,34 @@ def _eta(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def _typical_seconds(store: ResultStore, hashes: set[str]) -> dict[tuple[str, str | None], float]:
+    """Median wall time of the stored runs of these cells (``hashes``: the budget's grid, whichever
+    sitting's budget name ran them; any code version), by (method, setting) and by (method, None):
+    what a pending cell of that method can be expected to take. Copies of another study's runs are
+    left out: their time is that study's."""
+    by_key: dict[tuple[str, str | None], list[float]] = {}
+    for r in store.records():
+        if r["config_hash"] not in hashes or "reused_from" in r or not isinstance(r.get("wall_seconds"), (int, float)):
+            continue
+        for key in ((r["method"], r["setting"]), (r["method"], None)):
+            by_key.setdefault(key, []).append(float(r["wall_seconds"]))
+    return {key: statistics.median(times) for key, times in by_key.items()}
+
+
+def _time_left(remaining: list[Cell], typical: dict[tuple[str, str | None], float], spent: list[float]) -> float | None:
+    """Seconds the ``remaining`` cells can be expected to take in this process: each its method's
+    typical stored time (its setting's where there is one), or this sitting's mean per cell for a
+    method the store has no time of; None when neither is known."""
+    fallback = sum(spent) / len(spent) if spent else None
+    total = 0.0
+    for cell in remaining:
+        seconds = typical.get((cell.method, cell.setting), typical.get((cell.method, None), fallback))
+        if seconds is None:
+            return None
+        total += seconds
+    return total
+
+
 def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base: Path,
               seeds: list[int] | None = None, extra: list[str] | None = None, new_code: bool = False,
               out: Any = None, reuse: bool = True) -> dict[str, int]:
@@ -163,6 +192,11 @@ def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base
     print(f"study {study.name} at budget {budget}: {len(todo)} cells"
           + (f" ({runs} distinct runs)" if runs < len(todo) else "")
           + f", {skipped} already in {store.folder}", file=out, flush=True)
+    typical = _typical_seconds(store, {c.config_hash for c in todo})
+    expected = _time_left(pending, typical, [])
+    if pending and expected is not None:  # before the first cell ends, from the store's times of these methods
+        print(f"study {study.name}: {len(pending)} runs to go, about {_eta(expected)} in one process (the stored "
+              "runs' times of the same methods)", file=out, flush=True)
     spent: list[float] = []
     failed: list[tuple[Cell, FedfewError]] = []
     held: list[Cell] = []
@@ -206,9 +240,9 @@ def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base
                 record = _cell_record(study, budget, cell, code, summary, run_folder, wall)
                 store.put(record)
             spent.append(wall)
-            left = (len(pending) - i) * sum(spent) / len(spent)
-            print(f"[{skipped + i}/{runs}] {cell.title}: {_shown(study, cell, record)} in {wall:.1f} s; about {_eta(left)} left",
-                  file=out, flush=True)
+            left = _time_left(pending[i:], typical, spent)
+            print(f"[{skipped + i}/{runs}] {cell.title}: {_shown(study, cell, record)} in {wall:.1f} s"
+                  + (f"; about {_eta(left)} left" if left else ""), file=out, flush=True)
     if held:
         print(f"study {study.name}: {len(held)} cells were running in other processes and are left to them; the "
               "same command after they finish stores any they did not complete", file=out, flush=True)
