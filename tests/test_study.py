@@ -20,7 +20,7 @@ from fedfew.errors import UsageError
 from fedfew.study.docs import render_pages, study_files
 from fedfew.study.grid import cells, config_hash
 from fedfew.study.report import setting_panels
-from fedfew.study.run import CLAIM_FILE
+from fedfew.study.run import CLAIM_FILE, claim_owner
 from fedfew.study.schema import CONTROL, load_study
 from fedfew.study.store import ResultStore, current_code, metric, stored_elsewhere
 from fedfew.study.verdict import HOLDS, NOT_RESOLVED, REVERSED, compare, judge_order, t_interval
@@ -945,7 +945,7 @@ def test_time_left_is_each_pending_cells_stored_time_of_its_method(tmp_path: Pat
     budget's cells (its method's over settings where the setting has none); a copied run's time and
     another budget's are left out, and a method the store has no time of counts as this sitting's
     mean per cell."""
-    from fedfew.study.run import _time_left, _typical_seconds
+    from fedfew.study.run import time_left, typical_seconds
     from fedfew.study.store import CodeVersion, make_record
 
     study, root = load_study(write_study(tmp_path, DIGITS_STUDY))
@@ -964,11 +964,65 @@ def test_time_left_is_each_pending_cells_stored_time_of_its_method(tmp_path: Pat
     smoke = cells(study, root, "smoke")[0]  # another budget's cell: its time does not count either
     store.put(make_record(study.name, "smoke", smoke.method, smoke.setting, smoke.seed, smoke.config_hash, {}, code,
                           {"test": {"accuracy": 0.5}}, 7777.0))
-    typical = _typical_seconds(store, {c.config_hash for c in grid.values()})
+    typical = typical_seconds(store, {c.config_hash for c in grid.values()})
     assert typical == {("fl-proto", "IID 1-shot"): 80.0, ("fl-proto", "non-IID 1-shot"): 400.0,
                        ("fl-proto", None): 100.0}
     pending = [grid[("fl-proto", "non-IID 1-shot", 1)], grid[("fl-proto", "IID 1-shot", 1)]]
-    assert _time_left(pending, typical, []) == 480.0
+    assert time_left(pending, typical, []) == 480.0
     maml = grid[("fl-maml", "IID 1-shot", 1)]
-    assert _time_left(pending + [maml], typical, []) is None  # nothing known of fl-maml yet
-    assert _time_left(pending + [maml], typical, [30.0, 50.0]) == 520.0  # this sitting's mean for it
+    assert time_left(pending + [maml], typical, []) is None  # nothing known of fl-maml yet
+    assert time_left(pending + [maml], typical, [30.0, 50.0]) == 520.0  # this sitting's mean for it
+
+
+def test_status_says_what_each_run_still_to_go_is_doing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`fedfew study status` from the store and the run folders: a stored run counts as stored; a run
+    folder that finished but has no record is "finished", one stopped part-way "interrupted at round r",
+    one whose claim a live process holds "running" with that pid; a run another study's store holds is
+    "copyable". The compute left is, per run, the stored runs' median time times the rounds not done."""
+    from fedfew.study.status import budget_status
+
+    study_data = {**DIGITS_STUDY, "control": None, "claims": [], "paper": [], "seeds": [0, 1, 2, 3],
+                  "methods": {"fl-proto": DIGITS_STUDY["methods"]["fl-proto"]},
+                  "budgets": {**DIGITS_STUDY["budgets"],
+                              "two": {"set": {"federation.rounds": 2, "eval.every": 1}, "settings": ["IID 1-shot"]}}}
+    path = write_study(tmp_path, study_data)
+    store_dir, runs = tmp_path / "store", tmp_path / "runs"
+    args = ["--store", str(store_dir), "--runs", str(runs)]
+    assert run_cli(["study", "run", str(path), "--budget", "two", *args], capsys)[0] == 0
+    store = ResultStore(store_dir, "digits-check")
+    by_seed = {r["seed"]: r for r in store.records()}
+    folders = {}
+    for seed in (1, 2, 3):  # seed 0 stays stored; the others lose their records
+        record = by_seed[seed]
+        (store.folder / f"{record['config_hash']}-{record['code']['source']}.json").unlink()
+        [folders[seed]] = [p for p in (runs / "digits-check").iterdir() if p.name.startswith(record["config_hash"])]
+    for seed, kept_rounds in ((2, 1), (3, 0)):  # stopped after round 1; stopped before round 1
+        [run_folder] = [p for p in folders[seed].iterdir() if p.is_dir()]
+        metrics = run_folder / "metrics.jsonl"
+        lines = [line for line in metrics.read_text().splitlines() if json.loads(line)["round"] <= kept_rounds]
+        metrics.write_text("\n".join(lines) + "\n")
+    copy = write_study(tmp_path, {**study_data, "name": "digits-copy"}, "copy.yaml")
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_CLAIM, str(folders[3] / CLAIM_FILE)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "claimed"
+        study, root = load_study(path)
+        status = budget_status(study, root, "two", store_dir, runs, current_code())
+        assert (status.runs, status.stored, status.other_code) == (4, 1, 0)
+        states = {p.cell.seed: (p.state, p.rounds_done, p.owner) for p in status.pending}
+        assert states == {1: ("finished", 2, None), 2: ("interrupted", 1, None), 3: ("running", 0, holder.pid)}
+        typical = by_seed[0]["wall_seconds"]
+        assert status.seconds_left == pytest.approx(typical * (0 + 0.5 + 1))
+        code, out, err = run_cli(["study", "status", str(path), str(copy), "--budget", "two", "--cells", *args], capsys)
+        assert code == 0, err
+        assert "digits-check @ two: 1/4 runs stored; 3 to go: " in out
+        assert f"fl-proto / IID 1-shot / seed 3: running (pid {holder.pid}), round 0/2" in out
+        assert "seed 2: interrupted at round 1/2" in out and "seed 1: finished, not yet stored" in out
+        assert "digits-copy @ two: 0/4 runs stored; 4 to go: 1 copyable, 3 not started" in out
+        assert "0 of 2 study budgets complete" in out
+    finally:
+        holder.kill()
+        holder.wait()
+    assert claim_owner(folders[3]) is None  # the status left no claim behind; the dead holder's is gone too
+    code, out, _ = run_cli(["study", "status", str(path), "--budget", "nope", *args], capsys)
+    assert code == 2

@@ -1,9 +1,10 @@
-"""The ``fedfew study`` subcommand: ``run``, ``report`` and ``docs`` (added to fedfew's parser by
+"""The ``fedfew study`` subcommand: ``run``, ``verify``, ``report``, ``status`` and ``docs`` (added to fedfew's parser by
 :func:`add_parser`)."""
 
 from __future__ import annotations
 
 import argparse
+import logging
 from pathlib import Path
 
 from fedfew.study.grid import parse_seeds
@@ -78,6 +79,32 @@ def _report_budgets(args: argparse.Namespace, study: Study, root: Path) -> int:
     return 0
 
 
+def _cmd_status(args: argparse.Namespace) -> int:
+    from fedfew.study.docs import study_files
+    from fedfew.study.status import budget_status, status_text
+    from fedfew.study.store import current_code
+
+    paths = [Path(p) for p in args.studies] or study_files(Path(args.root))
+    if not paths:
+        raise StudyError(f"no study files: none given and none in {Path(args.root) / 'studies'}")
+    code = current_code()
+    # resolving the cells logs each override's dropped options once: `study run`'s to show, not this view's
+    logging.getLogger("fedfew.config").setLevel(logging.ERROR)
+    statuses = []
+    for path in paths:
+        study, root = load_study(path)
+        if args.budget is not None and args.studies:
+            study.budget(args.budget)  # a budget a named study does not have: one line, exit 2
+        # smoke budgets are the test suite's (seconds, never stored): left out unless asked for by name
+        names = [args.budget] if args.budget is not None else [b for b in study.budgets if b != "smoke"]
+        statuses += [budget_status(study, root, name, _store(args, root), Path(args.runs), code)
+                     for name in names if name in study.budgets]
+    if not statuses:
+        raise StudyError(f"--budget {args.budget}: no study in {Path(args.root) / 'studies'} has this budget")
+    print(status_text(statuses, every_cell=args.cells, complete_too=args.all))
+    return 0
+
+
 def _cmd_docs(args: argparse.Namespace) -> int:
     from fedfew.study.docs import write_docs
 
@@ -133,6 +160,19 @@ def add_parser(sub: argparse._SubParsersAction, plugin_option: object = None) ->
                              "as they are; train_* at the evaluated rounds)")
     common(report)
     report.set_defaults(func=_cmd_report)
+
+    status = actions.add_parser("status", help="what each study has left at each budget: runs stored, running now "
+                                               "(and their round), interrupted, and the compute left")
+    status.add_argument("studies", nargs="*", help="study files (default: every one under ROOT/studies)")
+    status.add_argument("--budget", default=None,
+                        help="this budget only (default: every budget of each study but smoke, the test suite's)")
+    status.add_argument("--runs", default="runs/studies", help="base folder of the cells' run folders, as given "
+                                                               "to `study run` (default runs/studies)")
+    status.add_argument("--root", default=".", help="repository root holding studies/ (default .)")
+    status.add_argument("--cells", action="store_true", help="list every run still to go, not only running ones")
+    status.add_argument("--all", action="store_true", help="also list the complete study budgets")
+    common(status)
+    status.set_defaults(func=_cmd_status)
 
     docs = actions.add_parser("docs", help="rewrite the study blocks of docs/*.md from the store")
     docs.add_argument("--root", default=".", help="repository root (with studies/ and docs/)")

@@ -38,21 +38,21 @@ def cell_folder(runs_base: Path, study: Study, cell: Cell, code: CodeVersion) ->
     return runs_base / study.name / f"{cell.config_hash}-{code.source}"
 
 
-def _existing_run(folder: Path) -> Path | None:
+def existing_run(folder: Path) -> Path | None:
     runs = sorted(p for p in folder.glob("*") if (p / "config.yaml").is_file()) if folder.is_dir() else []
     return runs[-1] if runs else None
 
 
-def _resumable_folder(runs_base: Path, study: Study, cell: Cell, code: CodeVersion, store: ResultStore) -> Path:
+def resumable_folder(runs_base: Path, study: Study, cell: Cell, code: CodeVersion, store: ResultStore) -> Path:
     """This code's folder for the cell, or, where this code has no run of it yet, the folder of an
     interrupted run made by a version verified to give this one's numbers (``fedfew study verify``):
     a long cell stopped before a commit continues after it instead of starting again."""
     folder = cell_folder(runs_base, study, cell, code)
-    if _existing_run(folder) is not None:
+    if existing_run(folder) is not None:
         return folder
     for source in sorted({key.rsplit("+", 1)[-1] for key in store.equal_codes(code)}):  # key: package+source
         older = runs_base / study.name / f"{cell.config_hash}-{source}"
-        if _existing_run(older) is not None:
+        if existing_run(older) is not None:
             log.info("%s: continuing the run of verified-equal sources %s", cell.title, source)
             return older
     return folder
@@ -63,6 +63,20 @@ def _resumable_folder(runs_base: Path, study: Study, cell: Cell, code: CodeVersi
 CLAIM_FILE = ".claim"
 
 
+def _owner(fd: int) -> int | str:
+    """The pid the claim's holder wrote into it."""
+    owner = os.pread(fd, 32, 0).decode(errors="replace").strip()
+    return int(owner) if owner.isdigit() else "unknown"
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
 @contextlib.contextmanager
 def claim_cell(folder: Path) -> Iterator[int | str | None]:
     """Hold the cell's claim for the ``with`` block: yields None when this process holds it, or the pid
@@ -71,11 +85,12 @@ def claim_cell(folder: Path) -> Iterator[int | str | None]:
     folder.mkdir(parents=True, exist_ok=True)
     fd = os.open(folder / CLAIM_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            owner = os.read(fd, 32).decode(errors="replace").strip()
-            yield int(owner) if owner.isdigit() else "unknown"
+        held = not _try_lock(fd)
+        if held:  # look again: `fedfew study status` holds a claim for a moment, a run for its whole cell
+            time.sleep(0.5)
+            held = not _try_lock(fd)
+        if held:
+            yield _owner(fd)
             return
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
@@ -84,12 +99,31 @@ def claim_cell(folder: Path) -> Iterator[int | str | None]:
         os.close(fd)  # closing the descriptor releases the flock
 
 
+def claim_owner(folder: Path) -> int | str | None:
+    """The pid of the live process holding the cell's claim (``fedfew study status``), or None. It
+    holds the claim only for the moment of the test (:func:`claim_cell` looks twice) and makes no
+    folder or file."""
+    path = folder / CLAIM_FILE
+    if not path.is_file():
+        return None
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _owner(fd)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
 def _run_cell(cell: Cell, folder: Path) -> tuple[dict[str, Any], Path]:
     """Run the cell, resume its interrupted run, or read its finished one; returns the run's summary
     and its run folder."""
     from fedfew.runner import resume_run, run_experiment
 
-    previous = _existing_run(folder)
+    previous = existing_run(folder)
     if previous is not None:
         status = json.loads((previous / "status.json").read_text()).get("status") \
             if (previous / "status.json").is_file() else None
@@ -134,7 +168,7 @@ def _eta(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def _typical_seconds(store: ResultStore, hashes: set[str]) -> dict[tuple[str, str | None], float]:
+def typical_seconds(store: ResultStore, hashes: set[str]) -> dict[tuple[str, str | None], float]:
     """Median wall time of the stored runs of these cells (``hashes``: the budget's grid, whichever
     sitting's budget name ran them; any code version), by (method, setting) and by (method, None):
     what a pending cell of that method can be expected to take. Copies of another study's runs are
@@ -148,7 +182,7 @@ def _typical_seconds(store: ResultStore, hashes: set[str]) -> dict[tuple[str, st
     return {key: statistics.median(times) for key, times in by_key.items()}
 
 
-def _time_left(remaining: list[Cell], typical: dict[tuple[str, str | None], float], spent: list[float]) -> float | None:
+def time_left(remaining: list[Cell], typical: dict[tuple[str, str | None], float], spent: list[float]) -> float | None:
     """Seconds the ``remaining`` cells can be expected to take in this process: each its method's
     typical stored time (its setting's where there is one), or this sitting's mean per cell for a
     method the store has no time of; None when neither is known."""
@@ -192,8 +226,8 @@ def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base
     print(f"study {study.name} at budget {budget}: {len(todo)} cells"
           + (f" ({runs} distinct runs)" if runs < len(todo) else "")
           + f", {skipped} already in {store.folder}", file=out, flush=True)
-    typical = _typical_seconds(store, {c.config_hash for c in todo})
-    expected = _time_left(pending, typical, [])
+    typical = typical_seconds(store, {c.config_hash for c in todo})
+    expected = time_left(pending, typical, [])
     if pending and expected is not None:  # before the first cell ends, from the store's times of these methods
         print(f"study {study.name}: {len(pending)} runs to go, about {_eta(expected)} in one process (the stored "
               "runs' times of the same methods)", file=out, flush=True)
@@ -213,7 +247,7 @@ def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base
                       "(config and code); copied, not run again", file=out, flush=True)
                 continue
             start = time.perf_counter()
-            folder = _resumable_folder(runs_base, study, cell, code, store)
+            folder = resumable_folder(runs_base, study, cell, code, store)
             # Two processes may share a study (disjoint seeds, or the same ones): a cell the other is
             # running is left to it, not failed; the other stores it when it finishes.
             with claim_cell(folder) as owner:
@@ -240,7 +274,7 @@ def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base
                 record = _cell_record(study, budget, cell, code, summary, run_folder, wall)
                 store.put(record)
             spent.append(wall)
-            left = _time_left(pending[i:], typical, spent)
+            left = time_left(pending[i:], typical, spent)
             print(f"[{skipped + i}/{runs}] {cell.title}: {_shown(study, cell, record)} in {wall:.1f} s"
                   + (f"; about {_eta(left)} left" if left else ""), file=out, flush=True)
     if held:

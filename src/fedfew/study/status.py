@@ -1,0 +1,143 @@
+"""``fedfew study status``: what each study has left at each budget, computed from the store and the
+run folders instead of remembered: runs stored, runs another study's store holds (copied, not run,
+when the study runs), cells running now in another process and how far they are, interrupted cells
+a run would resume, and the compute left, from the stored runs' times of the same methods."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fedfew.study.grid import Cell, cells
+from fedfew.study.run import claim_owner, existing_run, resumable_folder, typical_seconds
+from fedfew.study.schema import Study
+from fedfew.study.store import CodeVersion, ResultStore, foreign_codes, stored_elsewhere
+
+
+@dataclass(frozen=True)
+class PendingCell:
+    """A run of the budget not in the store, and where it stands."""
+
+    cell: Cell
+    state: str  # "running", "interrupted", "finished" (not yet stored), "copyable" or "not started"
+    rounds_done: int = 0
+    owner: int | str | None = None  # the pid of the process running it
+    seconds_left: float | None = None  # None: no stored run of its method to go by
+
+    def describe(self) -> str:
+        rounds = self.cell.config.federation.rounds
+        where = {"running": f"running (pid {self.owner}), round {self.rounds_done}/{rounds}",
+                 "interrupted": f"interrupted at round {self.rounds_done}/{rounds}; `study run` resumes it",
+                 "finished": "finished, not yet stored; `study run` reads it back",
+                 "copyable": "another study's store holds this run; `study run` copies it",
+                 "not started": "not started"}[self.state]
+        return f"{self.cell.title}: {where}"
+
+
+@dataclass
+class BudgetStatus:
+    """One study at one budget."""
+
+    study: str
+    budget: str
+    runs: int  # distinct runs (cells that read the same run count once)
+    stored: int
+    other_code: int  # runs stored only by code not verified to give this code's numbers
+    pending: list[PendingCell] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return not self.pending
+
+    @property
+    def seconds_left(self) -> float:
+        return sum(p.seconds_left or 0.0 for p in self.pending)
+
+    @property
+    def unknown(self) -> int:
+        """Pending runs without an estimate (their method has no stored run at this budget yet)."""
+        return sum(1 for p in self.pending if p.seconds_left is None)
+
+
+def _rounds_done(run_folder: Path | None) -> int:
+    """The last round a run folder's metrics.jsonl records (0 when it has none)."""
+    path = run_folder / "metrics.jsonl" if run_folder is not None else None
+    if path is None or not path.is_file():
+        return 0
+    rounds = [json.loads(line).get("round", 0) for line in path.read_text().splitlines() if line.strip()]
+    return max(rounds, default=0)
+
+
+def budget_status(study: Study, root: Path, budget: str, store_base: Path, runs_base: Path,
+                  code: CodeVersion) -> BudgetStatus:
+    todo = cells(study, root, budget)
+    store = ResultStore(store_base, study.name)
+    hashes = {c.config_hash for c in todo}
+    done = store.by_hash(code)
+    foreign = {v.key for v in foreign_codes(store, code, hashes)}
+    older = {r["config_hash"] for r in store.records()
+             if r["config_hash"] in hashes and r["config_hash"] not in done
+             and CodeVersion.from_json(r["code"]).key in foreign}
+    typical = typical_seconds(store, hashes)
+    first: dict[str, Cell] = {}
+    for c in todo:
+        if c.config_hash not in done:
+            first.setdefault(c.config_hash, c)
+    status = BudgetStatus(study.name, budget, len(hashes), len(hashes) - len(first), len(older))
+    for cell in first.values():
+        expected = typical.get((cell.method, cell.setting), typical.get((cell.method, None)))
+        if stored_elsewhere(store_base, study.name, cell.config_hash, code) is not None:
+            status.pending.append(PendingCell(cell, "copyable", seconds_left=0.0))
+            continue
+        folder = resumable_folder(runs_base, study, cell, code, store)
+        run_folder = existing_run(folder)
+        rounds_done = _rounds_done(run_folder)
+        rounds = cell.config.federation.rounds
+        left = expected * (1 - rounds_done / rounds) if expected is not None and rounds else expected
+        owner = claim_owner(folder)
+        state = ("running" if owner is not None else "not started" if run_folder is None
+                 else "finished" if rounds and rounds_done >= rounds else "interrupted")
+        status.pending.append(PendingCell(cell, state, rounds_done, owner, left))
+    return status
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+def _runs(n: int) -> str:
+    return f"{n} run" + ("" if n == 1 else "s")
+
+
+def _left(seconds: float, unknown: int) -> str:
+    """The compute left, in words: the estimated part and the runs without an estimate."""
+    parts = [f"about {_hours(seconds)} of compute in one process"] if seconds > 0 else []
+    if unknown:
+        parts.append(f"{_runs(unknown)} of methods with no stored time to go by")
+    return " + ".join(parts) or "nothing to compute (copies only)"
+
+
+def status_text(statuses: list[BudgetStatus], every_cell: bool = False, complete_too: bool = False) -> str:
+    """One line per study budget with runs to go (and, with ``complete_too``, per complete one), its
+    running cells below it (every pending cell with ``every_cell``), and a total."""
+    lines = []
+    for s in statuses:
+        if s.complete:
+            if complete_too:
+                lines.append(f"{s.study} @ {s.budget}: complete, {s.runs}/{s.runs} runs stored")
+            continue
+        states: dict[str, int] = {}
+        for p in s.pending:
+            states[p.state] = states.get(p.state, 0) + 1
+        older = f" ({s.other_code} of them stored by other code: `study verify` or `--new-code`)" if s.other_code else ""
+        lines.append(f"{s.study} @ {s.budget}: {s.stored}/{s.runs} runs stored; {len(s.pending)} to go{older}: "
+                     + ", ".join(f"{n} {state}" for state, n in states.items()) + "; " + _left(s.seconds_left, s.unknown))
+        lines += [f"  {p.describe()}" for p in s.pending if every_cell or p.state == "running"]
+    todo = [s for s in statuses if not s.complete]
+    total = sum(s.seconds_left for s in todo)
+    unknown = sum(s.unknown for s in todo)
+    lines.append(f"{len(statuses) - len(todo)} of {len(statuses)} study budgets complete"
+                 + (f"; {_runs(sum(len(s.pending) for s in todo))} to go in the others: {_left(total, unknown)}"
+                    if todo else ""))
+    return "\n".join(lines)
