@@ -160,7 +160,8 @@ class CellsFailed(FedfewError):
         self.exit_code = 2 if any(isinstance(err, UsageError) for _, err in failed) else 1
 
 
-def _eta(seconds: float) -> str:
+def duration(seconds: float) -> str:
+    """A time in the unit a person reads it in: s, min or h."""
     if seconds < 90:
         return f"{seconds:.0f} s"
     if seconds < 5400:
@@ -229,7 +230,7 @@ def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base
     typical = typical_seconds(store, {c.config_hash for c in todo})
     expected = time_left(pending, typical, [])
     if pending and expected is not None:  # before the first cell ends, from the store's times of these methods
-        print(f"study {study.name}: {len(pending)} runs to go, about {_eta(expected)} in one process (the stored "
+        print(f"study {study.name}: {len(pending)} runs to go, about {duration(expected)} in one process (the stored "
               "runs' times of the same methods)", file=out, flush=True)
     spent: list[float] = []
     failed: list[tuple[Cell, FedfewError]] = []
@@ -276,7 +277,7 @@ def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base
             spent.append(wall)
             left = time_left(pending[i:], typical, spent)
             print(f"[{skipped + i}/{runs}] {cell.title}: {_shown(study, cell, record)} in {wall:.1f} s"
-                  + (f"; about {_eta(left)} left" if left else ""), file=out, flush=True)
+                  + (f"; about {duration(left)} left" if left else ""), file=out, flush=True)
     if held:
         print(f"study {study.name}: {len(held)} cells were running in other processes and are left to them; the "
               "same command after they finish stores any they did not complete", file=out, flush=True)

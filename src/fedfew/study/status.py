@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fedfew.study.grid import Cell, cells
-from fedfew.study.run import claim_owner, existing_run, resumable_folder, typical_seconds
+from fedfew.study.run import claim_owner, duration, existing_run, resumable_folder, typical_seconds
 from fedfew.study.schema import Study
 from fedfew.study.store import CodeVersion, ResultStore, foreign_codes, stored_elsewhere
 
@@ -102,17 +102,13 @@ def budget_status(study: Study, root: Path, budget: str, store_base: Path, runs_
     return status
 
 
-def _hours(seconds: float) -> str:
-    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
-
-
 def _runs(n: int) -> str:
     return f"{n} run" + ("" if n == 1 else "s")
 
 
 def _left(seconds: float, unknown: int) -> str:
     """The compute left, in words: the estimated part and the runs without an estimate."""
-    parts = [f"about {_hours(seconds)} of compute in one process"] if seconds > 0 else []
+    parts = [f"about {duration(seconds)} of compute in one process"] if seconds > 0 else []
     if unknown:
         parts.append(f"{_runs(unknown)} of methods with no stored time to go by")
     return " + ".join(parts) or "nothing to compute (copies only)"
