@@ -1026,3 +1026,22 @@ def test_status_says_what_each_run_still_to_go_is_doing(tmp_path: Path, capsys: 
     assert claim_owner(folders[3]) is None  # the status left no claim behind; the dead holder's is gone too
     code, out, _ = run_cli(["study", "status", str(path), "--budget", "nope", *args], capsys)
     assert code == 2
+
+
+def test_a_resumed_runs_record_counts_each_sitting_once(tmp_path: Path) -> None:
+    """A run stopped after round 2 (40 s of rounds so far) and resumed for rounds 3-4 (another 30 s of
+    rounds in a sitting of 35 s): the runner's summary says 35 + 70 = 105 s, counting the second
+    sitting's rounds twice; the record takes 40 + 35 = 75 s. A run never resumed keeps its summary's."""
+    from fedfew.study.run import run_seconds
+
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"round": 1, "seconds": 20.0}, {"round": 2, "seconds": 40.0}, {"round": 3, "seconds": 55.0},
+            {"round": 4, "seconds": 70.0}]
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
+    (run / "status.json").write_text(json.dumps({"status": "complete", "round": 4}))
+    assert run_seconds(run, {"seconds": 75.5}) == 75.5  # never resumed
+    (run / "status.json").write_text(json.dumps({"status": "complete", "round": 4, "resumed": 2}))
+    assert run_seconds(run, {"seconds": 105.0}) == pytest.approx(75.0)
+    (run / "status.json").write_text(json.dumps({"status": "complete", "round": 4, "resumed": 0}))
+    assert run_seconds(run, {"seconds": 105.0}) == pytest.approx(35.0)  # resumed from the start: this sitting only

@@ -276,7 +276,8 @@ def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base
                 store.put(record)
             spent.append(wall)
             left = time_left(pending[i:], typical, spent)
-            print(f"[{skipped + i}/{runs}] {cell.title}: {_shown(study, cell, record)} in {wall:.1f} s"
+            # the run's own time over its sittings (a run read back or resumed: not this sitting's)
+            print(f"[{skipped + i}/{runs}] {cell.title}: {_shown(study, cell, record)} in {record['wall_seconds']:.1f} s"
                   + (f"; about {duration(left)} left" if left else ""), file=out, flush=True)
     if held:
         print(f"study {study.name}: {len(held)} cells were running in other processes and are left to them; the "
@@ -297,8 +298,31 @@ def _shown(study: Study, cell: Cell, record: dict[str, Any]) -> str:
 def _cell_record(study: Study, budget: str, cell: Cell, code: CodeVersion, summary: dict[str, Any],
                  run_folder: Path, wall: float) -> dict[str, Any]:
     """The store record of a finished cell (``wall``: the time to use when the summary has none)."""
+    seconds = run_seconds(run_folder, summary) if isinstance(summary.get("seconds"), (int, float)) else wall
     return make_record(study.name, budget, cell.method, cell.setting, cell.seed, cell.config_hash, _config_data(cell),
-                       code, summary, summary.get("seconds", wall), evaluated_history(run_folder))
+                       code, summary, seconds, evaluated_history(run_folder))
+
+
+def run_seconds(run_folder: Path, summary: dict[str, Any]) -> float:
+    """The run's time over all its sittings. The summary of a resumed run counts its last sitting's
+    rounds twice: ``fedfew.runner._train`` adds the simulator's cumulative seconds at the end (which
+    hold that sitting's rounds already) to the sitting's elapsed time, where the cumulative seconds at
+    the checkpoint it resumed from were meant. Fixing that line changes the code version of every
+    stored record, so it waits for the next batch of such changes (docs/studies.md), and this function
+    with it: for a run whose status.json says it was resumed (``resumed``: the round it resumed from),
+    the time is the summary's minus the cumulative seconds of metrics.jsonl's last round plus those of
+    the resumed round. A run never resumed keeps the summary's seconds."""
+    seconds = float(summary["seconds"])
+    status_path, metrics_path = run_folder / "status.json", run_folder / "metrics.jsonl"
+    resumed = json.loads(status_path.read_text()).get("resumed") if status_path.is_file() else None
+    if not isinstance(resumed, int) or not metrics_path.is_file():
+        return seconds
+    rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
+    cumulative = {row["round"]: float(row["seconds"]) for row in rows if isinstance(row.get("seconds"), (int, float))}
+    if not cumulative:
+        return seconds
+    corrected = seconds - cumulative[max(cumulative)] + cumulative.get(resumed, 0.0)
+    return corrected if 0 < corrected <= seconds else seconds
 
 
 def _config_data(cell: Cell) -> dict[str, Any]:
