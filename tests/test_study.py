@@ -1001,6 +1001,8 @@ def test_status_says_what_each_run_still_to_go_is_doing(tmp_path: Path, capsys: 
         metrics = run_folder / "metrics.jsonl"
         lines = [line for line in metrics.read_text().splitlines() if json.loads(line)["round"] <= kept_rounds]
         metrics.write_text("\n".join(lines) + "\n")
+        status_file = run_folder / "status.json"
+        status_file.write_text(json.dumps({**json.loads(status_file.read_text()), "status": "interrupted"}))
     copy = write_study(tmp_path, {**study_data, "name": "digits-copy"}, "copy.yaml")
     holder = subprocess.Popen([sys.executable, "-c", HOLD_CLAIM, str(folders[3] / CLAIM_FILE)],
                               stdout=subprocess.PIPE, text=True)

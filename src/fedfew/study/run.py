@@ -125,9 +125,7 @@ def _run_cell(cell: Cell, folder: Path) -> tuple[dict[str, Any], Path]:
 
     previous = existing_run(folder)
     if previous is not None:
-        status = json.loads((previous / "status.json").read_text()).get("status") \
-            if (previous / "status.json").is_file() else None
-        if status == "complete" and (previous / "summary.json").is_file():
+        if run_status(previous).get("status") == "complete" and (previous / "summary.json").is_file():
             return json.loads((previous / "summary.json").read_text()), previous
         log.info("resuming %s in %s", cell.title, previous)
         return resume_run(previous, progress=False), previous
@@ -135,13 +133,23 @@ def _run_cell(cell: Cell, folder: Path) -> tuple[dict[str, Any], Path]:
     return summary, Path(summary["folder"])
 
 
+def metrics_rows(run_folder: Path) -> list[dict[str, Any]]:
+    """A run folder's metrics.jsonl, one dict a round (none when the run has not logged one)."""
+    path = run_folder / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def run_status(run_folder: Path) -> dict[str, Any]:
+    """A run folder's status.json (empty when it has none)."""
+    path = run_folder / "status.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
 def evaluated_history(run_folder: Path) -> list[dict[str, Any]]:
     """The rounds of a run's metrics.jsonl that were evaluated, with their numbers only (round, train_*,
     val_*, test_*; not who replied or bytes): what a report draws as curves, kept small in the store."""
-    path = run_folder / "metrics.jsonl"
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
     kept = []
-    for row in rows:
+    for row in metrics_rows(run_folder):
         if not any(k.startswith(("val_", "test_")) for k in row):
             continue
         kept.append({"round": row["round"], **{k: v for k, v in row.items() if k.startswith(("train_", "val_", "test_"))
@@ -313,12 +321,11 @@ def run_seconds(run_folder: Path, summary: dict[str, Any]) -> float:
     the time is the summary's minus the cumulative seconds of metrics.jsonl's last round plus those of
     the resumed round. A run never resumed keeps the summary's seconds."""
     seconds = float(summary["seconds"])
-    status_path, metrics_path = run_folder / "status.json", run_folder / "metrics.jsonl"
-    resumed = json.loads(status_path.read_text()).get("resumed") if status_path.is_file() else None
-    if not isinstance(resumed, int) or not metrics_path.is_file():
+    resumed = run_status(run_folder).get("resumed")
+    if not isinstance(resumed, int):
         return seconds
-    rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
-    cumulative = {row["round"]: float(row["seconds"]) for row in rows if isinstance(row.get("seconds"), (int, float))}
+    cumulative = {row["round"]: float(row["seconds"]) for row in metrics_rows(run_folder)
+                  if isinstance(row.get("seconds"), (int, float))}
     if not cumulative:
         return seconds
     corrected = seconds - cumulative[max(cumulative)] + cumulative.get(resumed, 0.0)

@@ -5,12 +5,19 @@ a run would resume, and the compute left, from the stored runs' times of the sam
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from fedfew.study.grid import Cell, cells
-from fedfew.study.run import claim_owner, duration, existing_run, resumable_folder, typical_seconds
+from fedfew.study.run import (
+    claim_owner,
+    duration,
+    existing_run,
+    metrics_rows,
+    resumable_folder,
+    run_status,
+    typical_seconds,
+)
 from fedfew.study.schema import Study
 from fedfew.study.store import CodeVersion, ResultStore, foreign_codes, stored_elsewhere
 
@@ -60,15 +67,6 @@ class BudgetStatus:
         return sum(1 for p in self.pending if p.seconds_left is None)
 
 
-def _rounds_done(run_folder: Path | None) -> int:
-    """The last round a run folder's metrics.jsonl records (0 when it has none)."""
-    path = run_folder / "metrics.jsonl" if run_folder is not None else None
-    if path is None or not path.is_file():
-        return 0
-    rounds = [json.loads(line).get("round", 0) for line in path.read_text().splitlines() if line.strip()]
-    return max(rounds, default=0)
-
-
 def budget_status(study: Study, root: Path, budget: str, store_base: Path, runs_base: Path,
                   code: CodeVersion) -> BudgetStatus:
     todo = cells(study, root, budget)
@@ -92,12 +90,12 @@ def budget_status(study: Study, root: Path, budget: str, store_base: Path, runs_
             continue
         folder = resumable_folder(runs_base, study, cell, code, store)
         run_folder = existing_run(folder)
-        rounds_done = _rounds_done(run_folder)
+        rounds_done = max((row.get("round", 0) for row in metrics_rows(run_folder)), default=0) if run_folder else 0
         rounds = cell.config.federation.rounds
         left = expected * (1 - rounds_done / rounds) if expected is not None and rounds else expected
         owner = claim_owner(folder)
         state = ("running" if owner is not None else "not started" if run_folder is None
-                 else "finished" if rounds and rounds_done >= rounds else "interrupted")
+                 else "finished" if run_status(run_folder).get("status") == "complete" else "interrupted")
         status.pending.append(PendingCell(cell, state, rounds_done, owner, left))
     return status
 
