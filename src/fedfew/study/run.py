@@ -69,9 +69,11 @@ def _owner(fd: int) -> int | str:
     return int(owner) if owner.isdigit() else "unknown"
 
 
-def _try_lock(fd: int) -> bool:
+def _try_lock(fd: int, mode: int = fcntl.LOCK_EX) -> bool:
+    """Take the claim's lock without waiting (``mode``: LOCK_EX to hold it, LOCK_SH to look); False
+    when another process holds it."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
     except BlockingIOError:
         return False
     return True
@@ -108,14 +110,9 @@ def claim_owner(folder: Path) -> int | str | None:
         return None
     fd = os.open(path, os.O_RDONLY)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return _owner(fd)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
+        return None if _try_lock(fd, fcntl.LOCK_SH) else _owner(fd)
     finally:
-        os.close(fd)
+        os.close(fd)  # closing the descriptor releases the shared lock the look took
 
 
 def _run_cell(cell: Cell, folder: Path) -> tuple[dict[str, Any], Path]:
