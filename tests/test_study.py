@@ -943,8 +943,8 @@ def test_a_report_over_budgets_puts_them_side_by_side(tmp_path: Path, capsys: py
 def test_time_left_is_each_pending_cells_stored_time_of_its_method(tmp_path: Path) -> None:
     """The estimate adds, per pending cell, the median stored time of its method and setting among the
     budget's cells (its method's over settings where the setting has none); a copied run's time and
-    another budget's are left out, and a method the store has no time of counts as this sitting's
-    mean per cell."""
+    another budget's are left out, a method the store has no time of counts as this sitting's mean per
+    cell, and a cell part-way through counts the fraction of its rounds still to run."""
     from fedfew.study.run import time_left, typical_seconds
     from fedfew.study.store import CodeVersion, make_record
 
@@ -972,6 +972,10 @@ def test_time_left_is_each_pending_cells_stored_time_of_its_method(tmp_path: Pat
     maml = grid[("fl-maml", "IID 1-shot", 1)]
     assert time_left(pending + [maml], typical, []) is None  # nothing known of fl-maml yet
     assert time_left(pending + [maml], typical, [30.0, 50.0]) == 520.0  # this sitting's mean for it
+    # an interrupted run counts only the rounds it has left; one done (a copy) counts nothing
+    rounds = pending[0].config.federation.rounds
+    half = {pending[0].config_hash: rounds // 2, pending[1].config_hash: rounds}
+    assert time_left(pending, typical, [], half) == pytest.approx(400.0 * (1 - (rounds // 2) / rounds))
 
 
 def test_status_says_what_each_run_still_to_go_is_doing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

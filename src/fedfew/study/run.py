@@ -11,7 +11,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -188,17 +188,37 @@ def typical_seconds(store: ResultStore, hashes: set[str]) -> dict[tuple[str, str
     return {key: statistics.median(times) for key, times in by_key.items()}
 
 
-def time_left(remaining: list[Cell], typical: dict[tuple[str, str | None], float], spent: list[float]) -> float | None:
+def runs_to_go(todo: list[Cell], stored: Container[str]) -> list[Cell]:
+    """One cell per run whose config hash is not ``stored``: cells that read other numbers of the same
+    run (a row's or column's own metric) share it, and the first of them names it."""
+    first: dict[str, Cell] = {}
+    for cell in todo:
+        if cell.config_hash not in stored:
+            first.setdefault(cell.config_hash, cell)
+    return list(first.values())
+
+
+def rounds_done(run_folder: Path | None) -> int:
+    """The last round a run folder logged: how far an interrupted or running cell has come (0: none)."""
+    return max((row.get("round", 0) for row in metrics_rows(run_folder)), default=0) if run_folder else 0
+
+
+def time_left(remaining: list[Cell], typical: dict[tuple[str, str | None], float], spent: list[float],
+              progress: dict[str, int] | None = None) -> float | None:
     """Seconds the ``remaining`` cells can be expected to take in this process: each its method's
     typical stored time (its setting's where there is one), or this sitting's mean per cell for a
-    method the store has no time of; None when neither is known."""
+    method the store has no time of, times the fraction of its rounds not yet run (``progress``:
+    rounds done by config hash, for cells with an interrupted run); None when neither time is known."""
     fallback = sum(spent) / len(spent) if spent else None
+    progress = progress or {}
     total = 0.0
     for cell in remaining:
         seconds = typical.get((cell.method, cell.setting), typical.get((cell.method, None), fallback))
         if seconds is None:
             return None
-        total += seconds
+        rounds = cell.config.federation.rounds
+        done = min(progress.get(cell.config_hash, 0), rounds)
+        total += seconds * (1 - done / rounds) if rounds else seconds
     return total
 
 
@@ -221,19 +241,15 @@ def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base
             f"{code.describe()}. Run again with --new-code to add this version's results beside them (reports "
             "show the newest version), or point --store elsewhere")
     done = store.by_hash(code)
-    # Cells that read other numbers of the same run (a row's or column's own metric) run once.
-    first: dict[str, Cell] = {}
-    for c in todo:  # a run shared by several cells is named by the first of them
-        if c.config_hash not in done:
-            first.setdefault(c.config_hash, c)
-    pending = list(first.values())
+    pending = runs_to_go(todo, done)
     runs = len({c.config_hash for c in todo})
     skipped = runs - len(pending)  # runs, not cells: equal unless cells share a run
     print(f"study {study.name} at budget {budget}: {len(todo)} cells"
           + (f" ({runs} distinct runs)" if runs < len(todo) else "")
           + f", {skipped} already in {store.folder}", file=out, flush=True)
     typical = typical_seconds(store, {c.config_hash for c in todo})
-    expected = time_left(pending, typical, [])
+    progress = _progress(pending, study, code, store, store_base, runs_base, reuse)
+    expected = time_left(pending, typical, [], progress)
     if pending and expected is not None:  # before the first cell ends, from the store's times of these methods
         print(f"study {study.name}: {len(pending)} runs to go, about {duration(expected)} in one process (the stored "
               "runs' times of the same methods)", file=out, flush=True)
@@ -280,7 +296,7 @@ def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base
                 record = _cell_record(study, budget, cell, code, summary, run_folder, wall)
                 store.put(record)
             spent.append(wall)
-            left = time_left(pending[i:], typical, spent)
+            left = time_left(pending[i:], typical, spent, progress)
             # the run's own time over its sittings (a run read back or resumed: not this sitting's)
             print(f"[{skipped + i}/{runs}] {cell.title}: {_shown(study, cell, record)} in {record['wall_seconds']:.1f} s"
                   + (f"; about {duration(left)} left" if left else ""), file=out, flush=True)
@@ -291,6 +307,19 @@ def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base
         raise CellsFailed(study.name, failed, len(todo))
     return {"cells": runs, "run": len(pending) - len(held) - reused, "skipped": skipped, "held": len(held),
             "reused": reused}
+
+
+def _progress(pending: list[Cell], study: Study, code: CodeVersion, store: ResultStore, store_base: Path,
+              runs_base: Path, reuse: bool) -> dict[str, int]:
+    """Rounds already done of each pending cell, by config hash: an interrupted run's last logged
+    round, or all of them for a run another study's store holds (copied, not run)."""
+    progress = {}
+    for cell in pending:
+        if reuse and stored_elsewhere(store_base, study.name, cell.config_hash, code) is not None:
+            progress[cell.config_hash] = cell.config.federation.rounds
+        else:
+            progress[cell.config_hash] = rounds_done(existing_run(resumable_folder(runs_base, study, cell, code, store)))
+    return progress
 
 
 def _shown(study: Study, cell: Cell, record: dict[str, Any]) -> str:

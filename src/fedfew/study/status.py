@@ -13,9 +13,11 @@ from fedfew.study.run import (
     claim_owner,
     duration,
     existing_run,
-    metrics_rows,
     resumable_folder,
+    rounds_done,
     run_status,
+    runs_to_go,
+    time_left,
     typical_seconds,
 )
 from fedfew.study.schema import Study
@@ -78,25 +80,20 @@ def budget_status(study: Study, root: Path, budget: str, store_base: Path, runs_
              if r["config_hash"] in hashes and r["config_hash"] not in done
              and CodeVersion.from_json(r["code"]).key in foreign}
     typical = typical_seconds(store, hashes)
-    first: dict[str, Cell] = {}
-    for c in todo:
-        if c.config_hash not in done:
-            first.setdefault(c.config_hash, c)
-    status = BudgetStatus(study.name, budget, len(hashes), len(hashes) - len(first), len(older))
-    for cell in first.values():
-        expected = typical.get((cell.method, cell.setting), typical.get((cell.method, None)))
+    pending = runs_to_go(todo, done)
+    status = BudgetStatus(study.name, budget, len(hashes), len(hashes) - len(pending), len(older))
+    for cell in pending:
         if stored_elsewhere(store_base, study.name, cell.config_hash, code) is not None:
             status.pending.append(PendingCell(cell, "copyable", seconds_left=0.0))
             continue
         folder = resumable_folder(runs_base, study, cell, code, store)
         run_folder = existing_run(folder)
-        rounds_done = max((row.get("round", 0) for row in metrics_rows(run_folder)), default=0) if run_folder else 0
-        rounds = cell.config.federation.rounds
-        left = expected * (1 - rounds_done / rounds) if expected is not None and rounds else expected
+        progress = rounds_done(run_folder)
+        left = time_left([cell], typical, [], {cell.config_hash: progress})
         owner = claim_owner(folder)
         state = ("running" if owner is not None else "not started" if run_folder is None
                  else "finished" if run_status(run_folder).get("status") == "complete" else "interrupted")
-        status.pending.append(PendingCell(cell, state, rounds_done, owner, left))
+        status.pending.append(PendingCell(cell, state, progress, owner, left))
     return status
 
 
