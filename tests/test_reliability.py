@@ -149,10 +149,18 @@ def test_saved_model_is_rescored_by_evaluate(tmp_path: Path, capsys: pytest.Capt
 
 
 # -- real processes: kill -9 and Ctrl-C ------------------------------------------------------------
+def _ctrl_c_as_in_a_terminal() -> None:
+    """In the child before exec: SIGINT back to its default. A suite started in the background by a
+    non-interactive shell inherits SIGINT ignored, and a program started so rightly keeps ignoring
+    it, so without this the Ctrl-C test would test how the suite was launched."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_run(config_path: Path, out: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen([*FEDFEW, "run", str(config_path), "--out", str(out), "--quiet"], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_ctrl_c_as_in_a_terminal)
 
 
 def wait_for_rounds(out: Path, rounds: int, process: subprocess.Popen[str], timeout: float = 120) -> Path:
