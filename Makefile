@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo test test-flower test-flower-all lint clean
+.PHONY: install demo test test-sentence-studies test-flower test-flower-all lint clean
 
 $(BIN)/fedfew: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,13 @@ test: install
 # message path, plus faults, auth and the command line), and on Flower's Simulation Engine over a
 # two-node Ray cluster on 127.0.0.1 (every algorithm); 15-30 minutes. test-flower-all adds the other
 # twelve algorithms on the deployment runtime (about 15 minutes more).
+# The studies on frozen MiniLM sentence vectors at their smoke budget. Their first run encodes all
+# 36,900 HuffPost headlines (about 3.5 min on one thread; cached in ~/.cache/fedfew, or $FEDFEW_CACHE,
+# after), which would take `make test` past 10 minutes on 2 cores; CI runs this too.
+test-sentence-studies: install
+	$(BIN)/pip install -q -e ".[dev,sentence]"
+	$(BIN)/python -m pytest -m sentence_vectors -p no:randomly
+
 test-flower: install
 	$(BIN)/pip install -q -e ".[dev,flower,flower-sim]"
 	$(BIN)/python -m pytest -m "flower and not slow" -p no:randomly

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -624,7 +623,18 @@ def test_an_iid_override_of_a_dirichlet_config_runs(tmp_path: Path) -> None:
 
 
 # -- every committed study at its smoke budget ---------------------------------------------------------
-@pytest.mark.parametrize("study_path", [str(p.relative_to(REPO)) for p in study_files(REPO)])
+def _smoke_study(path: Path) -> object:
+    """The study as a test parameter; one whose smoke cells read frozen sentence vectors is marked
+    ``sentence_vectors``: its first run encodes every text of the dataset (HuffPost's 36,900 headlines:
+    about 3.5 min on one thread, cached after), so the default suite leaves it to `make
+    test-sentence-studies`, which CI runs."""
+    study, root = load_study(path)
+    encoders = {c.config.dataset.options.get("sentence_encoder") for c in cells(study, root, "smoke")} - {None}
+    marks = [pytest.mark.sentence_vectors] if encoders else []
+    return pytest.param(str(path.relative_to(REPO)), marks=marks)
+
+
+@pytest.mark.parametrize("study_path", [_smoke_study(p) for p in study_files(REPO)])
 def test_every_committed_study_runs_at_the_smoke_budget(study_path: str, tmp_path: Path, shared_data: Path,
                                                         monkeypatch: pytest.MonkeyPatch,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
@@ -635,10 +645,6 @@ def test_every_committed_study_runs_at_the_smoke_budget(study_path: str, tmp_pat
     missing = [name for name in needed if name in DATA_FOLDERS and not (shared_data / DATA_FOLDERS[name]).exists()]
     if missing:
         pytest.skip(f"{study_path}: no {', '.join(missing)} data in {shared_data}")
-    encoders = {c.config.dataset.options.get("sentence_encoder") for c in cells(study, root, "smoke")} - {None}
-    uncached = [e for e in encoders if not any((cache_dir() / "sentence").glob(f"*{e}*.npy"))]
-    if uncached:  # the first load encodes every text (minutes): not a smoke run
-        pytest.skip(f"{study_path}: no cached {', '.join(uncached)} sentence vectors in {cache_dir()}")
     monkeypatch.setenv("FEDFEW_DATA", str(shared_data))
     store = tmp_path / "store"
     code, _, err = run_cli(["study", "run", str(REPO / study_path), "--budget", "smoke", "--store", str(store),
@@ -648,11 +654,6 @@ def test_every_committed_study_runs_at_the_smoke_budget(study_path: str, tmp_pat
                            capsys)
     total = len(cells(study, root, "smoke"))
     assert code == 0 and f"{total}/{total} cells in the store" in out
-
-
-def cache_dir() -> Path:
-    """fedfew's cache of computed files (as fedfew.data.text says: $FEDFEW_CACHE, else ~/.cache/fedfew)."""
-    return Path(os.environ.get("FEDFEW_CACHE") or Path.home() / ".cache" / "fedfew").expanduser()
 
 
 #: Where each dataset the studies use lives under the data folder (for a clean skip without it).
