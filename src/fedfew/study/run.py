@@ -12,6 +12,7 @@ import statistics
 import sys
 import time
 from collections.abc import Container, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -248,7 +249,8 @@ def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base
           + (f" ({runs} distinct runs)" if runs < len(todo) else "")
           + f", {skipped} already in {store.folder}", file=out, flush=True)
     typical = typical_seconds(store, {c.config_hash for c in todo})
-    progress = _progress(pending, study, code, store, store_base, runs_base, reuse)
+    progress = {c.config_hash: run_progress(c, study, code, store, store_base, runs_base, reuse).rounds_done
+                for c in pending}
     expected = time_left(pending, typical, [], progress)
     if pending and expected is not None:  # before the first cell ends, from the store's times of these methods
         print(f"study {study.name}: {len(pending)} runs to go, about {duration(expected)} in one process (the stored "
@@ -309,17 +311,25 @@ def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base
             "reused": reused}
 
 
-def _progress(pending: list[Cell], study: Study, code: CodeVersion, store: ResultStore, store_base: Path,
-              runs_base: Path, reuse: bool) -> dict[str, int]:
-    """Rounds already done of each pending cell, by config hash: an interrupted run's last logged
-    round, or all of them for a run another study's store holds (copied, not run)."""
-    progress = {}
-    for cell in pending:
-        if reuse and stored_elsewhere(store_base, study.name, cell.config_hash, code) is not None:
-            progress[cell.config_hash] = cell.config.federation.rounds
-        else:
-            progress[cell.config_hash] = rounds_done(existing_run(resumable_folder(runs_base, study, cell, code, store)))
-    return progress
+@dataclass(frozen=True)
+class RunProgress:
+    """Where a run still to go stands: its cell folder (the claim lives there), its run folder if one
+    was started, the rounds it has done, and whether another study's store holds it (copied, not run:
+    all its rounds count as done)."""
+
+    folder: Path
+    run_folder: Path | None
+    rounds_done: int
+    copyable: bool
+
+
+def run_progress(cell: Cell, study: Study, code: CodeVersion, store: ResultStore, store_base: Path, runs_base: Path,
+                 reuse: bool = True) -> RunProgress:
+    folder = resumable_folder(runs_base, study, cell, code, store)
+    if reuse and stored_elsewhere(store_base, study.name, cell.config_hash, code) is not None:
+        return RunProgress(folder, None, cell.config.federation.rounds, True)
+    run_folder = existing_run(folder)
+    return RunProgress(folder, run_folder, rounds_done(run_folder), False)
 
 
 def _shown(study: Study, cell: Cell, record: dict[str, Any]) -> str:

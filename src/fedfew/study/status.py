@@ -12,16 +12,14 @@ from fedfew.study.grid import Cell, cells
 from fedfew.study.run import (
     claim_owner,
     duration,
-    existing_run,
-    resumable_folder,
-    rounds_done,
+    run_progress,
     run_status,
     runs_to_go,
     time_left,
     typical_seconds,
 )
 from fedfew.study.schema import Study
-from fedfew.study.store import CodeVersion, ResultStore, foreign_codes, stored_elsewhere
+from fedfew.study.store import CodeVersion, ResultStore, foreign_codes
 
 
 @dataclass(frozen=True)
@@ -83,17 +81,15 @@ def budget_status(study: Study, root: Path, budget: str, store_base: Path, runs_
     pending = runs_to_go(todo, done)
     status = BudgetStatus(study.name, budget, len(hashes), len(hashes) - len(pending), len(older))
     for cell in pending:
-        if stored_elsewhere(store_base, study.name, cell.config_hash, code) is not None:
+        where = run_progress(cell, study, code, store, store_base, runs_base)
+        if where.copyable:
             status.pending.append(PendingCell(cell, "copyable", seconds_left=0.0))
             continue
-        folder = resumable_folder(runs_base, study, cell, code, store)
-        run_folder = existing_run(folder)
-        progress = rounds_done(run_folder)
-        left = time_left([cell], typical, [], {cell.config_hash: progress})
-        owner = claim_owner(folder)
-        state = ("running" if owner is not None else "not started" if run_folder is None
-                 else "finished" if run_status(run_folder).get("status") == "complete" else "interrupted")
-        status.pending.append(PendingCell(cell, state, progress, owner, left))
+        left = time_left([cell], typical, [], {cell.config_hash: where.rounds_done})
+        owner = claim_owner(where.folder)
+        state = ("running" if owner is not None else "not started" if where.run_folder is None
+                 else "finished" if run_status(where.run_folder).get("status") == "complete" else "interrupted")
+        status.pending.append(PendingCell(cell, state, where.rounds_done, owner, left))
     return status
 
 
