@@ -368,6 +368,7 @@ def test_bad_class_splits_are_clear_errors(spec: Any, words: list[str]) -> None:
 
 SMALL = {
     "seed": 0,
+    "task": "fewshot",
     "partition": {"name": "iid", "num_clients": 2},
     "model": {"name": "mlp", "options": {"hidden": 8}},
     "algorithm": {"name": "fl-proto", "options": {"local_steps": 1}},

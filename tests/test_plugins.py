@@ -47,6 +47,7 @@ def tiny(input_shape, num_classes, hidden: int = 8) -> FewShotModel:
 
 CONFIG = {
     "name": "rings",
+    "task": "fewshot",
     "dataset": {"name": "plugin-rings"},
     "partition": {"name": "iid", "num_clients": 2},
     "model": {"name": "plugin-tiny"},

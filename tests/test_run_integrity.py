@@ -367,6 +367,8 @@ def test_a_full_disk_fails_the_run_with_the_path_and_resumes_once_there_is_space
     recorded = status(folder)
     assert recorded["status"] == "failed" and "No space left on device" in recorded["error"]
     assert str(folder) in recorded["error"]  # the file that could not be written
+    # The message and status.json tell one story: the round it failed in, and the round resume starts from.
+    assert f"the last checkpoint is round {recorded['round']}" in lines[0], (lines[0], recorded["round"])
     assert str(folder) in (folder / "error.log").read_text()
     subprocess.run(["mount", "-o", "remount,size=40m", str(small_tmpfs)], check=True)
     assert main(["resume", str(folder), "--quiet"]) == 0

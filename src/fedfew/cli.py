@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 import tempfile
@@ -333,7 +334,14 @@ def main(argv: list[str] | None = None) -> int:
             warnings.showwarning = _show_warning  # one line each, as errors are
             try:
                 with command_line_plugins(getattr(args, "plugin", [])):
-                    return int(args.func(args))
+                    code = int(args.func(args))
+                sys.stdout.flush()  # here, not at exit: a closed pipe is then caught below
+                return code
+            except BrokenPipeError:
+                # The reader stopped reading (`fedfew list | head -1`): what it read is what it wanted.
+                # stdout goes to /dev/null so that the interpreter's own flush at exit stays quiet.
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                return 0
             except RunInterrupted as err:
                 print(f"fedfew: {err}", file=sys.stderr)
                 return err.exit_code

@@ -28,6 +28,14 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+#: Bounds on counts that size what a run holds in memory before its first round (the client schedule is
+#: drawn for every round at the start; ~55 KB per client stay in the main process, docs/performance.md):
+#: past them a run would grow silently for minutes instead of starting.
+MAX_ROUNDS = 1_000_000
+MAX_CLIENTS = 1_000_000
+MAX_EPISODES = 1_000_000
+
+
 class Section(NoBoolNumbers):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
@@ -78,7 +86,7 @@ class ClassificationConfig(Section):
 
 class PartitionConfig(Section):
     name: str = "dirichlet"
-    num_clients: int = Field(10, ge=1)
+    num_clients: int = Field(10, ge=1, le=MAX_CLIENTS)
     options: dict[str, Any] = Field(default_factory=dict)
     #: Entropy for ``numpy.random.default_rng`` in place of the generator derived from the seed: to
     #: reproduce another tool's partition draw for draw (benchmarks/peers.yaml: [seed, 0]).
@@ -101,7 +109,7 @@ class AlgorithmConfig(Section):
 
 class FederationConfig(Section):
     #: 0 is the untrained control: the initial model, scored exactly as a trained one would be.
-    rounds: int = Field(50, ge=0)
+    rounds: int = Field(50, ge=0, le=MAX_ROUNDS)
     clients_per_round: int | float = Field(1.0, gt=0)
     #: Fraction of the clients asked each round that fail (no reply; their state is unchanged).
     dropout: float = Field(0.0, ge=0, lt=1)
@@ -120,8 +128,8 @@ class EpisodeConfig(Section):
     n_way: int = Field(5, ge=2)
     k_shot: int = Field(1, ge=1)
     q_query: int = Field(15, ge=1)
-    val_episodes: int = Field(100, ge=1)
-    test_episodes: int = Field(600, ge=1)
+    val_episodes: int = Field(100, ge=1, le=MAX_EPISODES)
+    test_episodes: int = Field(600, ge=1, le=MAX_EPISODES)
     #: A JSON file of fixed test tasks (dataset positions) used instead of drawing test_episodes:
     #: to score on exactly the tasks another tool or paper used. See fedfew.episodes.load_tasks.
     test_tasks: str | None = None
@@ -138,6 +146,20 @@ class EvalConfig(Section):
     #: share classified correctly, pooled over the episodes (few-shot methods scored on the server's
     #: model). Off by default; computed after the score, drawing nothing the score draws.
     per_class: bool = False
+
+
+class DivergenceConfig(Section):
+    """When a run counts as diverged although every number is still finite (a NaN or inf always does).
+    Our rule, not a paper's: a client's training loss (any metric named ``*loss``) above ``max_loss``,
+    or a round's mean training loss above ``loss_factor`` times its first round's (and above 1.0) for
+    ``patience`` rounds in a row. The committed runs stay below 9 and within 5x their first round."""
+
+    #: A client's training loss above this is divergence (a cross-entropy near it means logits of ~1e6).
+    max_loss: float = Field(1e6, gt=0)
+    #: The mean training loss above this multiple of the first round's (0: no relative rule).
+    loss_factor: float = Field(100.0, ge=0)
+    #: Rounds in a row above ``loss_factor`` before the run stops.
+    patience: int = Field(3, ge=1)
 
 
 class RuntimeConfig(Section):
@@ -173,6 +195,8 @@ class RuntimeConfig(Section):
     batch_clients: bool = False
     #: Experiment trackers writing into the run folder: "tensorboard", "mlflow" (fedfew.tracking).
     loggers: list[str] = Field(default_factory=list)
+    #: When a finite but exploding run stops as diverged (:class:`DivergenceConfig`).
+    divergence: DivergenceConfig = Field(default_factory=DivergenceConfig)
 
     @model_validator(mode="before")
     @classmethod
@@ -470,11 +494,14 @@ def load_config(source: str | Path | dict[str, Any] | None = None, overrides: li
         path = Path(source)
         text = read_config_text(path)
         try:
-            data = load_yaml(text) or {}
+            data = load_yaml(text)
         except DuplicateKeyError as err:
             raise ConfigError(f"config file {path}: {err}; remove one of them") from None
         except yaml.YAMLError as err:
             raise ConfigError(f"config file {path} is not valid YAML: {err}") from None
+        if data is None:
+            raise ConfigError(f"config file {path} is empty: a config sets at least {', '.join(REQUIRED_KEYS)} "
+                              "(see src/fedfew/configs/demo.yaml)")
         if not isinstance(data, dict):
             raise ConfigError(f"config file {path} must hold a mapping at the top level")
         tasks = (data.get("episodes") or {}).get("test_tasks") if isinstance(data.get("episodes"), dict) else None
@@ -487,15 +514,36 @@ def load_config(source: str | Path | dict[str, Any] | None = None, overrides: li
 
     # Before validation: a plugin registers the names the config may use.
     data["plugins"] = config_plugins(data.get("plugins"), Path(source).parent if isinstance(source, (str, Path)) else None)
+    if isinstance(source, (str, Path)):
+        _check_required(data, Path(source))
     for section, (name, options) in before.items():
         _drop_stale_options(data, section, name, options)
     try:
         return ExperimentConfig.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(_format(err, model=ExperimentConfig)) from None
+        where = f"config file {source}: " if isinstance(source, (str, Path)) else ""  # which one of a batch
+        raise ConfigError(where + _format(err, model=ExperimentConfig)) from None
 
 
 _NOTED: set[str] = set()
+
+#: What a config file (with its --set overrides) must say itself: a run on the defaults of these would
+#: be a run nobody asked for (an empty file used to train fl-maml on digits for 50 rounds).
+REQUIRED_KEYS = ("task", "dataset.name", "algorithm.name")
+
+
+def _check_required(data: dict[str, Any], path: Path) -> None:
+    missing = []
+    for key in REQUIRED_KEYS:
+        node: Any = data
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is None:
+            missing.append(key)
+    if missing:
+        raise ConfigError(f"config file {path} does not set {', '.join(missing)}: a config names its task "
+                          "(fewshot or classification), dataset and algorithm itself (defaults would run an "
+                          "experiment nobody asked for)")
 
 #: Sections whose options belong to the registered choice they sit beside: section -> (the key naming
 #: the choice, the key of its options).

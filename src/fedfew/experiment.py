@@ -39,6 +39,7 @@ from fedfew.episodes import (
     load_tasks,
 )
 from fedfew.models import FewShotModel, build_model
+from fedfew.models.base import ModelBuildError
 from fedfew.partition import PARTITIONS, PartitionError, partition
 from fedfew.seeding import numpy_generator
 from fedfew.signature_options import options_schema
@@ -126,6 +127,8 @@ def build_algorithm(config: ExperimentConfig, inputs: AlgorithmInputs) -> tuple[
     )
     try:
         algorithm = ALGORITHMS.get(config.algorithm.name)(config.algorithm_options(), context)
+    except ModelBuildError:  # model.options or the data's shape: the message names both, not the algorithm
+        raise
     except ValueError as err:  # the algorithm refuses this config (a classification method on few-shot tasks)
         raise ConfigError(f"algorithm.name: {err}") from None
     return context, algorithm

@@ -49,6 +49,10 @@ def load_plugin(path: str | Path) -> ModuleType:
     file = Path(path).expanduser().resolve()
     if file in _LOADED:
         return _LOADED[file]
+    if file.is_dir():
+        found = sorted(p.name for p in file.glob("*.py"))
+        raise PluginError(f"plugin {path}: is a folder, not a Python file; name the file ("
+                          + (f"it holds {', '.join(found[:5])}" if found else "it holds no .py file") + ")")
     if not file.is_file():
         raise PluginError(f"plugin {path}: no such file")
     if file.suffix != ".py":

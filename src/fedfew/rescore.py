@@ -34,6 +34,11 @@ def evaluate_run(path: str | Path, overrides: list[str] | None = None) -> dict[s
     server, client_states, meta = folder.load_model()
     experiment: Experiment = build_experiment(config)
     simulator = experiment.simulator()
+    different = serialize.mismatch(server, simulator.state.server)
+    if different is not None:
+        simulator.engine.close()
+        raise RunFolderError(f"{folder.model_dir / 'server.safetensors'} is not a model of this run's config "
+                             f"({config.model.name}, {config.algorithm.name}): {different}")
     states = {cid: client_states.get(cid) for cid in (c.client_id for c in experiment.clients)}
     start = time.perf_counter()
     device = simulator.engine.compute.device

@@ -89,17 +89,27 @@ def against_initial(outcome: dict[str, Any]) -> dict[str, Any]:
     return report
 
 
+def _decimals_apart(a: float, b: float, most: int = 6) -> int:
+    """The fewest decimals (2 or more) at which the percentages ``100 a`` and ``100 b`` print differently."""
+    for decimals in range(2, most + 1):
+        if f"{100 * a:.{decimals}f}" != f"{100 * b:.{decimals}f}":
+            return decimals
+    return most
+
+
 def below_initial_message(summary: dict[str, Any]) -> str:
     """One line saying which model scored below the untrained one, on which split, by how much."""
     initial = summary["initial_score"]
     split = "validation" if initial["split"] == "val" else "test"
     # Without validation the reported model is the last round's: selected and final are one model.
     candidates = ("selected", "final") if initial["split"] == "val" else ("final",)
+    below = [which for which in candidates if summary.get(f"{which}_score", 1.0) < initial["accuracy"]]
+    # As many decimals as it takes to show the two apart (49.167% below 49.170%, never 49.17% below 49.17%).
+    decimals = max((_decimals_apart(summary[f"{which}_score"], initial["accuracy"]) for which in below), default=2)
     worse = [f"the {which} model ({'round ' + str(summary['selected_round']) if which == 'selected' else 'last round'}) "
-             f"{100 * summary[f'{which}_score']:.2f}%"
-             for which in candidates if summary.get(f"{which}_score", 1.0) < initial["accuracy"]]
+             f"{100 * summary[f'{which}_score']:.{decimals}f}%" for which in below]
     text = (f"{summary['name']}: {' and '.join(worse)} scored below the untrained initial model "
-            f"({100 * initial['accuracy']:.2f}%) on {split}")
+            f"({100 * initial['accuracy']:.{decimals}f}%) on {split}")
     if initial["split"] == "val" and summary["selected_round"] == 0:
         text += "; round 0 (the untrained model) is the selected one"
     return text

@@ -197,6 +197,15 @@ class RunFolder:
         if self.model_dir.is_dir():
             shutil.rmtree(self.model_dir, ignore_errors=True)
 
+    def remove_temporaries(self) -> list[Path]:
+        """Delete the half-written ``.NAME.tmp-PID`` files (:func:`serialize.atomic_write_bytes`) that a
+        process killed mid-write left anywhere in the folder; call only while holding the folder, when
+        no other writer can be at work. Returns what was removed."""
+        stale = sorted(p for p in self.path.rglob(".*.tmp-*") if p.is_file())
+        for path in stale:
+            path.unlink(missing_ok=True)
+        return stale
+
     def set_status(self, status: str, **info: Any) -> None:
         assert status in STATUSES
         record = {**self.read_status(), **info, "status": status, "pid": os.getpid(), "host": socket.gethostname(),

@@ -18,7 +18,7 @@ from fedfew.config import ConfigError, ExperimentConfig, load_config
 from fedfew.datarecord import data_record
 from fedfew.engine import serialize
 from fedfew.engine.engines import Launch
-from fedfew.engine.simulator import DivergedError, NothingTrainedError, Simulator
+from fedfew.engine.simulator import DivergedError, LossGuard, NothingTrainedError, Simulator
 from fedfew.engines import ENGINES
 from fedfew.errors import FedfewError, RunFailedError, RunInterrupted
 from fedfew.experiment import EngineFactory, Experiment, build_experiment, dataset_cache
@@ -214,6 +214,7 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
         if resume and folder.has_checkpoint():
             folder.load_checkpoint(simulator)
         folder.discard_results()  # what an earlier attempt's cut-short write-up left: this run is not complete
+        folder.remove_temporaries()  # and its half-written files (a write killed before its rename)
         folder.rewrite_metrics(simulator.state.history)
     except KeyboardInterrupt:  # the checkpoint on disk is untouched: it stands
         done = folder.read_status().get("round", 0)
@@ -226,15 +227,20 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
     if bar is not None:
         simulator.on_phase = lambda note: bar.set_postfix_str(note, refresh=True)
 
+    stage = ""  # what the loop was doing after a round's training, for a failure's message
+
     def on_round(r: int, record: dict[str, Any], sim: Simulator) -> None:
-        nonlocal checkpointed
+        nonlocal checkpointed, stage
+        stage = f"while recording round {r} of {rounds}"
         folder.append_metrics(record)
         trackers.log_round(r, record)
         if every and (r % every == 0 or r == rounds):
+            stage = f"while checkpointing round {r} of {rounds}"
             with interrupts_deferred():
                 folder.save_checkpoint(sim)
                 checkpointed = r
         folder.set_status("running", round=r)
+        stage = ""
         if record.get("no_training") and sim.algorithm.trains:
             logger.warning("round %d: no client trained (every client asked sat out or failed)", r)
         if bar is not None:
@@ -253,8 +259,9 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
 
     trained = False
     try:
+        guard = LossGuard(**config.runtime.divergence.model_dump())
         outcome = simulator.run(rounds, config.federation.clients_per_round, config.eval.every,
-                                config.eval.track_test, on_round, selection=config.eval.selection)
+                                config.eval.track_test, on_round, selection=config.eval.selection, guard=guard)
         trained = True
     except KeyboardInterrupt:
         raise interrupted("during the final evaluation" if simulator.state.round >= rounds else "") from None
@@ -272,7 +279,10 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
         folder.set_status("failed", error=str(err))
         raise
     except (Exception, SystemExit) as err:
-        raise _failed(folder, err, f"in round {simulator.state.round + 1} of {rounds}") from err
+        where = stage or f"in round {simulator.state.round + 1} of {rounds}"
+        resumes = f"the last checkpoint is round {checkpointed}, where resume starts" if checkpointed else \
+            "no round was checkpointed: resume starts from the beginning"
+        raise _failed(folder, err, f"{where}; {resumes}") from err
     finally:
         if bar is not None:
             bar.close()

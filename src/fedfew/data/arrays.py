@@ -41,7 +41,7 @@ def _read(target: Path, keys: dict[str, str]) -> tuple[dict[str, np.ndarray], di
             try:
                 arrays[role] = np.load(file, allow_pickle=False)
             except (OSError, ValueError, EOFError) as err:
-                raise DataError(f"{NAME}: cannot read {file} as a numpy .npy file ({_why(err)})") from err
+                raise DataError(f"{NAME}: cannot read {file} as a numpy .npy file ({_why(err, file)})") from err
             where[role] = file
         return arrays, where
     try:
@@ -56,17 +56,33 @@ def _read(target: Path, keys: dict[str, str]) -> tuple[dict[str, np.ndarray], di
     except DataError:
         raise
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as err:
-        raise DataError(f"{NAME}: cannot read {target} as a numpy .npz file ({_why(err)})") from err
+        raise DataError(f"{NAME}: cannot read {target} as a numpy .npz file ({_why(err, target)})") from err
     for role in ("x", "y"):
         if role not in arrays:
             raise DataError(f"{NAME}: {target} has no array {keys[role]!r} (found: {', '.join(found) or 'none'})")
     return arrays, where
 
 
-def _why(err: Exception) -> str:
+#: How numpy's own files begin: a zip archive (.npz) or the .npy magic string. numpy takes anything
+#: else for a pickle, so its "allow_pickle" error is only about Python objects when the file is one.
+NUMPY_MAGIC = (b"PK\x03\x04", b"\x93NUMPY")
+PICKLE_START = b"\x80"
+
+
+def _why(err: Exception, file: Path) -> str:
     text = str(err).splitlines()[0] if str(err) else type(err).__name__
     if "allow_pickle" in text:
-        return "it holds Python objects; save strings as a numpy string array, e.g. np.array(list_of_str)"
+        try:
+            with open(file, "rb") as f:
+                start = f.read(8)
+        except OSError:
+            start = b""
+        if start.startswith(PICKLE_START):
+            return "it holds pickled Python objects; save strings as a numpy string array, e.g. np.array(list_of_str)"
+        if not start.startswith(NUMPY_MAGIC):
+            shown = start.decode("ascii", "replace") if start.isascii() else start.hex(" ")
+            return (f"it is not a numpy file: it begins with {shown!r}"
+                    f"{' (text)' if start.isascii() else ''}; save arrays with np.savez or np.save")
     return text
 
 

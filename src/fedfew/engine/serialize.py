@@ -205,6 +205,24 @@ def nbytes(obj: Any) -> int:
     return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
+def mismatch(saved: Any, expected: Any) -> str | None:
+    """Where the state ``saved`` differs in form from ``expected`` (another key, tensor shape or
+    dtype), as ``path: what``; None when every tensor sits where ``expected`` has one of the same shape.
+    Numbers and strings may differ: only the form decides whether one can stand for the other."""
+    saved_tensors, saved_skeleton = flatten(saved, dedup=False)
+    expected_tensors, expected_skeleton = flatten(expected, dedup=False)
+    missing = sorted(set(expected_tensors) - set(saved_tensors))
+    extra = sorted(set(saved_tensors) - set(expected_tensors))
+    if missing or extra:
+        return (f"{missing[0]}: missing" if missing else f"{extra[0]}: not in this model") + \
+            f" ({len(missing)} tensors missing, {len(extra)} not in this model)"
+    for key in sorted(expected_tensors):
+        got, want = saved_tensors[key], expected_tensors[key]
+        if got.shape != want.shape or got.dtype != want.dtype:
+            return f"{key}: {tuple(got.shape)} {got.dtype} where the model has {tuple(want.shape)} {want.dtype}"
+    return None
+
+
 def to_device(obj: Any, device: torch.device | str) -> Any:
     """``obj`` with every tensor moved to ``device`` (states read from disk come to the CPU)."""
     if isinstance(obj, torch.Tensor):

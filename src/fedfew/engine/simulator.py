@@ -260,13 +260,15 @@ class Simulator:
         track_test: bool = False,
         on_round: RoundHook | None = None,
         selection: str = "best",
+        guard: LossGuard | None = None,
     ) -> dict[str, Any]:
         """Train until ``rounds`` rounds are done (continuing from ``self.state``); returns the
         per-round history, the selected round and final test metrics. With validation data and
         ``selection`` "best" the best round by validation accuracy is kept (never chosen on test);
         without validation data, or with ``selection`` "last", the last round is.
         An exception inside a round (an interrupt) leaves ``self.state`` and the client states as
-        they were after the last finished round."""
+        they were after the last finished round. ``guard`` stops a run whose losses explode while
+        staying finite (:class:`LossGuard`); a non-finite round always stops it."""
         schedule = client_schedule(len(self.clients), clients_per_round, rounds, self.seed)
         st = self.state
         if st.round == 0 and st.initial is None:
@@ -276,6 +278,8 @@ class Simulator:
             try:
                 outcome = self.play(schedule[r], r)
                 diverged = non_finite(outcome)
+                if diverged is None and guard is not None:
+                    diverged = guard.exploded(outcome, st.history)
                 if diverged is None:
                     self.engine.end_round(r)
                 else:
@@ -292,7 +296,7 @@ class Simulator:
             if diverged is not None:
                 record["diverged"] = diverged
                 raise DivergedError(f"round {r + 1}: {diverged}: the model diverged (try a lower learning rate); "
-                                    "no accuracy is reported", record)
+                                    "no accuracy is reported" + (f"; rounds 1-{r} stand, resumable" if r else ""), record)
             server = outcome.server
             best, last_test = st.best, st.last_test
             last = r + 1 == rounds
@@ -393,6 +397,42 @@ def _size(data: EvalData) -> str:
     if data.episodes is not None:
         return f"{len(data.episodes)} episodes"
     return f"{len(data.dataset) if data.dataset is not None else 0} samples"
+
+
+@dataclass(frozen=True)
+class LossGuard:
+    """Divergence that stays finite (config ``runtime.divergence``): a client's training loss above
+    ``max_loss``, or the round's mean training loss above ``loss_factor`` times the first round's (and
+    above 1.0, so that a near-zero first loss is no yardstick) in ``patience`` rounds in a row. Only
+    metrics named ``*loss`` count: accuracies and other metrics may grow freely."""
+
+    max_loss: float = 1e6
+    loss_factor: float = 100.0
+    patience: int = 3
+
+    def exploded(self, outcome: RoundOutcome, history: Sequence[dict[str, Any]]) -> str | None:
+        """Why this round (after the rounds of ``history``) counts as diverged; None when it does not."""
+        for cid, result in sorted(outcome.results.items()):
+            for key, value in sorted(result.metrics.items()):
+                if key.endswith("loss") and isinstance(value, (int, float)) and value > self.max_loss:
+                    return (f"client {cid}'s training {key} is {value:.3g}, above runtime.divergence.max_loss="
+                            f"{self.max_loss:g}")
+        if not self.loss_factor or not history:
+            return None
+        means = _mean_metrics(outcome.results)
+        first = history[0]
+        for key, value in sorted(means.items()):
+            if not key.endswith("loss") or not isinstance(first.get(key), (int, float)):
+                continue
+            limit = self.loss_factor * max(float(first[key]), 1.0)
+            recent = [h.get(key) for h in history[len(history) - self.patience + 1:]] if self.patience > 1 else []
+            if value > limit and len(recent) == self.patience - 1 and \
+                    all(isinstance(v, (int, float)) and v > limit for v in recent):
+                worst = max(outcome.results, key=lambda c: outcome.results[c].metrics.get(key[len("train_"):], 0.0))
+                return (f"the mean training {key[len('train_'):]} ({value:.3g}; client {worst} the largest) has been "
+                        f"above {self.loss_factor:g}x round {first.get('round', 1)}'s ({first[key]:.3g}) for "
+                        f"{self.patience} rounds (runtime.divergence.loss_factor, patience)")
+        return None
 
 
 def non_finite(outcome: RoundOutcome) -> str | None:

@@ -64,6 +64,12 @@ def _shown(options: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in options.items() if not isinstance(v, torch.Tensor)}  # not pretrained vectors
 
 
+def _cannot_build(name: str, input_shape: tuple[int, ...], options: dict[str, Any], err: BaseException) -> str:
+    """The cause is the options or the data's shape, never the algorithm: both are named."""
+    return (f"model {name!r} (model.options {_shown(options)}) cannot be built for the data's inputs of shape "
+            f"{tuple(input_shape)}: {_describe(err)}")
+
+
 def _describe(err: BaseException) -> str:
     text = " ".join(str(err).split())
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
@@ -106,11 +112,9 @@ def build_model(
             raise ValueError(
                 f"model {name!r} got an unknown option ({err}); it takes: {', '.join(allowed) or 'none'}"
             ) from None
-        raise ModelBuildError(f"model {name!r} (model.options {_shown(options)}) cannot be built: {_describe(err)}") \
-            from None
+        raise ModelBuildError(_cannot_build(name, input_shape, options, err)) from None
     except Exception as err:  # the factory's own code (a plugin's too): any error means these options fail
-        raise ModelBuildError(f"model {name!r} (model.options {_shown(options)}) cannot be built: {_describe(err)}") \
-            from None
+        raise ModelBuildError(_cannot_build(name, input_shape, options, err)) from None
     return use_channels_last(model) if channels_last else model
 
 

@@ -13,10 +13,11 @@ from typing import Any
 from fedfew.config import ConfigError, ExperimentConfig, load_config
 from fedfew.study.schema import CONTROL, Study, StudyError
 
-#: Config values that change how fast or where a run goes, never its numbers: left out of a cell's key
-#: so a study can be continued with more workers or on another machine's data folder.
+#: Config values that change how fast or where a run goes (or when a diverging run stops: a stopped run
+#: stores no record), never its numbers: left out of a cell's key so a study can be continued with more
+#: workers or on another machine's data folder.
 NOT_IN_KEY = {"dataset": ("root",), "runtime": ("threads", "output_dir", "progress", "checkpoint_every",
-                                                 "client_states", "workers", "engine"),
+                                                 "client_states", "workers", "engine", "divergence"),
               "flower": ("round_timeout", "startup_timeout", "port", "tls", "node_auth")}
 
 #: Config fields added after records were stored, with the default that reproduces the older runs: a
@@ -48,6 +49,11 @@ def config_hash(config: ExperimentConfig) -> str:
     for section, keys in NOT_IN_KEY.items():
         for key in keys:
             data.get(section, {}).pop(key, None)
+    # The engine's options go with the engine (left out above): `--set runtime.workers=N` becomes
+    # engine: workers with engine_options {workers: N}. Kept as {} rather than dropped, so every stored
+    # cell (all with engine_options {}) keeps its key.
+    if "engine_options" in data.get("runtime", {}):
+        data["runtime"]["engine_options"] = {}
     for path, neutral in NEUTRAL_DEFAULTS.items():
         *parents, key = path
         holder = data
