@@ -255,3 +255,28 @@ def test_below_the_initial_model_shows_the_two_scores_apart() -> None:
     assert "49.167%" in text and "49.170%" in text, text
     summary = {**summary, "final_score": 0.40}
     assert "40.00%" in below_initial_message(summary) and "49.17%" in below_initial_message(summary)
+
+
+# -- 3: resume with another version --------------------------------------------------------------------
+def test_resume_refuses_a_run_of_another_version_unless_allowed_and_the_summary_records_both(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from fedfew.codeversion import numbers_version, package_version
+
+    out = tmp_path / "out"
+    config = write(tmp_path / "c.yaml", tiny_config("fl-proto"))
+    assert run_cli(capsys, "run", str(config), "--out", str(out), "--quiet")[0] == 0
+    (folder,) = list(out.iterdir())
+    written = json.loads((folder / "status.json").read_text())
+    assert written["fedfew"] == package_version() and written["code"] == numbers_version()
+    (folder / "status.json").write_text(json.dumps({**written, "status": "interrupted", "fedfew": "0.0.1"}))
+    code, lines = run_cli(capsys, "resume", str(folder), "--quiet")
+    assert code == 2 and len(lines) == 1 and "fedfew 0.0.1" in lines[0] and "--allow-other-version" in lines[0]
+    assert json.loads((folder / "status.json").read_text())["fedfew"] == "0.0.1"  # the stamp is untouched
+    # The same package with other number code is refused too.
+    (folder / "status.json").write_text(json.dumps({**written, "status": "interrupted", "code": "000000000000"}))
+    code, lines = run_cli(capsys, "resume", str(folder), "--quiet")
+    assert code == 2 and "number code 000000000000" in lines[0]
+    assert run_cli(capsys, "resume", str(folder), "--quiet", "--allow-other-version")[0] == 0
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["other_version"]["written_by"]["code"] == "000000000000"
+    assert summary["other_version"]["resumed_by"] == {"fedfew": package_version(), "code": numbers_version()}

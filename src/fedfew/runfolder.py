@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fedfew.codeversion import numbers_version, package_version
 from fedfew.config import ConfigError, ExperimentConfig, dump_config
 from fedfew.engine import serialize
 from fedfew.engine.simulator import Best, CommLog, RunState, Simulator
@@ -209,7 +210,7 @@ class RunFolder:
     def set_status(self, status: str, **info: Any) -> None:
         assert status in STATUSES
         record = {**self.read_status(), **info, "status": status, "pid": os.getpid(), "host": socket.gethostname(),
-                  "updated": time.strftime("%Y-%m-%dT%H:%M:%S"), "fedfew": _version()}
+                  "updated": time.strftime("%Y-%m-%dT%H:%M:%S"), "fedfew": package_version(), "code": numbers_version()}
         if status != "failed":
             record.pop("error", None)
         serialize.atomic_write_text(self.path / "status.json", json.dumps(record, indent=2) + "\n")
@@ -355,15 +356,6 @@ def _processes_holding(path: Path) -> list[int]:
         except OSError:
             continue
     return sorted(found)
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("fedfew")
-    except PackageNotFoundError:  # pragma: no cover - running from a source tree
-        return "unknown"
 
 
 def _write_entries(store: ClientStates, entries: dict[int, Entry]) -> dict[str, dict[str, Any]]:

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from fedfew.codeversion import numbers_version, package_version
 from fedfew.config import ConfigError, ExperimentConfig, load_config
 from fedfew.datarecord import data_record
 from fedfew.engine import serialize
@@ -137,15 +138,29 @@ def new_run(config: ExperimentConfig, out_base: str | Path | None = None, engine
     return folder
 
 
-def resume_run(path: str | Path, overrides: list[str] | None = None, progress: bool | None = None) -> dict[str, Any]:
+def resume_run(path: str | Path, overrides: list[str] | None = None, progress: bool | None = None,
+               allow_other_version: bool = False) -> dict[str, Any]:
     """Continue a run from its latest checkpoint (or from the start if it never made one) in its own
-    folder. Only ``runtime.*`` values may be overridden: anything else would change what is run."""
+    folder. Only ``runtime.*`` values may be overridden: anything else would change what is run. A run
+    written by another fedfew version or other number code is refused unless ``allow_other_version``
+    (its rounds would then come from two versions: the summary records both)."""
     folder = RunFolder(path)
     if not (folder.path / "config.yaml").is_file():
         raise RunFolderError(f"{folder.path} is not a fedfew run folder (no config.yaml)")
-    status = folder.read_status().get("status")
+    recorded = folder.read_status()
+    status = recorded.get("status")
     if status == "complete":
         raise RunFolderError(f"run {folder.path} is complete: nothing to resume (`fedfew evaluate` re-scores it)")
+    other = other_version(recorded)
+    if other is not None:
+        if not allow_other_version:
+            raise RunFolderError(f"run {folder.path} was written by {_described(other['written_by'])} and this is "
+                                 f"{_described(other['resumed_by'])}: its rounds would mix two versions' numbers; "
+                                 "finish it with the version that started it, or pass --allow-other-version "
+                                 "(the summary then records both)")
+        logger.warning("resuming %s, written by %s, with %s (--allow-other-version): the summary records both",
+                       folder.path, _described(other["written_by"]), _described(other["resumed_by"]))
+        folder.set_status(status or "interrupted", other_version=other)
     bad = [o for o in overrides or [] if not o.split("=", 1)[0].strip().startswith("runtime.")]
     if bad:
         raise ConfigError(f"fedfew resume takes only runtime.* overrides (the run's config is fixed); got {bad[0]!r}")
@@ -160,6 +175,23 @@ def resume_run(path: str | Path, overrides: list[str] | None = None, progress: b
         return _train(folder, config, progress, None, resume=True)
     finally:
         folder.unlock()
+
+
+def other_version(status: dict[str, Any]) -> dict[str, Any] | None:
+    """{written_by, resumed_by} when the run of ``status`` was written by another fedfew version or other
+    number code (:func:`fedfew.codeversion.numbers_version`) than this one; None when the same. A folder
+    older than the code record (no ``code``) is judged by its package version alone."""
+    now = {"fedfew": package_version(), "code": numbers_version()}
+    then = {"fedfew": status.get("fedfew"), "code": status.get("code")}
+    if then["fedfew"] is None:
+        return None  # not written by a run (no status.json yet): nothing was computed to mix with
+    same = then["fedfew"] == now["fedfew"] and then["code"] in (None, now["code"])
+    return None if same else {"written_by": then, "resumed_by": now}
+
+
+def _described(version: dict[str, Any]) -> str:
+    code = version.get("code")
+    return f"fedfew {version.get('fedfew')}" + (f" (number code {code})" if code else " (number code not recorded)")
 
 
 def _train(folder: RunFolder, config: ExperimentConfig, progress: bool | None, label: str | None,
@@ -293,6 +325,9 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
         seconds = time.perf_counter() - start + (simulator.state.seconds if resume else 0.0)
         summary = summarise(config, outcome, seconds, experiment.context)
         summary["data_seconds"] = round(experiment.data_seconds, 2)
+        mixed = folder.read_status().get("other_version")  # resumed with --allow-other-version
+        if mixed:
+            summary["other_version"] = mixed
         if summary.get("at_chance") and not summary.get("control"):
             logger.warning("%s: test accuracy %.2f%% is at chance (%.1f%%): the model learned nothing measurable at "
                            "this budget", config.name, 100 * summary["test"]["accuracy"], 100 * summary["chance"])
