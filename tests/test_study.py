@@ -664,16 +664,20 @@ DATA_FOLDERS = {"omniglot": "omniglot", "femnist": "femnist", "mnist": "mnist", 
 
 def test_the_source_hash_covers_what_computes_numbers_not_the_study_layer(tmp_path: Path) -> None:
     """A change to an algorithm makes a new code version; a change to how studies run or report
-    (fedfew/study/) does not: the resolved config is in each cell's key already."""
-    from fedfew.study.store import source_hash
+    (fedfew/study/), to the command line, or to an algorithm's docstring does not: the resolved config is
+    in each cell's key already (tests/test_study_records.py edits the real package)."""
+    from fedfew.codeversion import source_hash
 
     package = tmp_path / "fedfew"
     (package / "study").mkdir(parents=True)
     (package / "algorithms").mkdir()
     (package / "algorithms" / "fedavg.py").write_text("LR = 0.1\n")
     (package / "study" / "report.py").write_text("DIGITS = 2\n")
+    (package / "cli.py").write_text("USAGE = 'fedfew run'\n")
     first = source_hash(package)
     (package / "study" / "report.py").write_text("DIGITS = 3\n")
+    (package / "cli.py").write_text("USAGE = 'fedfew run CONFIG'\n")
+    (package / "algorithms" / "fedavg.py").write_text('"""FedAvg."""\nLR = 0.1  # the paper\'s\n')
     assert source_hash(package) == first
     (package / "algorithms" / "fedavg.py").write_text("LR = 0.2\n")
     assert source_hash(package) != first

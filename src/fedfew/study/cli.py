@@ -15,16 +15,30 @@ def _store(args: argparse.Namespace, root: Path) -> Path:
     return Path(args.store) if args.store else root / "studies" / "store"
 
 
+def _store_option(args: argparse.Namespace, root: Path) -> str | None:
+    """``--store`` as given, for the commands a report names, when it is not the study's default store."""
+    if not args.store or Path(args.store).resolve() == (root / "studies" / "store").resolve():
+        return None
+    return str(args.store)
+
+
+def _in_repository(path: str, root: Path) -> bool:
+    """Whether the study file is one of a repository's (in ``studies/`` under its root, whose docs
+    `fedfew study docs` writes), as :func:`fedfew.study.schema.load_study` decides its root."""
+    return Path(path).resolve().parent != root.resolve()
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from fedfew.study.run import run_study
 
     study, root = load_study(args.study)
-    seeds = parse_seeds(args.seeds) if args.seeds else None
+    seeds = parse_seeds(args.seeds) if args.seeds is not None else None  # --seeds "": an error, not the default
     counts = run_study(study, root, args.budget, _store(args, root), Path(args.runs), seeds, args.set, args.new_code,
                        reuse=not args.no_reuse)
     held = f", {counts['held']} left to other processes" if counts.get("held") else ""
     reused = f", {counts['reused']} copied from other studies' stores" if counts.get("reused") else ""
-    print(f"study {study.name}: {counts['run']} cells run, {counts['skipped']} already stored{reused}{held}; "
+    others = f", {counts['stored_by_others']} stored by other processes" if counts.get("stored_by_others") else ""
+    print(f"study {study.name}: {counts['run']} cells run, {counts['skipped']} already stored{reused}{others}{held}; "
           f"`fedfew study report {args.study} --budget {args.budget}` shows the table")
     return 0
 
@@ -34,20 +48,28 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
     study, root = load_study(args.study)
     done = verify_study(study, root, args.budget, _store(args, root), Path(args.runs), args.per_method, args.set)
-    print(f"study {study.name}: sources {done['new']} gives the numbers of sources {done['old']} on all {done['cells']} "
-          f"re-run cells; the older records count as this version's ({done['file']})")
+    print(done["verdict"])  # after the drift table verify_study printed
     return 0
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from fedfew.study.report import collect, curve_figure, figure, markdown
+    from fedfew.study.report import collect, curve_figure, curve_keys, figure, markdown
 
     study, root = load_study(args.study)
     if args.budgets is not None:
         return _report_budgets(args, study, root)
     study.budget(args.budget or study.docs_budget)  # a budget that does not exist: one line, exit 2
     results = collect(study, root, _store(args, root), args.budget)
-    print(markdown(results, args.study))
+    if args.curve:  # before the report: a curve that cannot be drawn is one line, not a report and a shrug
+        key, known = args.curve[0], curve_keys(results)
+        where = f"study {study.name} at budget {results.budget}"
+        if not known:
+            raise StudyError(f"--curve {key}: no stored record of {where} keeps its evaluated rounds (none stored "
+                             "yet, or round-0 runs only); nothing to draw")
+        if key not in known:
+            raise StudyError(f"--curve {key}: no stored record of {where} has {key!r} at its evaluated rounds; they "
+                             f"have {', '.join(known)}")
+    print(markdown(results, args.study, _store_option(args, root), _in_repository(args.study, root)))
     if args.figure:
         if figure(results, Path(args.figure)):
             print(f"figure: {args.figure}")
@@ -75,7 +97,9 @@ def _report_budgets(args: argparse.Namespace, study: Study, root: Path) -> int:
                          "without it")
     for name in names:
         study.budget(name)  # one that does not exist: one line, exit 2
-    print(budgets_markdown([collect(study, root, _store(args, root), name) for name in names], args.study))
+    damaged: dict[Path, str] = {}  # each damaged record named once, not once per budget
+    print(budgets_markdown([collect(study, root, _store(args, root), name, damaged) for name in names], args.study,
+                           _store_option(args, root)))
     return 0
 
 
@@ -91,13 +115,14 @@ def _cmd_status(args: argparse.Namespace) -> int:
     # resolving the cells logs each override's dropped options once: `study run`'s to show, not this view's
     logging.getLogger("fedfew.config").setLevel(logging.ERROR)
     statuses = []
+    damaged: dict[Path, str] = {}  # each damaged record named once, not once per budget
     for path in paths:
         study, root = load_study(path)
         if args.budget is not None and args.studies:
             study.budget(args.budget)  # a budget a named study does not have: one line, exit 2
         # smoke budgets are the test suite's (seconds, never stored): left out unless asked for by name
         names = [args.budget] if args.budget is not None else [b for b in study.budgets if b != "smoke"]
-        statuses += [budget_status(study, root, name, _store(args, root), Path(args.runs), code)
+        statuses += [budget_status(study, root, name, _store(args, root), Path(args.runs), code, damaged)
                      for name in names if name in study.budgets]
     if not statuses:
         raise StudyError(f"--budget {args.budget}: no study in {Path(args.root) / 'studies'} has this budget")

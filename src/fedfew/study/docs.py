@@ -45,7 +45,10 @@ def study_files(root: Path) -> list[Path]:
 
 def render_pages(root: Path, store_base: Path | None = None, figures: bool = False) -> dict[Path, str]:
     """Every docs page with a study marker, as the store makes it: {page: new text}."""
-    store_base = store_base or root / "studies" / "store"
+    default = root / "studies" / "store"
+    # `study docs --store S`: the blocks' commands name S, so they reproduce what the blocks show
+    store_option = str(store_base) if store_base and store_base.resolve() != default.resolve() else None
+    store_base = store_base or default
     studies: dict[str, tuple[Study, Path]] = {}
     for path in study_files(root):
         study, _ = load_study(path)
@@ -53,13 +56,14 @@ def render_pages(root: Path, store_base: Path | None = None, figures: bool = Fal
             raise StudyError(f"study name {study.name!r} is used by {studies[study.name][1]} and {path}")
         studies[study.name] = (study, path)
     collected: dict[tuple[str, str | None], StudyResults] = {}
+    damaged: dict[Path, str] = {}  # each damaged record named once, however many blocks read its study
 
     def results_of(name: str, budget: str | None = None) -> StudyResults:
         """A study's results at ``budget`` (default: its docs budget), collected once however many
         blocks and pages show them."""
         if (name, budget) not in collected:
             study, _ = studies[name]
-            collected[name, budget] = collect(study, root, store_base, budget)
+            collected[name, budget] = collect(study, root, store_base, budget, damaged)
         return collected[name, budget]
 
     compute = marker_pattern(COMPUTE, prefix="")
@@ -79,7 +83,8 @@ def render_pages(root: Path, store_base: Path | None = None, figures: bool = Fal
                 if view:
                     raise StudyError(f"{page}: marker study:{name}{at}{view}: several budgets take the table view "
                                      f"only (study:{name}{at})")
-                body = budgets_markdown([results_of(name, b) for b in budgets], str(path.relative_to(root)))
+                body = budgets_markdown([results_of(name, b) for b in budgets], str(path.relative_to(root)),
+                                        store_option)
                 text = marker_pattern(name + at).sub(_between(body), text)
                 continue
             budget = budgets[0] if budgets else None
@@ -89,7 +94,7 @@ def render_pages(root: Path, store_base: Path | None = None, figures: bool = Fal
                 body = render(results, str(path.relative_to(root)))
                 text = marker_pattern(name + at + view).sub(_between(body), text)
                 continue
-            body = markdown(results, str(path.relative_to(root)))
+            body = markdown(results, str(path.relative_to(root)), store_option)
             if results.values:  # the figure's link depends on the store alone; the file is made by write_docs
                 stem = name + (f"-{budget}" if budget else "")
                 body += f"\n![{study.title or name}{f' ({budget} budget)' if budget else ''}](studies/{stem}.png)\n"

@@ -5,15 +5,18 @@ figure, all computed from the store."""
 from __future__ import annotations
 
 import math
+import shlex
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fedfew.environment import describe_environments
 from fedfew.study.grid import Cell, cells
-from fedfew.study.schema import CONTROL, Study
-from fedfew.study.store import CodeVersion, ResultStore, metric
+from fedfew.study.records import CheckedStore
+from fedfew.study.schema import CONTROL, Study, parse_metric
+from fedfew.study.store import CodeVersion, metric
 from fedfew.study.verdict import HOLDS, Interval, PairVerdict, compare, judge_order, t_interval
 
 
@@ -29,6 +32,9 @@ class StudyResults:
     #: Stored cells whose run has no value at the study's metric (e.g. a round-0 control of a metric
     #: only training writes): in the store, so not "not yet run", but shown as "—".
     cells_without_metric: int = 0
+    #: The records shown, one per run (cells reading other numbers of one run share it): their
+    #: environments are the header's (:func:`fedfew.environment.describe_environments`)
+    run_records: list[dict[str, Any]] = field(default_factory=list)
     wall_seconds: float = 0.0
     #: Records copied from other studies' stores (the same run: config and code), by the study that ran
     #: them, and those runs' wall time: counted there, so not in ``wall_seconds``
@@ -40,7 +46,9 @@ class StudyResults:
     sources: dict[str, int] = field(default_factory=dict)
     #: The verifications that let older records stand for this version: (the verifying version's
     #: sources, the older sources it was checked against, cells re-run), oldest check first
-    verified: list[tuple[str, str, int]] = field(default_factory=list)
+    #: (new source, old source, re-run cells, exact): exact unless verify judged other environments by its
+    #: tolerance (an equivalence written before tolerances has no ``exact`` field: it was exact)
+    verified: list[tuple[str, str, int, bool]] = field(default_factory=list)
     #: (method or CONTROL, setting) -> {seed: the run's evaluated rounds} (records that keep them)
     histories: dict[tuple[str, str], dict[int, list[dict[str, Any]]]] = field(default_factory=dict)
     settings: list[str] = field(default_factory=list)
@@ -48,6 +56,9 @@ class StudyResults:
     extra: list[dict[tuple[str, str], dict[int, float]]] = field(default_factory=list)
     #: setting -> how many of its cells (the control's included) are not in the store
     missing: dict[str, int] = field(default_factory=dict)
+    #: (method, setting) -> the seeds whose run trained (rounds > 0) yet selected round 0: the untrained
+    #: model scored best on validation, so the cell's selected-round numbers are the untrained model's
+    round0: dict[tuple[str, str], set[int]] = field(default_factory=dict)
 
     @property
     def seeds(self) -> list[int]:
@@ -59,13 +70,15 @@ class StudyResults:
         return t_interval(list(per_seed.values())) if per_seed else None
 
 
-def collect(study: Study, root: Path, store_base: Path, budget: str | None = None) -> StudyResults:
+def collect(study: Study, root: Path, store_base: Path, budget: str | None = None,
+            damaged: dict[Path, str] | None = None) -> StudyResults:
     """The stored values of ``study``'s cells at ``budget`` (default: the docs budget), taken from the
     newest code version that holds any of them."""
     budget = budget or study.docs_budget
     if study.budget(budget).metric:  # a budget that reads other numbers of its runs
         study = study.model_copy(update={"metric": study.budget(budget).metric})
-    store = ResultStore(store_base, study.name)
+    store = CheckedStore(store_base, study.name, "left out of the report; `fedfew study run` runs its cell again",
+                         damaged)  # damaged records already named (by this command's other budgets)
     grid: list[Cell] = cells(study, root, budget)
     code = store.newest_code({c.config_hash for c in grid})  # of this budget's cells, not another budget's
     if code is not None:
@@ -82,7 +95,7 @@ def collect(study: Study, root: Path, store_base: Path, budget: str | None = Non
     checks = sorted((e for e in store.equivalences() if CodeVersion.from_json(e["equal_to"]).key in equal),
                     key=lambda e: str(e.get("verified", "")))
     results.verified = [(CodeVersion.from_json(e["code"]).source, CodeVersion.from_json(e["equal_to"]).source,
-                         len(e["cells"])) for e in checks]
+                         len(e["cells"]), bool(e.get("exact", True))) for e in checks]
     counted: set[str] = set()
     for cell in grid:
         record = records.get(cell.config_hash)
@@ -92,6 +105,7 @@ def collect(study: Study, root: Path, store_base: Path, budget: str | None = Non
         results.cells_found += 1
         if cell.config_hash not in counted:  # cells reading other numbers of one run count its time once
             counted.add(cell.config_hash)
+            results.run_records.append(record)
             if record.get("reused_from"):
                 origin = str(record["reused_from"]).split("/", 1)[0]
                 results.reused[origin] = results.reused.get(origin, 0) + 1
@@ -102,6 +116,9 @@ def collect(study: Study, root: Path, store_base: Path, budget: str | None = Non
         results.sources[source] = results.sources.get(source, 0) + 1
         if record.get("history"):
             results.histories.setdefault((cell.method, cell.setting), {})[cell.seed] = record["history"]
+        selected = record["metrics"].get("selected_round")
+        if cell.config.federation.rounds > 0 and selected == 0 and not isinstance(selected, bool):
+            results.round0.setdefault((cell.method, cell.setting), set()).add(cell.seed)
         for extra, values in zip(study.tables, results.extra):
             number = metric(record, extra.metric)
             if number is not None:
@@ -112,6 +129,47 @@ def collect(study: Study, root: Path, store_base: Path, budget: str | None = Non
             continue
         results.values.setdefault((cell.method, cell.setting), {})[cell.seed] = 100.0 * value
     return results
+
+
+#: The mark on a cell whose trained runs selected round 0 (:func:`round0_mark`), and what it means.
+ROUND0 = "†"
+ROUND0_LEGEND = (f"{ROUND0} round 0 selected: the untrained model scored best on validation, so the cell is the "
+                 f"untrained model's score, not a trained one's ({ROUND0}k/n: in k of its n seeds).")
+
+
+def at_selected_round(path: str) -> bool:
+    """Whether a metric path reads the selected round's numbers (test.*, selected_score), not the
+    last evaluated round's or the initial model's, which a round-0 selection does not change."""
+    return parse_metric(path)[0][0] not in ("history", "initial_score", "final_score")
+
+
+def round0_mark(results: StudyResults, method: str, setting: str, seeds: Iterable[int], path: str) -> str:
+    """" †" when every one of ``seeds`` (the cell's values) comes from a trained run that selected round
+    0, " †k/n" when k of the n did, "" when none did or ``path`` does not read the selected round."""
+    shown = set(seeds)
+    k = len(results.round0.get((method, setting), set()) & shown)
+    if not k or not at_selected_round(path):
+        return ""
+    return f" {ROUND0}" if k == len(shown) else f" {ROUND0}{k}/{len(shown)}"
+
+
+def _cell(results: StudyResults, method: str, setting: str) -> str:
+    """A cell of the main table: mean ± interval, marked when its runs selected round 0."""
+    seeds = results.values.get((method, setting), {})
+    return _fmt(results.interval(method, setting)) + round0_mark(results, method, setting, seeds,
+                                                                 results.study.metric_of(method, setting))
+
+
+def _marked(results: StudyResults, method: str, setting: str) -> str:
+    """A method's label where a verdict or a winner uses its cell, marked as the cell is."""
+    seeds = results.values.get((method, setting), {})
+    return results.study.label(method) + round0_mark(results, method, setting, seeds,
+                                                     results.study.metric_of(method, setting))
+
+
+def _legend(text: str) -> str:
+    """The round-0 legend line when ``text`` (a table) holds a marked cell."""
+    return f"\n{ROUND0_LEGEND}\n" if ROUND0 in text else ""
 
 
 def _fmt(interval: Interval | None) -> str:
@@ -139,10 +197,11 @@ def table(results: StudyResults) -> str:
     for method in rows:
         row = [study.label(method)]
         for setting in results.settings:
-            row.append(_fmt(results.interval(method, setting)))
+            row.append(_cell(results, method, setting))
             row += [_paper(p.values.get(method, {}).get(setting)) for p in study.paper]
         lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n"
+    return text + _legend(text)
 
 
 def extra_tables(results: StudyResults) -> str:
@@ -158,9 +217,10 @@ def extra_tables(results: StudyResults) -> str:
                  "interval over seeds):", "", "| method | " + " | ".join(settings) + " |", "|" + "---|" * (len(settings) + 1)]
         for method in methods:
             cells = [_fmt(t_interval(list(values[(method, s)].values())) if values.get((method, s)) else None)
-                     for s in settings]
+                     + round0_mark(results, method, s, values.get((method, s), {}), extra.metric) for s in settings]
             lines.append(f"| {results.study.label(method)} | " + " | ".join(cells) + " |")
-        parts.append("\n".join(lines) + "\n")
+        text = "\n".join(lines) + "\n"
+        parts.append(text + _legend(text))
     return "\n".join(parts)
 
 
@@ -188,10 +248,11 @@ def claims_table(results: StudyResults) -> str:
              "|---|---|---|---|---|"]
     for claim, verdict, pairs in judged:
         study = results.study
-        order = " > ".join(study.label(m) for m in claim.order)
+        order = " > ".join(_marked(results, m, claim.setting) for m in claim.order)
         diffs = "; ".join(f"{study.label(p.above)} − {study.label(p.below)}: {_fmt(p.difference)}" for p in pairs)
         lines.append(f"| {order} | {claim.setting} | {claim.source or '—'} | **{verdict}** | {diffs} |")
-    return "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n"
+    return text + _legend(text)
 
 
 #: One setting's row of :func:`winners`: (setting, best method or None, not separated from it, control).
@@ -234,7 +295,7 @@ def winners_markdown(results: StudyResults, study_path: str) -> str:
              + (f" apart: {study.winners.why} |" if apart else "") + " untrained control |",
              "|---|---|---|" + ("---|" if apart else "") + "---|"]
     for setting, best, tied, control in winners(results):
-        aside = ("; ".join(f"{study.label(m)}: {_fmt(results.interval(m, setting))}" for m in apart) + " | "
+        aside = ("; ".join(f"{study.label(m)}: {_cell(results, m, setting)}" for m in apart) + " | "
                  if apart else "")
         missing = results.missing.get(setting, 0)
         if best is None:
@@ -243,10 +304,11 @@ def winners_markdown(results: StudyResults, study_path: str) -> str:
                 "not yet run" if missing else "no row to compare"
             lines.append(f"| {setting} | {state} | | {aside}{_fmt(control)} |")
             continue
-        shown = f"{study.label(best)}: {_fmt(results.interval(best, setting))}"
-        lines.append(f"| {setting} | {shown} | {', '.join(study.label(m) for m in tied) or 'none'} | {aside}"
-                     f"{_fmt(control)} |")
-    return "\n".join(lines) + "\n"
+        shown = f"{study.label(best)}: {_cell(results, best, setting)}"
+        lines.append(f"| {setting} | {shown} | {', '.join(_marked(results, m, setting) for m in tied) or 'none'} | "
+                     f"{aside}{_fmt(control)} |")
+    text = "\n".join(lines) + "\n"
+    return text + _legend(text)
 
 
 def _own_metrics(study: Study, shown: Iterable[str]) -> dict[str, str]:
@@ -274,30 +336,38 @@ def _metric_name(path: str) -> str:
                                       "where it has none)"}.get(path, f"`{path}` (%)")
 
 
-def markdown(results: StudyResults, study_path: str) -> str:
-    """The report: a status line, the table and the claims (what the docs markers hold)."""
+def markdown(results: StudyResults, study_path: str, store: str | None = None, in_repository: bool = True) -> str:
+    """The report: a status line, the table and the claims (what the docs markers hold). ``store``: the
+    ``--store`` it was made from when not the study's default, so the commands it names reproduce it;
+    ``in_repository``: the study is one of a repository's (``studies/``), whose docs `fedfew study docs`
+    writes, else the report itself is what shows the results."""
     study = results.study
-    command = f"fedfew study run {study_path} --budget {results.budget}"
-    report = f"fedfew study report {study_path}" + ("" if results.budget == study.docs_budget
-                                                     else f" --budget {results.budget}")
+    store_option = f" --store {shlex.quote(store)}" if store else ""
+    command = f"fedfew study run {shlex.quote(study_path)} --budget {results.budget}{store_option}"
+    report = f"fedfew study report {shlex.quote(study_path)}" + ("" if results.budget == study.docs_budget
+                                                                  else f" --budget {results.budget}") + store_option
     if results.cells_found == 0:
-        return (f"*Not yet run at the {results.budget} budget* ({results.cells_total} cells): `{command}`, then "
-                f"`fedfew study docs`.\n")
+        then = f"fedfew study docs{store_option}" if in_repository else report
+        return f"*Not yet run at the {results.budget} budget* ({results.cells_total} cells): `{command}`, then `{then}`.\n"
     seeds = results.seeds
     shown = [*results.methods, *results.settings]
     status = (f"Study `{study.name}` at the {results.budget} budget: {results.cells_found}/{results.cells_total} "
               f"cells in the store, seeds {', '.join(map(str, seeds))}, {results.wall_seconds / 60:.1f} min of "
               f"runs, code {results.code.describe() if results.code else '?'}. Ours: {_metrics_named(study, shown)}, mean ± 95% "
-              f"interval over seeds (Student's t). Made by `{command}` and `{report}`.")
+              f"interval over seeds (Student's t). Made by `{command}` and `{report}`. "
+              f"{describe_environments(results.run_records)}")
     if results.reused:
         status += (f" {sum(results.reused.values())} of its runs are another study's, the same config and code, "
                    f"copied from its store ({', '.join(f'{n} from {name}' for name, n in sorted(results.reused.items()))}; "
                    f"{results.reused_seconds / 60:.1f} min, counted there).")
     older = {src: n for src, n in results.sources.items() if results.code and src != results.code.source}
     if older:
-        checks = "; ".join(f"{new} against {old} on {n} re-run cells" for new, old, n in results.verified)
+        checks = "; ".join(f"{new} against {old} on {n} re-run cells{'' if exact else ' (within tolerance)'}"
+                           for new, old, n, exact in results.verified)
+        how = "exactly" if all(exact for *_, exact in results.verified) else \
+            "exactly, or within each re-run cell's own 95% interval where the environments differ"
         status += (f" {sum(older.values())} of the {results.cells_found} records were made by older code "
-                   f"({', '.join(sorted(older))}), verified to give this version's numbers exactly (sources {checks}; "
+                   f"({', '.join(sorted(older))}), verified to give this version's numbers {how} (sources {checks}; "
                    "`fedfew study verify`).")
     if results.cells_found < results.cells_total:
         status += f" **Incomplete**: {results.cells_total - results.cells_found} cells not yet run."
@@ -343,22 +413,24 @@ def budgets_table(runs: list[StudyResults]) -> str:
         row = [study.label(method)]
         for r in runs:
             runs_it = r.budget in controls if method == CONTROL else method in r.methods
-            row += [_fmt(r.interval(method, setting)) if runs_it else "n/a" for setting in r.settings]
+            row += [_cell(r, method, setting) if runs_it else "n/a" for setting in r.settings]
         row += [_paper(p.values.get(method, {}).get(setting)) for setting in settings for p in study.paper]
         lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n"
+    return text + _legend(text)
 
 
-def budgets_markdown(runs: list[StudyResults], study_path: str) -> str:
+def budgets_markdown(runs: list[StudyResults], study_path: str, store: str | None = None) -> str:
     """The report over several budgets of one study (``study:NAME@a+b`` in the docs, ``study report
     --budgets a,b``): each budget's status and note, the table with budgets as column groups, and each
     budget's verdicts (the claims about the rows and columns it runs) with the budget named."""
     study = runs[0].study
-    names = "+".join(r.budget for r in runs)
+    names = ",".join(r.budget for r in runs)
+    store_option = f" --store {shlex.quote(store)}" if store else ""
     lines = [f"Study `{study.name}` at budgets {', '.join(r.budget for r in runs)}. Ours: {_metric_name(study.metric)}, "
              f"mean ± 95% interval over seeds (Student's t); n/a: a row the budget does not run. Made by "
-             f"`fedfew study run {study_path} --budget B` for each budget B and "
-             f"`fedfew study report {study_path} --budgets {names.replace('+', ',')}`.", ""]
+             f"`fedfew study run {shlex.quote(study_path)} --budget B{store_option}` for each budget B and "
+             f"`fedfew study report {shlex.quote(study_path)} --budgets {names}{store_option}`.", ""]
     for r in runs:
         note = study.budget(r.budget).note
         lines.append(f"- {_budget_note(r)}" + (f": {note}" if note else ""))
@@ -368,11 +440,12 @@ def budgets_markdown(runs: list[StudyResults], study_path: str) -> str:
         rows = ["| budget | claim | setting | source | verdict | paired difference (points, 95% interval over seeds) |",
                 "|---|---|---|---|---|---|"]
         for r, claim, verdict, pairs in judged:
-            order = " > ".join(study.label(m) for m in claim.order)
+            order = " > ".join(_marked(r, m, claim.setting) for m in claim.order)
             diffs = "; ".join(f"{study.label(p.above)} − {study.label(p.below)}: {_fmt(p.difference)}" for p in pairs)
             rows.append(f"| {r.budget} | {order} | {claim.setting} | {claim.source or '—'} | **{verdict}** | {diffs} |")
+        text = "\n".join(rows) + "\n"
         parts += ["", "Claims at each budget (paired comparison over seeds; docs/studies.md states the rule):", "",
-                  "\n".join(rows) + "\n"]
+                  text + _legend(text)]
     return "\n".join(parts)
 
 
@@ -491,6 +564,12 @@ def mean_curve(per_seed: dict[int, list[dict[str, Any]]], key: str) -> list[tupl
             interval = t_interval(list(by_round[r].values()))
             points.append((r, interval.mean, interval.half_width or 0.0))
     return points
+
+
+def curve_keys(results: StudyResults) -> list[str]:
+    """The numbers the stored records of this budget keep at their evaluated rounds (what --curve draws)."""
+    return sorted({key for per_seed in results.histories.values() for rows in per_seed.values() for row in rows
+                   for key in row if key != "round"})
 
 
 def curve_figure(results: StudyResults, key: str, path: Path) -> bool:

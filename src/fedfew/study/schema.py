@@ -10,14 +10,14 @@ method's cell with ``federation.rounds: 0``. Unknown keys are errors naming the 
 
     name: fedfsl-table3                      # the store's folder and the docs marker's name
     title: FedFSL Table 3 on Omniglot
-    config: configs/fedfsl/omniglot.yaml     # base config, relative to the repository root
+    config: configs/fedfsl/omniglot.yaml     # base config, relative to the study's root (see above)
     set: {federation.rounds: 20}             # overrides for every cell (dotted keys, YAML values)
     methods:                                  # rows, in order
       FedFSL-naive: {set: {algorithm.name: fl-maml}}
       FedFSL-MI: {set: {algorithm.name: fedfsl-mi}, config: other.yaml}   # a method's own base config
     settings:                                 # columns, in order
       IID 1-shot: {set: {partition.name: iid, episodes.k_shot: 1}}
-    seeds: [0, 1, 2]
+    seeds: [0, 1, 2]                          # distinct; no list in the file may be empty
     budgets:                                  # smoke (seconds, for CI), cpu (hours on 2 cores), paper
       smoke: {set: {federation.rounds: 1}, seeds: [0, 1], methods: [FedFSL-naive]}
       cpu: {}
@@ -49,6 +49,7 @@ from pydantic import (
     model_validator,
 )
 
+from fedfew.config import DuplicateKeyError, load_yaml
 from fedfew.errors import UsageError
 
 #: The pseudo-method name a claim uses for the untrained control row.
@@ -89,6 +90,27 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
+def _distinct_seeds(seeds: list[int]) -> list[int]:
+    # Two cells of one seed are the same run: "seeds 0, 0" would count it twice in every interval.
+    for seed in seeds:
+        if seeds.count(seed) > 1:
+            raise ValueError(f"seed {seed} is given twice; give each seed once")
+    return seeds
+
+
+def _distinct_names(names: list[str]) -> list[str]:
+    for name in names:
+        if names.count(name) > 1:
+            raise ValueError(f"{name!r} is given twice; give each once")
+    return names
+
+
+#: The seeds of a study or a budget: one or more, each once.
+Seeds = Annotated[list[int], Field(min_length=1), AfterValidator(_distinct_seeds)]
+#: A budget's or a table's rows or columns: one or more, each once (an empty list would silently mean all).
+Names = Annotated[list[str], Field(min_length=1), AfterValidator(_distinct_names)]
+
+
 Overrides = dict[str, Any]
 
 
@@ -114,10 +136,10 @@ class Row(_Strict):
 
 class Budget(_Strict):
     set: Overrides = Field(default_factory=dict)
-    seeds: list[int] | None = None
+    seeds: Seeds | None = None
     #: Only these methods / settings at this budget (a smoke budget keeps CI short).
-    methods: list[str] | None = None
-    settings: list[str] | None = None
+    methods: Names | None = None
+    settings: Names | None = None
     control: bool = True
     note: str = ""
     #: Overrides for one method at this budget, applied after the budget's ``set``: a budget that scales
@@ -166,8 +188,8 @@ class MetricTable(_Strict):
     #: The stored value times this (100: percent, as the main table shows ``metric``; 1: as stored).
     scale: float = 1.0
     #: Only these rows / columns (default: every one the budget runs).
-    methods: list[str] | None = None
-    settings: list[str] | None = None
+    methods: Names | None = None
+    settings: Names | None = None
 
 
 class Study(_Strict):
@@ -176,8 +198,8 @@ class Study(_Strict):
     config: str | None = None
     set: Overrides = Field(default_factory=dict)
     methods: dict[str, Row] = Field(min_length=1)
-    settings: dict[str, Row] = Field(default_factory=lambda: {"all": Row()})
-    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=1)
+    settings: dict[str, Row] = Field(default_factory=lambda: {"all": Row()}, min_length=1)
+    seeds: Seeds = Field(default_factory=lambda: [0, 1, 2])
     budgets: dict[str, Budget]
     #: The budget whose results the docs show.
     docs_budget: str = "cpu"
@@ -295,13 +317,16 @@ def _format(err: ValidationError) -> str:
 
 
 def load_study(path: str | Path) -> tuple[Study, Path]:
-    """The validated study in ``path`` and the folder its relative config paths start from (the
-    repository root: the parent of ``studies/``, else the file's own folder)."""
+    """The validated study in ``path`` and its root, the folder its relative config paths start from
+    and whose ``studies/store`` is its default store: the folder above ``studies/`` for a file in a
+    folder named ``studies`` (a repository's studies), else the file's own folder."""
     path = Path(path)
     if not path.is_file():
         raise StudyError(f"study file {path} does not exist")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = load_yaml(path.read_text())
+    except DuplicateKeyError as err:  # plain YAML keeps the last of the two silently
+        raise StudyError(f"study file {path}: {err}; remove one of them") from None
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         raise StudyError(f"study file {path} is not valid YAML: {' '.join(str(err).split())}") from None
     if not isinstance(data, dict):

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fedfew.study.grid import Cell, cells
+from fedfew.study.records import CheckedStore
 from fedfew.study.run import (
     claim_owner,
     duration,
@@ -19,7 +20,7 @@ from fedfew.study.run import (
     typical_seconds,
 )
 from fedfew.study.schema import Study
-from fedfew.study.store import CodeVersion, ResultStore, foreign_codes
+from fedfew.study.store import CodeVersion, foreign_codes
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,8 @@ class BudgetStatus:
     stored: int
     other_code: int  # runs stored only by code not verified to give this code's numbers
     pending: list[PendingCell] = field(default_factory=list)
+    #: The config hashes of the budget's runs: a budget whose runs are all another's is a piece of it.
+    hashes: frozenset[str] = frozenset()
 
     @property
     def complete(self) -> bool:
@@ -68,9 +71,10 @@ class BudgetStatus:
 
 
 def budget_status(study: Study, root: Path, budget: str, store_base: Path, runs_base: Path,
-                  code: CodeVersion) -> BudgetStatus:
+                  code: CodeVersion, damaged: dict[Path, str] | None = None) -> BudgetStatus:
     todo = cells(study, root, budget)
-    store = ResultStore(store_base, study.name)
+    store = CheckedStore(store_base, study.name, "counted as not stored; `fedfew study run` runs its cell again",
+                         damaged)  # damaged records already named (by this command's other budgets)
     hashes = {c.config_hash for c in todo}
     done = store.by_hash(code)
     foreign = {v.key for v in foreign_codes(store, code, hashes)}
@@ -79,7 +83,8 @@ def budget_status(study: Study, root: Path, budget: str, store_base: Path, runs_
              and CodeVersion.from_json(r["code"]).key in foreign}
     typical = typical_seconds(store, hashes)
     pending = runs_to_go(todo, done)
-    status = BudgetStatus(study.name, budget, len(hashes), len(hashes) - len(pending), len(older))
+    status = BudgetStatus(study.name, budget, len(hashes), len(hashes) - len(pending), len(older),
+                          hashes=frozenset(hashes))
     for cell in pending:
         where = run_progress(cell, study, code, store, store_base, runs_base)
         if where.copyable:
@@ -121,10 +126,27 @@ def status_text(statuses: list[BudgetStatus], every_cell: bool = False, complete
         lines.append(f"{s.study} @ {s.budget}: {s.stored}/{s.runs} runs stored; {len(s.pending)} to go{older}: "
                      + ", ".join(f"{n} {state}" for state, n in states.items()) + "; " + _left(s.seconds_left, s.unknown))
         lines += [f"  {p.describe()}" for p in s.pending if every_cell or p.state == "running"]
-    todo = [s for s in statuses if not s.complete]
-    total = sum(s.seconds_left for s in todo)
-    unknown = sum(s.unknown for s in todo)
-    lines.append(f"{len(statuses) - len(todo)} of {len(statuses)} study budgets complete"
-                 + (f"; {_runs(sum(len(s.pending) for s in todo))} to go in the others: {_left(total, unknown)}"
-                    if todo else ""))
+    whole = [s for s in statuses if piece_of(s, statuses) is None]
+    pieces = len(statuses) - len(whole)
+    todo = [s for s in whole if not s.complete]
+    # Each run once: a piece's runs are its budget's, and two studies never share a store folder.
+    runs = {(s.study, p.cell.config_hash): p for s in statuses for p in s.pending}
+    total = sum(p.seconds_left or 0.0 for p in runs.values())
+    unknown = sum(1 for p in runs.values() if p.seconds_left is None)
+    lines.append(f"{len(whole) - len(todo)} of {len(whole)} study budgets complete"
+                 + (f" ({pieces} more {'is a piece' if pieces == 1 else 'are pieces'} of one: counted in it)"
+                    if pieces else "")
+                 + (f"; {_runs(len(runs))} to go in the others: {_left(total, unknown)}" if runs else ""))
     return "\n".join(lines)
+
+
+def piece_of(status: BudgetStatus, statuses: list[BudgetStatus]) -> BudgetStatus | None:
+    """The budget of the same study whose runs include all of ``status``'s (a piece of a budget, such
+    as fedfsl_table3's ``cpu-non-IID-1-shot`` of ``cpu``, or another view of the same runs, such as a
+    last-round budget), or None. Of two budgets with the same runs, the later one listed is the piece."""
+    for other in statuses:
+        if other is status or other.study != status.study or not status.hashes <= other.hashes:
+            continue
+        if status.hashes < other.hashes or statuses.index(other) < statuses.index(status):
+            return other
+    return None

@@ -8,7 +8,6 @@ Records are written to a temporary name and renamed: an interrupted write never 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -19,6 +18,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from fedfew.codeversion import numbers_version, package_version
 from fedfew.study.schema import StudyError, parse_metric
 
 FORMAT = 1
@@ -27,7 +27,7 @@ FORMAT = 1
 @dataclass(frozen=True)
 class CodeVersion:
     package: str
-    source: str  # hash of the package's .py files but fedfew/study/'s (source_hash)
+    source: str  # hash of the code that can change a run's numbers (source_hash)
     commit: str | None
 
     @property
@@ -45,35 +45,13 @@ class CodeVersion:
         return cls(data["package"], data["source"], data.get("commit"))
 
 
-#: Package folders left out of the source hash: they choose which configs run (the resolved config is
-#: in a cell's key) and how stored results are shown, never a run's numbers, so reports, docs and the
-#: study runner can improve without making every stored result "other code".
-NOT_IN_SOURCE_HASH = ("study",)
-
-
-def source_hash(package_dir: Path) -> str:
-    """A hash of the .py files under ``package_dir`` that compute a run's numbers (every file but those
-    in :data:`NOT_IN_SOURCE_HASH`), names included."""
-    digest = hashlib.sha256()
-    for path in sorted(package_dir.rglob("*.py")):
-        relative = path.relative_to(package_dir)
-        if relative.parts[0] in NOT_IN_SOURCE_HASH:
-            continue
-        digest.update(str(relative).encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()[:12]
-
-
 @cache
 def current_code() -> CodeVersion:
-    """This installation's code version. The source hash covers the package's .py files except the study
-    layer's (:data:`NOT_IN_SOURCE_HASH`), so a commit that changes only docs, configs, the store or how
-    studies are reported keeps the version."""
-    import fedfew.config
-
-    package_dir = Path(fedfew.config.__file__).resolve().parent
-    from fedfew.runfolder import _version
-
-    return CodeVersion(_version(), source_hash(package_dir), _git_commit(package_dir))
+    """This installation's code version. The source hash covers what can change a run's numbers
+    (:func:`source_hash`), so a commit that changes only docs, docstrings, configs, the command line, the
+    store or how studies are reported keeps the version."""
+    package_dir = Path(__file__).resolve().parents[1]
+    return CodeVersion(package_version(), numbers_version(), _git_commit(package_dir))
 
 
 def _git_commit(folder: Path) -> str | None:
@@ -203,14 +181,16 @@ KEPT_SUMMARY = ("test", "selected_round", "rounds", "seconds", "bytes_down", "by
 
 def make_record(study: str, budget: str, method: str, setting: str, seed: int, config_hash: str,
                 config: dict[str, Any], code: CodeVersion, summary: dict[str, Any], wall_seconds: float,
-                history: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """One cell's record; ``history`` is the run's evaluated rounds (:func:`fedfew.study.run.evaluated_history`)."""
+                history: list[dict[str, Any]] | None = None, usage: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One cell's record; ``history`` is the run's evaluated rounds (:func:`fedfew.study.run.evaluated_history`),
+    ``usage`` its environment, CPU seconds and sittings (:func:`fedfew.study.run.run_usage`)."""
     record = {"format": FORMAT, "study": study, "budget": budget, "method": method, "setting": setting, "seed": seed,
               "config_hash": config_hash, "config": config, "code": code.to_json(),
               "metrics": {k: summary[k] for k in KEPT_SUMMARY if k in summary},
               "wall_seconds": round(wall_seconds, 2), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     if history:
         record["history"] = history
+    record.update(usage or {})
     return record
 
 
