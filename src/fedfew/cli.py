@@ -77,7 +77,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 def _cmd_resume(args: argparse.Namespace) -> int:
     from fedfew.runner import resume_run
 
-    _report(resume_run(args.run_dir, args.set, progress=not args.quiet))
+    _report(resume_run(args.run_dir, args.set, progress=not args.quiet, allow_other_version=args.allow_other_version))
     return 0
 
 
@@ -92,6 +92,61 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _type_name(annotation: Any) -> str:
+    """An option's type as a config writer reads it: ``adam | sgd``, ``int | None``, ``list[str]``."""
+    import types
+    import typing
+
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Literal:
+        return " | ".join(str(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in args)
+    if origin is not None:
+        return f"{getattr(origin, '__name__', str(origin))}[{', '.join(_type_name(a) for a in args)}]"
+    if annotation is type(None):
+        return "None"
+    return annotation.__name__ if isinstance(annotation, type) else str(annotation)
+
+
+def _options_lines(model: type[Any], indent: str, prefix: str = "") -> list[str]:
+    """One entry per option of the pydantic ``model``: ``name: type = default, bounds`` and its
+    ``Field(description=...)`` wrapped beneath; nested sections (FRL's ``deployment``) follow as
+    ``section.option``."""
+    import shutil
+    import textwrap
+    import typing
+
+    from pydantic import BaseModel
+    from pydantic_core import PydanticUndefined
+
+    width = max(60, min(shutil.get_terminal_size((100, 24)).columns, 110))
+    lines = []
+    for name, field in model.model_fields.items():
+        if field.default_factory is not None:
+            default: Any = field.default_factory()  # type: ignore[call-arg]
+        else:
+            default = field.default
+        value = ("required" if default is PydanticUndefined
+                 else f"= {default if isinstance(default, str) else json.dumps(default, default=str)}")
+        bounds = [f"{symbol} {getattr(m, attr)}" for m in field.metadata
+                  for attr, symbol in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"), ("min_length", "min length"))
+                  if getattr(m, attr, None) is not None]
+        nested = [a for a in (field.annotation, *typing.get_args(field.annotation))
+                  if isinstance(a, type) and issubclass(a, BaseModel)]
+        head = f"{prefix}{name}: {_type_name(field.annotation)} {value}"
+        lines.append(f"{indent}{head}{', ' + ', '.join(bounds) if bounds else ''}"
+                     if not nested else f"{indent}{prefix}{name}: {_type_name(field.annotation)} (a section)")
+        if field.description:
+            lines += textwrap.wrap(field.description, width, initial_indent=indent + "    ",
+                                   subsequent_indent=indent + "    ", break_on_hyphens=False,
+                                   break_long_words=False)
+
+        for section in nested:
+            lines += _options_lines(section, indent, f"{prefix}{name}.")
+    return lines
+
+
 def _cmd_list(args: argparse.Namespace) -> int:
     import fedfew.algorithms  # noqa: F401
     from fedfew.data import DATASETS
@@ -101,6 +156,17 @@ def _cmd_list(args: argparse.Namespace) -> int:
     from fedfew.partition import PARTITIONS
     from fedfew.registry import Registry
 
+    if args.name is not None:  # one algorithm and its options (what a config's algorithm.options may set)
+        if args.what != "algorithms":
+            raise ConfigError(f"fedfew list {args.what} {args.name}: only algorithms have their options listed "
+                              "(fedfew list algorithms NAME)")
+
+        cls = ALGORITHMS.get(args.name)  # an unknown name: one line with the close matches, exit 2
+        print(f"{args.name}: {ALGORITHMS.describe(args.name)}")
+        options = _options_lines(cls.Options, "  ")
+        print("algorithm.options:" if options else "algorithm.options: none")
+        print("\n".join(options))
+        return 0
     registries: dict[str, Registry[Any]] = {"algorithms": ALGORITHMS, "datasets": DATASETS, "engines": ENGINES, "models": MODELS,
                   "partitions": PARTITIONS}
     for kind, registry in registries.items():
@@ -111,6 +177,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
         width = max((len(n) for n in names), default=0)  # long names (plugins) keep the columns aligned
         for name in names:
             print(f"  {name:{width}s}  {registry.describe(name)}")
+            if args.show_options and kind == "algorithms":
+                for line in _options_lines(registry.get(name).Options, "      "):
+                    print(line)
     return 0
 
 
@@ -260,13 +329,23 @@ def build_parser() -> argparse.ArgumentParser:
     common(sw)
     sw.set_defaults(func=_cmd_sweep)
 
-    ls = sub.add_parser("list", help="list algorithms, datasets, models and partitions")
+    ls = sub.add_parser("list", help="list algorithms, datasets, models and partitions",
+                        description="List what a config may name. `fedfew list algorithms NAME` prints one "
+                                    "algorithm's options with their types, defaults, bounds and meaning; -v "
+                                    "prints them for every algorithm.")
     ls.add_argument("what", nargs="?", choices=["algorithms", "datasets", "engines", "models", "partitions"])
+    ls.add_argument("name", nargs="?", help="an algorithm: print its options (algorithm.options)")
+    ls.add_argument("-v", "--options", dest="show_options", action="store_true",
+                    help="also print every algorithm's options and what each means")
     plugin_option(ls)
+
     ls.set_defaults(func=_cmd_list)
 
     rs = sub.add_parser("resume", help="continue an interrupted or killed run from its last checkpoint")
     rs.add_argument("run_dir", help="the run's folder")
+    rs.add_argument("--allow-other-version", action="store_true",
+                    help="continue a run written by another fedfew version or other number code (refused "
+                         "otherwise: its rounds would mix two versions; the summary records both)")
     common(rs, "override a runtime.* value only (the run's config is fixed), e.g. --set runtime.workers=2 "
                "(repeatable)")
     rs.set_defaults(func=_cmd_resume)

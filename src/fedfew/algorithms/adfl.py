@@ -56,16 +56,19 @@ from fedfew.engine.state import StateDict, load_state_
 class AdFLOptions(OneShotOptions):
     """AdFL's options: the client step of :class:`OneShotOptions`, MI-FGSM and the combination."""
 
-    selection: Literal["coherence"] = "coherence"
-    combine: Literal["ensemble", "vote", "weighted"] = "ensemble"
-    #: MI-FGSM iterations per sample (paper: 30).
-    attack_steps: int = Field(30, ge=0)
-    #: alpha, in the units of the model's inputs (paper: 1; see the module docstring).
-    step_size: float = Field(1.0, gt=0)
-    #: mu, the momentum decay (ours: 1.0, MI-FGSM's usual value; the paper names mu but gives no value).
-    decay: float = Field(1.0, ge=0)
-    #: Range of the starting noise and of the clip after every step (images here are in [0, 1]).
-    input_range: tuple[float, float] = (0.0, 1.0)
+    selection: Literal["coherence"] = Field("coherence", description=(
+        "the models kept: the top ensemble_size by coherence score CS = WP + PO (eq. 3-5)"))
+    combine: Literal["ensemble", "vote", "weighted"] = Field("ensemble", description=(
+        "ensemble (argmax of the kept models' mean softmax), vote (majority of their argmaxes) or weighted "
+        "(one model: every model's parameters averaged with weights CS)"))
+    attack_steps: int = Field(30, ge=0, description="MI-FGSM iterations per adversarial sample (paper: 30)")
+    step_size: float = Field(1.0, gt=0, description="alpha, in the units of the model's inputs (paper: 1; "
+                             "see the module docstring)")
+    decay: float = Field(1.0, ge=0, description="mu, MI-FGSM's momentum decay (ours: 1.0, MI-FGSM's usual value; "
+                         "the paper names mu but gives no value)")
+    input_range: tuple[float, float] = Field((0.0, 1.0), description=(
+        "range of the starting noise and of the clip after every step (images here are in [0, 1])"))
+
 
     @model_validator(mode="after")
     def _check_range(self) -> AdFLOptions:

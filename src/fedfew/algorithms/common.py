@@ -49,12 +49,13 @@ def make_optimizer(name: str, params: Any, lr: float, momentum: float = 0.0, wei
 class TrainOptions(Options):
     """Minibatch training on a client's samples (FedAvg, FedProx, FML, AdFL)."""
 
-    local_epochs: int = Field(1, ge=1)
-    batch_size: int = Field(32, ge=1)
-    optimizer: Literal["sgd", "adam"] = "sgd"
-    lr: float = Field(0.01, gt=0)
-    momentum: float = Field(0.0, ge=0)
-    weight_decay: float = Field(0.0, ge=0)
+    local_epochs: int = Field(1, ge=1, description="E: passes over the client's own samples per round")
+    batch_size: int = Field(32, ge=1, description="B: samples per local minibatch step")
+    optimizer: Literal["sgd", "adam"] = Field("sgd", description="the clients' local optimiser")
+    lr: float = Field(0.01, gt=0, description="learning rate of the local optimiser")
+    momentum: float = Field(0.0, ge=0, description="SGD momentum of the local optimiser (adam ignores it)")
+    weight_decay: float = Field(0.0, ge=0, description="L2 weight decay of the local optimiser")
+
 
 
 def minibatches(n: int, batch_size: int, generator: torch.Generator) -> list[torch.Tensor]:

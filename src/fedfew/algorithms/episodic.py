@@ -28,20 +28,24 @@ from fedfew.seeding import seed_torch_init
 
 
 class EpisodicOptions(Options):
-    local_steps: int = Field(5, ge=1)
-    meta_batch: int = Field(1, ge=1)
-    optimizer: Literal["adam", "sgd"] = "adam"
-    lr: float = Field(1e-3, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
-    aggregation: Literal["episodes", "samples", "uniform"] = "episodes"
-    mu: float = Field(0.0, ge=0)
+    local_steps: int = Field(5, ge=1, description="outer steps a client takes per round")
+    meta_batch: int = Field(1, ge=1, description="episodes of the client's data averaged into each outer step's loss")
+    optimizer: Literal["adam", "sgd"] = Field("adam", description="the outer (meta) optimiser, new every round")
+    lr: float = Field(1e-3, gt=0, description="learning rate of the outer optimiser")
+    weight_decay: float = Field(0.0, ge=0, description="weight decay of the outer optimiser")
+    aggregation: Literal["episodes", "samples", "uniform"] = Field(
+        "episodes", description="the server's weights: episodes trained |B_k| (FedFSL eq. 10), samples n_k, or uniform")
+    mu: float = Field(0.0, ge=0, description="FedProx's weight: adds mu/2 ||w - w^t||^2 to every outer step's "
+                      "loss (0: off)")
 
 
 class MAMLOptions(EpisodicOptions):
-    inner_lr: float = Field(0.01, gt=0)
-    inner_steps: int = Field(1, ge=1)
-    test_inner_steps: int = Field(10, ge=0)
-    first_order: bool = False
+    inner_lr: float = Field(0.01, gt=0, description="alpha: step size of the inner adaptation on the support set (eq. 5)")
+    inner_steps: int = Field(1, ge=1, description="inner gradient steps on each training episode's support set")
+    test_inner_steps: int = Field(10, ge=0, description="inner gradient steps on each evaluation episode's "
+                                  "support set (0: score the unadapted model)")
+    first_order: bool = Field(False, description="drop the second derivatives from the meta-gradient (FOMAML)")
+
 
 
 def build_learner(options: Options) -> EpisodicLearner:

@@ -273,42 +273,62 @@ def finetune_head(weight: torch.Tensor, bias: torch.Tensor, support_repr: torch.
 class F2LOptions(Options):
     """Defaults are the paper's (appendix C.3) unless noted."""
 
-    local_steps: int = Field(10, ge=1)  # tau
-    lr_server: float = Field(1e-3, gt=0)  # alpha_phi
-    lr_client: float = Field(1e-3, gt=0)  # alpha_psi
-    weight_decay: float = Field(1e-4, ge=0)  # Adam's, for both models
-    finetune_lr: float = Field(0.01, gt=0)  # alpha_ft (eq. 3)
-    finetune_steps: int = Field(1, ge=1)  # eq. 3 is one step
-    finetune: Literal["all", "head"] = "all"  # what eq. 3 adapts: all of psi (paper) or f_psi only
-    test_finetune_steps: int | None = Field(None, ge=1)  # None: the same as in training (section 3.4)
-    first_order: bool = False  # drop second derivatives of the meta-update (eq. 4)
-    lambda_mi: float = Field(0.5, ge=0, le=1)  # eq. 14
-    lambda_kd: float = Field(0.5, ge=0, le=1)  # eq. 20
-    decoupled: bool = True  # False: F2L\M (client-model aggregated too)
-    transfer: bool = True  # False: F2L\T (no L_MI)
-    distill: bool = True  # False: F2L\A (no L_KD)
-    kd_temperature: Literal["adaptive"] | float = "adaptive"  # eq. 19, or a fixed T
-    #: the samples of the server-model's cross-entropy in L_phi: "support" (eq. 15) or
-    #: "support_query" (the authors' code; six times the samples of a 1-shot task with 5 queries)
-    server_ce: Literal["support", "support_query"] = "support"
-    mi_loss: Literal["paper", "infonce"] = "paper"  # "infonce": the authors' code
-    #: the softmax of eq. 10 over all D support samples ("support", ours) or over C(i) as eq. 10/13
-    #: write it ("class": identically 0 at one shot)
-    mi_normaliser: Literal["support", "class"] = "support"
-    #: the client-model whose h_psi and p_psi enter L_MI: "finetuned" (psi' of eq. 3; section 3.2.2:
-    #: "since the client-model is finetuned on the support set") or "initial" (psi^{t,s}, as eq. 5's
-    #: arguments {phi^{t,s}, psi^{t,s}} are written)
-    mi_client_model: Literal["finetuned", "initial"] = "finetuned"
-    infonce_temperature: float = Field(0.5, gt=0)
-    client_heads: int = Field(4, ge=1)  # Transformer of q_psi (paper: unspecified)
-    client_layers: int = Field(1, ge=1)
-    client_dropout: float = Field(0.1, ge=0, lt=1)  # the paper's dropout rate
-    client_feedforward: int | None = Field(None, ge=1)  # None: 2 x feature dim
-    persist_client_optimizer: bool = True  # keep psi's Adam moments in the client's state (ours: the paper is silent)
-    test_client_model: Literal["each", "average", "fresh"] = "each"  # ours: the paper is silent
-    test_classifier: Literal["client", "logreg"] = "client"  # "logreg": the authors' code
-    train_n_way: int | None = Field(None, ge=2)  # None: the configured episodes (authors' code: 20)
-    train_k_shot: int | None = Field(None, ge=1)  # (authors' code: 2)
+    local_steps: int = Field(10, ge=1, description="tau: local steps per round, one meta-task each")
+    lr_server: float = Field(1e-3, gt=0, description="alpha_phi: Adam's learning rate for the server-model (eq. 5)")
+    lr_client: float = Field(1e-3, gt=0, description="alpha_psi: Adam's learning rate for the client-model (eq. 4)")
+    weight_decay: float = Field(1e-4, ge=0, description="Adam's weight decay, for both models")
+    finetune_lr: float = Field(0.01, gt=0, description="alpha_ft: step size of the client-model's fine-tuning "
+                               "on the support set (eq. 3)")
+    finetune_steps: int = Field(1, ge=1, description="fine-tuning steps of eq. 3 (the paper: one)")
+    finetune: Literal["all", "head"] = Field("all", description=(
+        "what eq. 3 adapts: all of psi (\"all\", the paper) or the classifier f_psi only (\"head\", the "
+        "authors' code; faster meta-test)"))
+    test_finetune_steps: int | None = Field(None, ge=1, description="fine-tuning steps at meta-test (None: "
+                                            "finetune_steps, as in training, section 3.4)")
+    first_order: bool = Field(False, description="drop the second derivatives of the meta-update through the "
+                              "fine-tuning step (eq. 4)")
+    lambda_mi: float = Field(0.5, ge=0, le=1, description="lambda_MI: L_phi = (1 - lambda_MI) CE(S) + lambda_MI "
+                             "L_MI (eq. 14)")
+    lambda_kd: float = Field(0.5, ge=0, le=1, description="lambda_KD: L_psi = (1 - lambda_KD) CE(Q) + lambda_KD "
+                             "L_KD (eq. 20)")
+    decoupled: bool = Field(True, description="false: F2L\\M (the client-model is uploaded and averaged too)")
+    transfer: bool = Field(True, description="false: F2L\\T (no L_MI: L_phi = CE(S))")
+    distill: bool = Field(True, description="false: F2L\\A (no L_KD: L_psi = CE(Q))")
+    kd_temperature: Literal["adaptive"] | float = Field("adaptive", description=(
+        "the distillation temperature: \"adaptive\" (eq. 19, per query) or a fixed T > 0 (1.0: none)"))
+    server_ce: Literal["support", "support_query"] = Field("support", description=(
+        "the samples of the server-model's cross-entropy in L_phi: \"support\" (eq. 15) or \"support_query\" "
+        "(the authors' code; six times the samples of a 1-shot task with 5 queries)"))
+    mi_loss: Literal["paper", "infonce"] = Field("paper", description=(
+        "the transfer loss: L_MI of eq. 13 (\"paper\") or the authors' code's cosine InfoNCE (\"infonce\")"))
+    mi_normaliser: Literal["support", "class"] = Field("support", description=(
+        "the softmax of eq. 10 over all D support samples (\"support\", ours) or over C(i) as eq. 10/13 write "
+        "it (\"class\": identically 0 at one shot)"))
+    mi_client_model: Literal["finetuned", "initial"] = Field("finetuned", description=(
+        "the client-model whose h_psi and p_psi enter L_MI: \"finetuned\" (psi' of eq. 3; section 3.2.2: "
+        "\"since the client-model is finetuned on the support set\") or \"initial\" (psi^{t,s}, as eq. 5's "
+        "arguments {phi^{t,s}, psi^{t,s}} are written)"))
+    infonce_temperature: float = Field(0.5, gt=0, description="temperature of mi_loss: infonce")
+    client_heads: int = Field(4, ge=1, description="attention heads of q_psi's Transformer (the paper does not "
+                              "say; must divide the feature dimension)")
+    client_layers: int = Field(1, ge=1, description="Transformer layers of q_psi")
+    client_dropout: float = Field(0.1, ge=0, lt=1, description="dropout in q_psi's Transformer (the paper's "
+                                  "dropout rate)")
+    client_feedforward: int | None = Field(None, ge=1, description="feed-forward width of q_psi's Transformer "
+                                           "(None: 2 x the feature dimension)")
+    persist_client_optimizer: bool = Field(True, description=(
+        "keep psi's Adam moments in the client's state from round to round (ours: the paper is silent)"))
+    test_client_model: Literal["each", "average", "fresh"] = Field("each", description=(
+        "the client-model that solves a meta-test task: every client's own (\"each\", mean over clients), "
+        "their parameter average (\"average\") or a fresh one (\"fresh\"); ours: the paper is silent"))
+    test_classifier: Literal["client", "logreg"] = Field("client", description=(
+        "meta-test classifier: the fine-tuned client-model (\"client\") or logistic regression on "
+        "l2-normalised server-model features (\"logreg\", the authors' code)"))
+    train_n_way: int | None = Field(None, ge=2, description="N of the training tasks (None: the configured "
+                                    "episodes; the authors' code: 20)")
+    train_k_shot: int | None = Field(None, ge=1, description="K of the training tasks (None: the configured "
+                                     "episodes; the authors' code: 2)")
+
 
     @model_validator(mode="after")
     def _positive_temperature(self) -> F2LOptions:

@@ -28,17 +28,21 @@ from fedfew.seeding import seed_torch_init
 
 
 class FedAvgOptions(TrainOptions):
-    mu: float = Field(0.0, ge=0)
-    aggregation: Literal["samples", "uniform"] = "samples"
-    #: Score each client's "local model", its last upload (the global model it received after its
-    #: local epochs), on its private validation set, as FML scores its private models (FML's Fig. 5):
-    #: test metrics ``local_accuracy``, ``local_ci95``, ``local_min``, ``local_max``, ``local_by_client``.
-    #: The client keeps a copy of its upload as its state for that; training is unchanged.
-    score_uploads: bool = False
+    mu: float = Field(0.0, ge=0, description="FedProx's weight: adds mu/2 ||w - w^t||^2 to every minibatch "
+                      "loss (0: plain FedAvg)")
+    aggregation: Literal["samples", "uniform"] = Field(
+        "samples", description="the server's weights: each client's sample count n_k (FedAvg) or uniform")
+    score_uploads: bool = Field(False, description=(
+        "score each client's \"local model\", its last upload (the global model it received after its local "
+        "epochs), on its private validation set, as FML scores its private models (FML's Fig. 5): test "
+        "metrics local_accuracy, local_ci95, local_min, local_max, local_by_client. The client keeps a "
+        "copy of its upload as its state for that; training is unchanged"))
 
 
 class FedProxOptions(FedAvgOptions):
-    mu: float = Field(0.01, ge=0)
+    mu: float = Field(0.01, ge=0, description="FedProx's mu: adds mu/2 ||w - w^t||^2 to every minibatch loss "
+                      "(0: FedAvg)")
+
 
 
 @register("fedavg", help="FedAvg: local minibatch SGD, sample-weighted model averaging")

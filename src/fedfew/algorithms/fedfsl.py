@@ -50,25 +50,27 @@ from fedfew.models.base import FewShotModel
 class FedFSLOptions(MAMLOptions):
     """Options shared by the FedFSL methods (on top of fl-maml's)."""
 
-    mu: float = Field(0.0, ge=0.0)
-    #: "mlp": the two-layer classifier (Linear -> ReLU -> Linear) on the encoder's features, the
-    #: paper's base model for every method (section 5.1); "linear": the zoo model's linear N-way head
-    #: (as fl-maml).
-    classifier: Literal["linear", "mlp"] = "mlp"
-    #: hidden width of the two-layer classifier (the paper does not give it).
-    classifier_hidden: int = Field(64, ge=1)
+    mu: float = Field(0.0, ge=0.0, description="FedProx's weight: adds mu/2 ||w_k - w^t||^2 to the local "
+                      "objective (0: off)")
+    classifier: Literal["linear", "mlp"] = Field("mlp", description=(
+        "\"mlp\": the two-layer classifier (Linear -> ReLU -> Linear) on the encoder's features, the paper's "
+        "base model for every method (section 5.1); \"linear\": the zoo model's linear N-way head (as fl-maml)"))
+    classifier_hidden: int = Field(64, ge=1, description="hidden width of the two-layer classifier (the paper "
+                                   "does not give it)")
 
 
 class FedFSLProxOptions(FedFSLOptions):
-    #: FedProx's mu; the paper does not report its value. 0 gives exactly FedFSL-naive (fl-maml).
-    mu: float = Field(0.01, ge=0.0)
+    mu: float = Field(0.01, ge=0.0, description="FedProx's mu (the paper does not report its value); 0 gives "
+                      "exactly FedFSL-naive (fl-maml)")
 
 
 class FedFSLMIOptions(FedFSLOptions):
-    #: weight of the KL (mutual-information) term, eq. 13; 0.2 in the paper.
-    gamma: float = Field(0.2, ge=0.0)
-    #: the fixed model the client's predictions are pulled towards: "global" = w^t, "exclusive" = w_{-k}.
-    reference: Literal["global", "exclusive"] = "global"
+    gamma: float = Field(0.2, ge=0.0, description="weight of the KL (mutual-information) term, eq. 13 "
+                         "(paper: 0.2)")
+    reference: Literal["global", "exclusive"] = Field("global", description=(
+        "the fixed model the client's predictions are pulled towards: \"global\" = w^t, \"exclusive\" = "
+        "w_{-k} (eq. 11, the average of the other clients' last uploads)"))
+
 
 
 def two_layer_classifier(feature_dim: int, hidden: int, n_way: int) -> nn.Sequential:

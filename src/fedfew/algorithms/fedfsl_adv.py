@@ -57,20 +57,23 @@ from fedfew.seeding import seed_torch_init
 
 
 class FedFSLAdvOptions(FedFSLMIOptions):
-    classifier: Literal["linear", "mlp"] = "mlp"
-    #: weight of the discrepancy that stage 1 maximises (eq. 15); 0.1 in the paper.
-    eta: float = Field(0.1, ge=0.0)
-    #: the paper's lambda: weight of the discrepancy that stage 2 minimises (eq. 16); 0.1 in the paper.
-    lam: float = Field(0.1, ge=0.0)
-    #: generator (stage 2) steps per local step; see the module docstring for why 1.
-    generator_steps: int = Field(1, ge=1)
-    #: how theta' starts each local update: "perturb" (theta plus noise) or "fresh" (a new init).
-    second_classifier: Literal["perturb", "fresh"] = "perturb"
-    #: noise scale for "perturb", relative to each tensor's root mean square.
-    perturb_std: float = Field(0.1, ge=0.0)
-    #: the MI term gamma KL(p(w_g) || p(theta)) in both adversarial stages (ours, the default: the stages
-    #: split the local objective, which holds it); False: eqs. 15-16 as printed, which have no MI term.
-    stage_mi: bool = True
+    classifier: Literal["linear", "mlp"] = Field("mlp", description=(
+        "theta: \"mlp\", the two-layer classifier (Linear -> ReLU -> Linear) on the generator's features "
+        "(section 4.2), or \"linear\", the zoo model's linear N-way head"))
+    eta: float = Field(0.1, ge=0.0, description="weight of the discrepancy that stage 1 maximises (eq. 15; "
+                       "paper: 0.1)")
+    lam: float = Field(0.1, ge=0.0, description="the paper's lambda: weight of the discrepancy that stage 2 "
+                       "minimises (eq. 16; paper: 0.1)")
+    generator_steps: int = Field(1, ge=1, description="generator (stage 2) steps per local step (the module "
+                                 "docstring says why 1)")
+    second_classifier: Literal["perturb", "fresh"] = Field("perturb", description=(
+        "how theta' starts each local update: \"perturb\" (theta plus noise) or \"fresh\" (a new seeded init)"))
+    perturb_std: float = Field(0.1, ge=0.0, description="noise scale of \"perturb\", relative to each tensor's "
+                               "root mean square")
+    stage_mi: bool = Field(True, description=(
+        "keep the MI term gamma KL(p(w_g) || p(theta)) in both adversarial stages (ours: the stages split the "
+        "local objective, which holds it); false: eqs. 15-16 as printed, which have no MI term"))
+
 
     @model_validator(mode="after")
     def _symmetry_broken(self) -> FedFSLAdvOptions:

@@ -183,9 +183,10 @@ class DynamicWeights(Options):
     """Section 6's dynamic alpha and beta: each moves linearly from its first value (round 0) to its
     second (round ``rounds``, 0-based) and stays there."""
 
-    alpha: tuple[float, float] = (0.9, 0.5)
-    beta: tuple[float, float] = (0.5, 0.9)
-    rounds: int = Field(ge=1)
+    alpha: tuple[float, float] = Field((0.9, 0.5), description="alpha at round 0 and from round `rounds` on")
+    beta: tuple[float, float] = Field((0.5, 0.9), description="beta at round 0 and from round `rounds` on")
+    rounds: int = Field(ge=1, description="the rounds over which alpha and beta move linearly")
+
 
     @model_validator(mode="after")
     def _in_unit_interval(self) -> DynamicWeights:
@@ -212,12 +213,14 @@ class NewcomerPhase(Options):
     joins the final global model and adapts for ``epochs`` epochs, once per start in ``init`` and way
     of adapting in ``by`` (each from the same seeded generator per start, so the ways are paired)."""
 
-    epochs: int = Field(5, ge=1)
-    #: How the newcomer's private model starts: ``fresh`` (seeded) or a copy of the ``global`` model.
-    init: list[NewcomerStart] = Field(default_factory=lambda: list(get_args(NewcomerStart)), min_length=1)
-    #: How it adapts: ``dml`` (eq. 3 with the last round's alpha and beta) or ``ce`` (alpha = 1: the
-    #: private model by cross-entropy alone, the baseline).
-    by: list[NewcomerWay] = Field(default_factory=lambda: list(get_args(NewcomerWay)), min_length=1)
+    epochs: int = Field(5, ge=1, description="epochs each newcomer adapts for")
+    init: list[NewcomerStart] = Field(default_factory=lambda: list(get_args(NewcomerStart)), min_length=1,
+                                      description="how the newcomer's private model starts: fresh (seeded) or "
+                                                  "a copy of the global model (each listed start is run)")
+    by: list[NewcomerWay] = Field(default_factory=lambda: list(get_args(NewcomerWay)), min_length=1,
+                                  description="how it adapts: dml (eq. 3 with the last round's alpha and beta) "
+                                              "or ce (alpha = 1: the private model by cross-entropy alone, the "
+                                              "baseline); each listed way is run")
 
 
 class FMLOptions(TrainOptions):
@@ -225,20 +228,24 @@ class FMLOptions(TrainOptions):
     states no optimiser setting) and the DML weights (0.5 each, ours), the private architectures and
     the newcomers."""
 
-    momentum: float = Field(0.9, ge=0)
-    alpha: float = Field(0.5, ge=0.0, le=1.0)
-    beta: float = Field(0.5, ge=0.0, le=1.0)
-    dynamic: DynamicWeights | None = None
-    #: Private architecture per client: a list (entry k for client k) or a mapping {client: name}
-    #: (clients not named use the global architecture); None: every client uses the global one.
-    local_models: list[str] | dict[int, str] | None = None
-    #: Model options per zoo name for the local models, e.g. {mlp: {hidden: 32}}.
-    local_model_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    #: Clients that take no part in training (Fig. 4's new participants).
-    newcomers: list[int] = Field(default_factory=list)
-    #: After training, let the newcomers join and adapt; their accuracy per epoch goes into the test
-    #: metrics (None: no such phase; ``FML.adapt_newcomer`` can still be called from Python).
-    adapt_newcomers: NewcomerPhase | None = None
+    momentum: float = Field(0.9, ge=0, description="SGD momentum of both models (ours: the paper states none)")
+    alpha: float = Field(0.5, ge=0.0, le=1.0, description="alpha of eq. 3: the local model's loss is alpha CE + "
+                         "(1 - alpha) KL(meme || local)")
+    beta: float = Field(0.5, ge=0.0, le=1.0, description="beta of eq. 3: the meme's loss is beta CE + "
+                        "(1 - beta) KL(local || meme); 1 gives FedAvg's update")
+    dynamic: DynamicWeights | None = Field(None, description="section 6's schedule of alpha and beta instead of "
+                                           "fixed values: {alpha: [first, last], beta: [first, last], rounds}")
+    local_models: list[str] | dict[int, str] | None = Field(None, description=(
+        "private architecture per client: a list (entry k for client k) or a mapping {client: name} (clients "
+        "not named use the global architecture); None: every client uses the global one"))
+    local_model_options: dict[str, dict[str, Any]] = Field(default_factory=dict, description=(
+        "model options per zoo name for the local models, e.g. {mlp: {hidden: 32}}"))
+    newcomers: list[int] = Field(default_factory=list, description="clients that take no part in training "
+                                 "(Fig. 4's new participants)")
+    adapt_newcomers: NewcomerPhase | None = Field(None, description=(
+        "after training, let the newcomers join and adapt; their accuracy per epoch goes into the test metrics "
+        "(None: no such phase; FML.adapt_newcomer can still be called from Python)"))
+
 
     @model_validator(mode="after")
     def _check(self) -> FMLOptions:

@@ -54,11 +54,12 @@ DEFAULT_ROUNDS = 3
 class DeployFedAvgOptions(Options):
     """The R rounds of FedAvg a deployment group runs (a fresh tau-way head, SGD)."""
 
-    deploy_lr: float = Field(0.05, gt=0)
-    deploy_epochs: int = Field(1, ge=1)
-    deploy_batch_size: int = Field(60, ge=1)
-    deploy_momentum: float = Field(0.0, ge=0)
-    deployment: DeploymentOptions = Field(default_factory=DeploymentOptions)
+    deploy_lr: float = Field(0.05, gt=0, description="SGD learning rate of a deployment group's FedAvg")
+    deploy_epochs: int = Field(1, ge=1, description="local epochs per deployment round")
+    deploy_batch_size: int = Field(60, ge=1, description="minibatch size at deployment")
+    deploy_momentum: float = Field(0.0, ge=0, description="SGD momentum at deployment")
+    deployment: DeploymentOptions = Field(default_factory=DeploymentOptions, description=(
+        "the deployment protocol of section 2.3 (groups of new clients scored from the prepared model)"))
 
     def deploy_train_options(self) -> TrainOptions:
         return TrainOptions(local_epochs=self.deploy_epochs, batch_size=self.deploy_batch_size, optimizer="sgd",
@@ -70,18 +71,17 @@ class FineTuneOptions(FedAvgOptions, DeployFedAvgOptions):
 
 
 class OneShotFineTuneOptions(FineTuneOptions):
-    #: Where the one-shot scheme runs: at deployment (the paper), after FedAvg pretraining, or as the
-    #: one preparation round (the earlier reading).
-    stage: Literal["deployment", "preparation"] = "deployment"
-    local_epochs: int = Field(1, ge=1)
-    #: K of each client's K-fold cross-validation (Guha et al.: 5).
-    cv_folds: int = Field(5, ge=2)
-    #: Models kept by the server, the best by cross-validation score (the paper: 10 of 20).
-    keep: int = Field(10, ge=1)
-    #: How the kept models of the last deployment round classify: "ensemble" (Guha et al.'s
-    #: cross-validated ensemble, the mean of their softmax outputs: the paper's [6]) or "average" (one
-    #: model, their sample-weighted average: our earlier reading). Earlier rounds always average.
-    combine: Literal["ensemble", "average"] = "ensemble"
+    stage: Literal["deployment", "preparation"] = Field("deployment", description=(
+        "where the one-shot scheme runs: at deployment (the paper), after FedAvg pretraining, or as the one "
+        "preparation round (the earlier reading)"))
+    local_epochs: int = Field(1, ge=1, description="E: local epochs of the preparation rounds")
+    cv_folds: int = Field(5, ge=2, description="K of each client's K-fold cross-validation (Guha et al.: 5)")
+    keep: int = Field(10, ge=1, description="models kept by the server, the best by cross-validation score "
+                      "(the paper: 10 of 20)")
+    combine: Literal["ensemble", "average"] = Field("ensemble", description=(
+        "how the kept models of the last deployment round classify: \"ensemble\" (Guha et al.'s cross-validated "
+        "ensemble, the mean of their softmax outputs: the paper's [6]) or \"average\" (one model, their "
+        "sample-weighted average: our earlier reading). Earlier rounds always average"))
 
     def one_shot_train_options(self) -> OneShotTrainOptions:
         return OneShotTrainOptions(**self.deploy_train_options().model_dump(), cv_folds=self.cv_folds, keep=self.keep,
@@ -93,9 +93,11 @@ class OneShotTrainOptions(TrainOptions):
     averaged into the next round's model, and (``combine: ensemble``) kept as the ensemble that
     classifies after the last round."""
 
-    cv_folds: int = Field(5, ge=2)
-    keep: int = Field(10, ge=1)
-    combine: Literal["ensemble", "average"] = "ensemble"
+    cv_folds: int = Field(5, ge=2, description="K of each client's K-fold cross-validation")
+    keep: int = Field(10, ge=1, description="models kept, the best by cross-validation score")
+    combine: Literal["ensemble", "average"] = Field("ensemble", description=(
+        "after the last round: the kept models' ensemble or their sample-weighted average"))
+
 
 
 def keep_best(results: dict[int, ClientResult], keep: int, generator: torch.Generator) -> tuple[list[int], dict[str, Any]]:

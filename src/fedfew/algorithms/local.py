@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import torch
+from pydantic import Field
 
 from fedfew.algorithms.common import per_client_table
 from fedfew.algorithms.episodic import EpisodicFedAvg, MAMLOptions
@@ -21,7 +22,9 @@ from fedfew.seeding import seed_torch_init
 
 
 class LocalOptions(MAMLOptions):
-    learner: Literal["maml", "proto"] = "maml"
+    learner: Literal["maml", "proto"] = Field("maml", description=(
+        "how each client meta-trains alone: \"maml\" (as one client of fl-maml) or \"proto\" (as fl-proto)"))
+
 
 
 @register("local", help="FSL-local: every client meta-trains alone; scores averaged over clients")

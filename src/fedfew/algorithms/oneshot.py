@@ -46,22 +46,27 @@ from fedfew.seeding import seed_torch_init
 class OneShotOptions(TrainOptions):
     """The client step (AdFL: Adam, lr 1e-3, 15 local epochs) and the server's combination rule."""
 
-    local_epochs: int = Field(15, ge=1)
-    optimizer: Literal["sgd", "adam"] = "adam"
-    lr: float = Field(1e-3, gt=0)
-    selection: Literal["all", "random", "cv", "data_size"] = "random"
-    combine: Literal["ensemble", "vote", "average"] = "ensemble"
-    #: n, the number of ensemble members (AdFL: 5, 10% of 50 clients).
-    ensemble_size: int = Field(5, ge=1)
-    #: K of the clients' K-fold cross-validation; 0 means the clients report no score.
-    cv_folds: int = Field(0, ge=0)
-    #: Epochs of each cross-validation fold (None: local_epochs, as Guha et al.).
-    cv_epochs: int | None = Field(None, ge=1)
-    #: Score every returned model in the test metrics (its own accuracy, the selection score's
-    #: correlation with it, the all-client ensemble, the members' classes: oneshot_report.py). The
-    #: server then keeps every returned model and each client also uploads its label counts (8 bytes
-    #: a class, counted in bytes sent up); the selection and its accuracy are unchanged. Off: neither.
-    report_clients: bool = False
+    local_epochs: int = Field(15, ge=1, description="E: epochs each client trains the initial model on all its "
+                              "data (AdFL: 15)")
+    optimizer: Literal["sgd", "adam"] = Field("adam", description="the clients' optimiser (AdFL: adam)")
+    lr: float = Field(1e-3, gt=0, description="the clients' learning rate (AdFL: 1e-3)")
+    selection: Literal["all", "random", "cv", "data_size"] = Field("random", description=(
+        "which returned models the server keeps: all; random (n drawn uniformly); cv (the n best by "
+        "cross-validation, Guha et al.); data_size (the n with the most samples); n is ensemble_size"))
+    combine: Literal["ensemble", "vote", "average"] = Field("ensemble", description=(
+        "how the kept models classify: ensemble (argmax of their mean softmax), vote (majority of their "
+        "argmaxes) or average (one model, their sample-weighted parameter average)"))
+    ensemble_size: int = Field(5, ge=1, description="n, the number of models kept (AdFL: 5, 10% of 50 clients)")
+    cv_folds: int = Field(0, ge=0, description="K of the clients' K-fold cross-validation (0: the clients "
+                          "report no score; else at least 2)")
+    cv_epochs: int | None = Field(None, ge=1, description="epochs of each cross-validation fold (None: "
+                                  "local_epochs, as Guha et al.)")
+    report_clients: bool = Field(False, description=(
+        "score every returned model in the test metrics (its own accuracy, the selection score's correlation "
+        "with it, the all-client ensemble, the members' classes: oneshot_report.py). The server then keeps "
+        "every returned model and each client also uploads its label counts (8 bytes a class, counted in "
+        "bytes sent up); the selection and its accuracy are unchanged. Off: neither"))
+
 
     @model_validator(mode="after")
     def _check_cv(self) -> OneShotOptions:

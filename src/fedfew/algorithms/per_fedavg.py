@@ -74,18 +74,23 @@ Params = dict[str, torch.Tensor]
 
 
 class PerFedAvgOptions(Options):
-    variant: Literal["fo", "hf"] = "fo"
-    alpha: float = Field(0.01, gt=0)
-    beta: float = Field(1e-3, gt=0)
-    delta: float = Field(1e-3, gt=0)
-    batch_size: int = Field(60, ge=1)
-    #: Local steps per round (each uses two batches, three for HF); Fallah et al. use 10.
-    local_steps: int = Field(10, ge=1)
-    aggregation: Literal["samples", "uniform"] = "samples"
-    #: the linear head: "meta" (meta-learned, MAML-style labels per local step) or "xavier" (global
-    #: labels in preparation, a fresh Xavier head at deployment); the module docstring says more.
-    head_init: Literal["meta", "xavier"] = "meta"
-    deployment: DeploymentOptions = Field(default_factory=DeploymentOptions)
+    variant: Literal["fo", "hf"] = Field("fo", description="first-order (\"fo\") or Hessian-free (\"hf\") "
+                                         "Per-FedAvg")
+    alpha: float = Field(0.01, gt=0, description="alpha: step size of the personalisation step w_tmp = w - "
+                         "alpha grad f(w; D)")
+    beta: float = Field(1e-3, gt=0, description="beta: step size of the meta step on w")
+    delta: float = Field(1e-3, gt=0, description="delta of HF's finite-difference Hessian-vector product")
+    batch_size: int = Field(60, ge=1, description="size of each of the batches D, D', D''")
+    local_steps: int = Field(10, ge=1, description="local steps per round (each uses two batches, three for "
+                             "HF); Fallah et al. use 10")
+    aggregation: Literal["samples", "uniform"] = Field("samples", description=(
+        "the server's weights: each client's sample count or uniform"))
+    head_init: Literal["meta", "xavier"] = Field("meta", description=(
+        "the linear head: \"meta\" (meta-learned, MAML-style labels per local step) or \"xavier\" (global "
+        "labels in preparation, a fresh Xavier head at deployment); the module docstring says more"))
+    deployment: DeploymentOptions = Field(default_factory=DeploymentOptions, description=(
+        "the deployment protocol of section 2.3 (groups of new clients scored from the prepared model)"))
+
 
 
 def batch_loss(model: nn.Module, params: Params, data: LabelledDataset, targets: torch.Tensor,

@@ -24,7 +24,10 @@ from fedfew.schema import NoBoolNumbers
 
 
 class Options(NoBoolNumbers):
-    """Base for an algorithm's options: unknown keys are errors, and so are booleans for numbers."""
+    """Base for an algorithm's options (``algorithm.options`` of a config): unknown keys are errors,
+    and so are booleans for numbers. Declare each option with its default, bounds and meaning,
+    ``lr: float = Field(0.01, gt=0, description="the clients' SGD learning rate")``: the
+    description is what ``fedfew list algorithms NAME`` prints."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
@@ -132,8 +135,96 @@ class EvalData:
 
 
 class Algorithm:
-    """Base class. Subclasses set ``name`` (via :func:`register`) and usually ``Options``, and
-    override ``init_server``, ``client_update``, ``aggregate`` and ``evaluate``."""
+    """Base class of every federated algorithm: subclass it, decorate the subclass with
+    :func:`register`, and fill in the hooks. A standard round is::
+
+        payload_k = broadcast(server, k)                      for each selected client k (server side)
+        result_k  = client_update(payload_k, state_k, data_k, generator_k)   (where client k is)
+        server    = aggregate(server, {k: result_k, ...}, generator)        (server side)
+
+    and :meth:`evaluate` scores the server's state on an evaluation split. The hooks a
+    subclass must write are :meth:`init_server`, :meth:`client_update`, :meth:`aggregate` and
+    :meth:`evaluate`; :meth:`broadcast` (the server's ``"model"``) and :meth:`init_client_state`
+    (None) have defaults. The others are capabilities an algorithm opts into.
+
+    The contract every hook keeps, so that one algorithm runs unchanged in this process, in worker
+    processes and on Flower nodes, and a run stopped after any round resumes to the same numbers:
+
+    * **States are data.** Server states, client states, payloads and uploads are nestings of dicts,
+      lists and tuples of tensors, numbers, strings and None (what :mod:`fedfew.engine.serialize`
+      stores and sends), never modules or optimisers: :func:`get_state` turns a model into one.
+    * **Nothing received is mutated.** A hook returns new states; it never writes into the server
+      state, payload, client state or results it was given (they may be the very tensors the server,
+      a best-round snapshot or another client holds). Copy into a workspace model with
+      :func:`load_state_` and train that.
+    * **A client update reads only its arguments**: the payload, its own state, its own data and its
+      generator (plus ``self.options``, ``self.context`` and workspace objects, which carry nothing
+      from one call to the next).
+    * **Randomness only from the generator passed in.** Each hook gets a ``torch.Generator`` seeded
+      from (run seed, what the hook is, round, client id), so results do not depend on the order or
+      place clients run in. torch's global RNG is also seeded from the same key before each client
+      update, aggregation and evaluation (dropout reads it), and :func:`seed_torch_init` seeds it
+      from the generator for building a model (``torch.nn`` initialisers read only the global RNG).
+      Name the generator's device in a draw (``torch.randperm(n, generator=g, device=g.device)``):
+      on a GPU run a draw without it is made on the GPU, where a CPU generator is an error.
+
+    ``self.options`` is the validated :attr:`Options` (``algorithm.options`` of the config) and
+    ``self.context`` the :class:`Context` (model factory, episode shape, classes; never a client's
+    data). Workspace models built in ``__init__`` are a cache whose contents are overwritten at the
+    start of every use.
+
+    A complete algorithm, FedAvg with one epoch of SGD per round on a classification task::
+
+        import torch
+        import torch.nn.functional as F
+        from pydantic import Field
+
+        from fedfew import (Algorithm, ClientResult, Options, evaluate_model, get_state, load_state_,
+                            register, seed_torch_init, weighted_average)
+
+
+        class SGDOptions(Options):
+            lr: float = Field(0.05, gt=0, description="the clients' SGD learning rate")
+            batch_size: int = Field(32, ge=1, description="samples per SGD step")
+
+
+        @register("my-fedavg", help="FedAvg: one epoch of minibatch SGD, sample-weighted averaging")
+        class MyFedAvg(Algorithm):
+            Options = SGDOptions
+
+            def __init__(self, options, context):
+                super().__init__(options, context)
+                self.model = context.make_model(context.num_classes)  # workspace, reused every call
+
+            def init_server(self, generator):
+                seed_torch_init(generator)  # the initial weights follow from the run's seed
+                return {"model": get_state(self.context.make_model(self.context.num_classes))}
+
+            def client_update(self, payload, state, data, generator):
+                model = load_state_(self.model, payload["model"])  # a copy: the payload stays intact
+                model.train()
+                optimizer = torch.optim.SGD(model.parameters(), lr=self.options.lr)
+                order = torch.randperm(data.num_samples, generator=generator, device=generator.device)
+                for batch in order.split(self.options.batch_size):
+                    loss = F.cross_entropy(model(data.train.inputs[batch]), data.train.labels[batch])
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                return ClientResult(upload={"model": get_state(model)}, state=state,
+                                    metrics={"loss": float(loss.detach())}, num_samples=data.num_samples)
+
+            def aggregate(self, server, results, generator):
+                sent = [r for r in results.values() if not r.skipped]
+                average = weighted_average([r.upload["model"] for r in sent], [r.num_samples for r in sent])
+                return {**server, "model": average}
+
+            def evaluate(self, server, data, generator):
+                return evaluate_model(load_state_(self.model, server["model"]), data)
+
+    Saved in a file, it is a plugin: ``fedfew run my.yaml --plugin my_fedavg.py`` with
+    ``algorithm: {name: my-fedavg}`` in the config (``task: classification``).
+    docs/writing-an-algorithm.md writes a few-shot algorithm (Reptile) hook by hook.
+    """
 
     name: ClassVar[str] = ""
     Options: ClassVar[type[BaseOptions]] = BaseOptions
@@ -152,28 +243,81 @@ class Algorithm:
     evaluates_clients: bool = False
 
     def __init__(self, options: BaseOptions, context: Context) -> None:
+        """Called once per process that runs the algorithm (the server, each worker, each Flower
+        node), so it builds only what follows from the options and context: workspace models, the
+        learner. Anything that must be the same everywhere belongs in a state."""
         self.options = options
         self.context = context
 
+    def _missing(self, hook: str, what: str) -> NotImplementedError:
+        """The error of a required hook that a subclass did not write."""
+        registered = f" (algorithm {self.name!r})" if self.name else ""
+        return NotImplementedError(f"{type(self).__name__}{registered} does not implement {hook}: override it "
+                                   f"to {what} (see fedfew.Algorithm's docstring)")
+
     # -- server side -------------------------------------------------------------------------
     def init_server(self, generator: torch.Generator) -> Any:
-        raise NotImplementedError
+        """The server's state before round 1, e.g. ``{"model": get_state(model)}``.
+
+        ``generator`` is seeded by the run's seed alone; call :func:`seed_torch_init` with it before
+        building a model, so that the initial weights follow from the seed (and ``model.init_seed``
+        can replace them). Called on the server when the run starts (a resumed run then replaces the
+        result with its checkpoint). The state is what :meth:`broadcast`, :meth:`aggregate` and
+        :meth:`evaluate` receive; it is checkpointed after every round."""
+        raise self._missing("init_server(generator)", "return the server's initial state")
 
     def broadcast(self, server: Any, client_id: int) -> dict[str, Any]:
-        """The payload sent to ``client_id`` (counted as bytes sent down)."""
+        """The payload sent to ``client_id`` this round (its tensors count as bytes sent down).
+
+        A pure function of the server state: no generator, nothing mutated. The default sends
+        ``server["model"]``; override it to send less, more, or something per client. The payload
+        may share tensors with ``server`` (it is not copied in this process), so a client update
+        must treat it as read-only."""
         return {"model": server["model"]}
 
     def aggregate(self, server: Any, results: dict[int, ClientResult], generator: torch.Generator) -> Any:
-        raise NotImplementedError
+        """The server's next state from this round's client results.
+
+        ``results`` maps client id to :class:`ClientResult`, in ascending id order, for the clients
+        whose reply arrived in time; clients that failed or were late are absent, so weight by what
+        is there (:func:`weighted_average`, :func:`weights_for`). It is never empty (with no reply
+        the server state stays as it was, without a call). A result with ``skipped`` set sat the
+        round out: its ``upload`` is empty and most algorithms leave it out. Return a new state
+        (``{**server, "model": ...}``); never write into ``server``, which a best-round snapshot or
+        a failed round's rollback may still hold. ``generator`` is seeded by (seed, round), for a
+        server-side draw (a random tie-break, server noise)."""
+        raise self._missing("aggregate(server, results, generator)", "return the next server state "
+                            "from the clients' results")
 
     # -- client side -------------------------------------------------------------------------
     def init_client_state(self, client: ClientData, generator: torch.Generator) -> Any:
+        """A client's private state before its first update (default None: a stateless client).
+
+        Made when the client's state is first needed, where its states are kept, from a generator
+        seeded by (seed, client id); the state never leaves the client (it is not counted as bytes)
+        and comes back to it as ``state`` in :meth:`client_update` and :meth:`evaluate_client`: a
+        private model, optimiser moments."""
         return None
+
 
     def client_update(
         self, payload: dict[str, Any], state: Any, data: ClientData, generator: torch.Generator
     ) -> ClientResult:
-        raise NotImplementedError
+        """One client's local work this round: a :class:`ClientResult` whose ``upload`` goes to the
+        server (its tensors count as bytes sent up) and whose ``state`` is the client's next private
+        state (return ``state`` itself when it does not change).
+
+        ``payload`` is what :meth:`broadcast` made for this client, ``state`` its private state (see
+        :meth:`init_client_state`), ``data`` its own :class:`ClientData` (``data.train`` keeps global
+        class ids), ``generator`` seeded by (seed, round, client id). It must be a pure function of
+        these: it reads nothing else, and mutates neither ``payload`` nor ``state`` (copy them into a
+        workspace model with :func:`load_state_`). Set ``num_samples`` and ``num_episodes`` for the
+        server's weighting and ``metrics`` (numbers, averaged over clients into the round's
+        ``train_*`` history). A client whose data cannot make the round's task returns
+        :meth:`ClientResult.sat_out`. It runs wherever the engine puts the client: this process, a
+        worker process or a Flower node."""
+        raise self._missing("client_update(payload, state, data, generator)", "train on the client's "
+                            "data and return a ClientResult")
 
     # -- many clients as one computation (runtime.batch_clients) ------------------------------
     def batching_unsupported(self) -> str | None:
@@ -190,10 +334,17 @@ class Algorithm:
 
     # -- evaluation --------------------------------------------------------------------------
     def evaluate(self, server: Any, data: EvalData, generator: torch.Generator) -> dict[str, float]:
-        """The metrics of the server's model(s) on ``data`` (an evaluation split: fixed episodes or a
-        labelled set), from what a server has: its state and the evaluation data, never a client's
-        data or private state (those take part through :meth:`evaluate_client`)."""
-        raise NotImplementedError(f"{self.name} does not evaluate on the server")
+        """The metrics of the server's model(s) on ``data``: at least ``"accuracy"`` (a fraction in
+        [0, 1]; the run selects and reports rounds by it), optionally ``"ci95"`` and any other numbers.
+
+        ``data`` is one evaluation split: fixed episodes (``data.episodes``, few-shot tasks: adapt on
+        each episode's support set, score its query set) or a labelled set (``data.dataset``,
+        classification tasks); :func:`evaluate_model` handles both for a model with a prototype or
+        linear classifier. Only what a server has is used: its state and the evaluation data, never a
+        client's data or private state (those take part through :meth:`evaluate_client`). Must not
+        change ``server``; ``generator`` is seeded by (seed, split), for an evaluation that draws."""
+        raise self._missing("evaluate(server, data, generator)", "score the server's state on the "
+                            "evaluation split")
 
     def episode_scores(self, server: Any, data: EvalData, indices: Sequence[int]) -> list[float]:
         """The score of each evaluation episode in ``indices`` (algorithms with ``splits_evaluation``)."""
@@ -242,7 +393,26 @@ ALGORITHMS: Registry[type[Algorithm]] = Registry("algorithm")
 
 
 def register(name: str, help: str = "") -> Callable[[type[Algorithm]], type[Algorithm]]:
-    """Class decorator: register an algorithm under ``name`` and set its ``name`` attribute."""
+    """Class decorator: register an :class:`Algorithm` subclass under ``name``, the name a config's
+    ``algorithm.name`` gives, and set the class's ``name`` attribute to it. ``help`` is the line
+    ``fedfew list algorithms`` shows (default: the first line of the class docstring); the options'
+    ``Field(description=...)`` are what ``fedfew list algorithms NAME`` adds. A name registered
+    twice is an error.
+
+    Example (the complete class is in :class:`Algorithm`'s docstring)::
+
+        from fedfew import ALGORITHMS, Algorithm, register
+
+        @register("my-fedavg", help="FedAvg: one epoch of minibatch SGD, sample-weighted averaging")
+        class MyFedAvg(Algorithm):
+            ...
+
+        assert MyFedAvg.name == "my-fedavg" and ALGORITHMS.get("my-fedavg") is MyFedAvg
+
+    In a package module under ``fedfew/algorithms/`` it registers on import; in a file of your own
+    it does when the file is loaded as a plugin (``fedfew run my.yaml --plugin my_fedavg.py``, or
+    ``plugins: [my_fedavg.py]`` in the config), and only then may a config name it.
+    """
 
     def decorate(cls: type[Algorithm]) -> type[Algorithm]:
         cls.name = name

@@ -1,0 +1,284 @@
+"""The algorithm API as an author meets it: docs/writing-an-algorithm.md's Reptile, taken from the
+page's own code blocks, run by the command line as a plugin on every engine with the same numbers
+(the engine contract), its hooks keeping the contract (pure client update, hand-computed outer step),
+the complete example in ``fedfew.Algorithm``'s docstring, and the message of a hook left out.
+
+The page's runs go through ``python -m fedfew.cli run`` in a child process: a plugin registers its
+algorithm for good, and this process's registry must keep exactly the built-in algorithms
+(tests/test_engines.py checks that each has a tiny config). The in-process checks register into a
+throwaway registry for the same reason."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+
+import fedfew
+import fedfew.algorithms  # noqa: F401  (the built-ins register now, before any test swaps the registry)
+import fedfew.engine.algorithm as algorithm_module
+from fedfew.engine.simulator import simulate_round
+from fedfew.registry import Registry
+from tests.helpers import blob_dataset, clients_from, context_for
+
+REPO = Path(__file__).resolve().parents[1]
+PAGE = REPO / "docs" / "writing-an-algorithm.md"
+
+#: The page's config made small: a federation of 4 clients for 2 rounds, every round scored.
+TINY = ["federation.rounds=2", "partition.num_clients=4", "federation.clients_per_round=4",
+        "episodes.test_episodes=6", "eval.every=1", "model.options={hidden: 8}",
+        "algorithm.options.inner_steps=2"]
+ENGINES = {
+    "inprocess": [],
+    "workers": ["runtime.engine=workers", "runtime.engine_options={workers: 2}"],
+    "flower-sim": ["runtime.engine=flower-sim", "flower.sim.init_args.num_cpus=2"],
+}
+#: What differs between two equal runs: wall-clock time.
+TIMING = {"seconds", "data_seconds"}
+
+
+def page_blocks(language: str) -> list[str]:
+    return re.findall(rf"^```{language}\n(.*?)^```$", PAGE.read_text(), flags=re.M | re.S)
+
+
+def fresh_registry(monkeypatch: pytest.MonkeyPatch) -> Registry[Any]:
+    """``register`` writes into a throwaway registry until the test ends."""
+    registry: Registry[Any] = Registry("algorithm")
+    monkeypatch.setattr(algorithm_module, "ALGORITHMS", registry)
+    return registry
+
+
+def exec_module(source: str, name: str) -> dict[str, Any]:
+    namespace: dict[str, Any] = {"__name__": name}
+    exec(compile(source, f"<{name}>", "exec"), namespace)
+    return namespace
+
+
+@pytest.fixture(scope="module")
+def page_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """reptile.py and reptile.yaml exactly as the page shows them, side by side."""
+    folder = tmp_path_factory.mktemp("tutorial")
+    (code,), (config,) = page_blocks("python"), page_blocks("yaml")
+    (folder / "reptile.py").write_text(code)
+    (folder / "reptile.yaml").write_text(config)
+    return folder
+
+
+def run_page(folder: Path, out: Path, sets: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
+    """``fedfew run reptile.yaml`` as the page writes it (plus ``sets``), in a child process; the run's
+    summary and per-round history, wall-clock times left out."""
+    argv = [sys.executable, "-m", "fedfew.cli", "run", "reptile.yaml", "--out", str(out), "--quiet"]
+    for item in TINY + sets:
+        argv += ["--set", item]
+    done = subprocess.run(argv, cwd=folder, env={**os.environ, **(env or {})}, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run_folder,) = out.iterdir()
+    summary = json.loads((run_folder / "summary.json").read_text())
+    history = [json.loads(line) for line in (run_folder / "metrics.jsonl").read_text().splitlines()]
+    return {"summary": {k: v for k, v in summary.items() if k not in TIMING},
+            "history": [{k: v for k, v in row.items() if k not in TIMING} for row in history],
+            "status": json.loads((run_folder / "status.json").read_text())["status"],
+            "config": yaml.safe_load((run_folder / "config.yaml").read_text()), "folder": run_folder}
+
+
+@pytest.fixture(scope="module")
+def reference(page_folder: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The page's run in this process's engine, ``inprocess``: what every other engine must give."""
+    return run_page(page_folder, tmp_path_factory.mktemp("inprocess"), ENGINES["inprocess"])
+
+
+def test_the_page_shows_one_complete_algorithm_in_under_60_lines() -> None:
+    (code,), (config,) = page_blocks("python"), page_blocks("yaml")
+    assert len(code.splitlines()) < 60
+    # `import fedfew` is all an author needs: no internal module is imported.
+    assert not re.findall(r"^\s*(?:from|import) fedfew\.", code, flags=re.M)
+    assert '@register("reptile"' in code
+    settings = yaml.safe_load(config)
+    assert settings["plugins"] == ["reptile.py"] and settings["algorithm"]["name"] == "reptile"
+    assert {"task", "dataset", "algorithm"} <= set(settings)
+    assert "$ fedfew run reptile.yaml" in PAGE.read_text()
+
+
+def test_the_page_runs_in_process(reference: dict[str, Any], page_folder: Path) -> None:
+    summary = reference["summary"]
+    assert reference["status"] == "complete" and summary["algorithm"] == "reptile"
+    assert reference["config"]["plugins"] == [str(page_folder / "reptile.py")]  # recorded absolute
+    assert [row["round"] for row in reference["history"]] == [1, 2]
+    for row in reference["history"]:  # every client trained and reported its loss
+        assert row["clients"]["trained"] == [0, 1, 2, 3] and math.isfinite(row["train_loss"])
+        assert row["bytes_up"] == row["bytes_down"] > 0  # the model down, the model up
+    assert 0.0 <= summary["test"]["accuracy"] <= 1.0
+
+
+@pytest.mark.parametrize("engine", ["workers", pytest.param("flower-sim", marks=pytest.mark.flower)])
+def test_every_engine_gives_the_page_the_same_numbers(engine: str, reference: dict[str, Any], page_folder: Path,
+                                                      tmp_path: Path) -> None:
+    sets, env, temp = list(ENGINES[engine]), {}, None
+    if engine == "flower-sim":
+        pytest.importorskip("ray")
+        pytest.importorskip("flwr")
+        from tests.raycluster import MARKER, marked_pids, pids_using
+
+        temp = tempfile.mkdtemp(prefix="fr", dir="/tmp")  # short: Ray's socket paths
+        sets.append(f"flower.sim.init_args._temp_dir={temp}")
+        env = {MARKER: uuid.uuid4().hex}
+    try:
+        other = run_page(page_folder, tmp_path / "out", sets, env)
+    finally:
+        if temp is not None:  # a private Ray instance leaves no process behind
+            assert not marked_pids(env[MARKER]) and not pids_using(temp)
+            shutil.rmtree(temp, ignore_errors=True)
+    assert other["config"]["runtime"]["engine"] == engine
+    if engine == "flower-sim":  # the clients ran on the virtual SuperNodes, as Flower messages
+        log = other["folder"] / "flower" / "messages.jsonl"
+        trained = {json.loads(line)["type"] for line in log.read_text().splitlines()}
+        assert "train" in trained, trained
+
+    assert other["history"] == reference["history"]  # losses, bytes and who trained, round by round
+    assert other["summary"] == reference["summary"]  # test accuracy and interval, initial score, ...
+
+
+@pytest.fixture
+def reptile(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The page's module, executed here with ``register`` writing into a throwaway registry."""
+    registry = fresh_registry(monkeypatch)
+    module = exec_module(page_blocks("python")[0], "tutorial_reptile")
+    assert registry.get("reptile") is module["Reptile"] and module["Reptile"].name == "reptile"
+    return module
+
+
+def test_the_outer_step_is_reptiles(reptile: dict[str, Any]) -> None:
+    """phi <- phi + epsilon (mean_k w_k - phi) for floating tensors, by hand; an integer buffer takes
+    the mean's value; a client that sat out does not count; the server state is not written to."""
+    algorithm = reptile["Reptile"](reptile["ReptileOptions"](outer_lr=0.5), context_for(blob_dataset()))
+    result = fedfew.ClientResult
+    server = {"model": {"w": torch.tensor([1.0, 2.0]), "steps": torch.tensor(3)}, "note": "kept"}
+    results = {0: result(upload={"model": {"w": torch.tensor([3.0, 2.0]), "steps": torch.tensor(5)}}),
+               1: result.sat_out(None),
+               2: result(upload={"model": {"w": torch.tensor([5.0, 6.0]), "steps": torch.tensor(7)}})}
+    new = algorithm.aggregate(server, results, torch.Generator())
+    # mean_k w_k = [4, 4]; phi = [1, 2] + 0.5 ([4, 4] - [1, 2]) = [2.5, 3.0]
+    assert torch.equal(new["model"]["w"], torch.tensor([2.5, 3.0])) and new["note"] == "kept"
+    assert torch.equal(new["model"]["steps"], torch.tensor(5))
+    assert torch.equal(server["model"]["w"], torch.tensor([1.0, 2.0]))  # untouched
+    stayed = algorithm.aggregate(server, {1: result.sat_out(None)}, torch.Generator())
+    assert torch.equal(stayed["model"]["w"], server["model"]["w"])  # nobody trained: phi stays
+
+
+def test_the_client_update_is_pure_and_seeded(reptile: dict[str, Any]) -> None:
+    data = blob_dataset(classes=6, per_class=10)
+    context = context_for(data, n_way=3, k_shot=1, q_query=2)
+    algorithm = reptile["Reptile"](reptile["ReptileOptions"](inner_steps=3, inner_lr=0.1), context)
+    server = algorithm.init_server(torch.Generator().manual_seed(0))
+    payload = algorithm.broadcast(server, 0)
+    sent = {k: v.clone() for k, v in payload["model"].items()}
+    (client,) = clients_from(data.split("base"), [torch.arange(len(data.split("base")))])
+
+    def update(seed: int) -> fedfew.ClientResult:
+        return algorithm.client_update(payload, None, client, torch.Generator().manual_seed(seed))
+
+    first, again, other = update(1), update(1), update(2)
+    assert all(torch.equal(payload["model"][k], sent[k]) for k in sent)  # the payload is not written to
+    assert all(torch.equal(first.upload["model"][k], again.upload["model"][k]) for k in sent)  # seeded
+    assert any(not torch.equal(first.upload["model"][k], sent[k]) for k in sent)  # it trained
+    assert any(not torch.equal(first.upload["model"][k], other.upload["model"][k]) for k in sent)
+    assert first.num_episodes == 3 and first.num_samples == len(data.split("base")) and not first.skipped
+    (tiny,) = clients_from(data.split("base"), [torch.tensor([0])])  # one sample: no episode fits
+    assert algorithm.client_update(payload, "mine", tiny, torch.Generator()).skipped
+
+
+def docstring_example() -> str:
+    """The complete algorithm in ``fedfew.Algorithm``'s docstring (its ``::`` block)."""
+    doc = fedfew.Algorithm.__doc__ or ""
+    block = doc.split("A complete algorithm", 1)[1].split("::\n", 1)[1].split("\n    Saved in a file", 1)[0]
+    return textwrap.dedent(block)
+
+
+def test_the_algorithm_docstring_example_is_complete(monkeypatch: pytest.MonkeyPatch) -> None:
+    """It registers, and ten rounds of it average the uploads by samples and learn well-separated blobs."""
+    registry = fresh_registry(monkeypatch)
+    module = exec_module(docstring_example(), "docstring_fedavg")
+    cls = registry.get("my-fedavg")
+    data = blob_dataset(classes=4, per_class=20)
+    algorithm = cls(cls.Options(), context_for(data, task="classification"))
+    clients = clients_from(data, list(torch.randperm(len(data), generator=torch.Generator().manual_seed(0))
+                                      .split([30, 50])))
+    server = algorithm.init_server(torch.Generator().manual_seed(0))
+    test = fedfew.EvalData("test", dataset=data)
+    before = algorithm.evaluate(server, test, torch.Generator())["accuracy"]
+    for r in range(10):
+        outcome = simulate_round(algorithm, server, clients, {}, [0, 1], seed=0, round_key=r)
+        uploads = [outcome.results[c].upload["model"] for c in (0, 1)]
+        for name, value in outcome.server["model"].items():  # (30 w_0 + 50 w_1) / 80
+            assert torch.allclose(value, (30 * uploads[0][name] + 50 * uploads[1][name]) / 80, atol=1e-6)
+        server = outcome.server
+    after = algorithm.evaluate(server, test, torch.Generator())["accuracy"]
+    assert after > max(before, 0.9), (before, after)
+    assert module["SGDOptions"].model_fields["lr"].description  # the options say what they mean
+
+
+def test_a_hook_left_out_says_which_class_and_hook(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Bare(fedfew.Algorithm):
+        pass
+
+    bare = Bare(fedfew.Options(), context_for(blob_dataset()))
+    with pytest.raises(NotImplementedError, match=r"^Bare does not implement init_server\(generator\)"):
+        bare.init_server(torch.Generator())
+    fresh_registry(monkeypatch)
+    named = fedfew.register("bare-test")(type("Named", (fedfew.Algorithm,), {}))(fedfew.Options(),
+                                                                                   context_for(blob_dataset()))
+    for call, hook in ((lambda: named.client_update({}, None, None, torch.Generator()), "client_update"),
+                       (lambda: named.aggregate({}, {}, torch.Generator()), "aggregate"),
+                       (lambda: named.evaluate({}, fedfew.EvalData("test"), torch.Generator()), "evaluate")):
+        with pytest.raises(NotImplementedError, match=rf"^Named \(algorithm 'bare-test'\) does not implement {hook}\("):
+            call()
+
+
+def test_fedfew_list_shows_each_option_and_what_it_means(capsys: pytest.CaptureFixture[str]) -> None:
+    from fedfew.algorithms.f2l import F2LOptions
+    from fedfew.cli import main
+
+    assert main(["list", "algorithms", "f2l"]) == 0
+    out = capsys.readouterr().out
+    flat = " ".join(out.split())
+    for name, field in F2LOptions.model_fields.items():
+        assert f"\n  {name}: " in out and " ".join(str(field.description).split()) in flat, name
+    assert "\n  lambda_mi: float = 0.5, >= 0, <= 1\n" in out
+    assert "\n  test_finetune_steps: int | None = null, >= 1\n" in out
+    assert "\n  kd_temperature: adaptive | float = adaptive\n" in out
+    assert main(["list", "algorithms"]) == 0
+    assert "lambda_mi" not in capsys.readouterr().out  # one line per algorithm without -v
+    assert main(["list", "algorithms", "-v"]) == 0
+    out = capsys.readouterr().out
+    for name in fedfew.ALGORITHMS.names():  # each algorithm's options follow its line
+        options = list(fedfew.ALGORITHMS.get(name).Options.model_fields)
+        below = out.split(f"\n  {name} ", 1)[1].split("\n")[1]
+        assert below.startswith(f"      {options[0]}: "), (name, below)
+
+    assert main(["list", "algorithms", "fl-mam"]) == 2
+    assert "Did you mean 'fl-maml'" in capsys.readouterr().err
+    assert main(["list", "datasets", "digits"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_the_page_shows_what_fedfew_list_prints(page_folder: Path) -> None:
+    command = "fedfew list algorithms reptile --plugin reptile.py"
+    shown = PAGE.read_text().split(f"$ {command}\n", 1)[1].split("\n$ ", 1)[0]
+    done = subprocess.run([sys.executable, "-m", "fedfew.cli", *command.split()[1:]], cwd=page_folder,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == shown + "\n"
