@@ -358,3 +358,121 @@ def test_fuzzed_folders_where_files_belong_name_the_path(target: str, which: int
         names = [folder.name] if target in ("config", "plugin", "test_tasks") else [folder.name, target]
         check_outcome("folders as files", code, err, tmp / "out", names)
         assert code == 2
+
+
+# -- study files and store records (issue 43) -----------------------------------------------------------
+def run_study_cli(args: list[str]) -> tuple[int, str]:
+    err, std = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(std):
+        code = main(args)
+    return code, err.getvalue()
+
+
+STUDY_PATHS = ["name", "title", "config", "seeds", "methods", "settings", "budgets", "control", "paper", "claims",
+               "set", "methods.fl-proto", "methods.fl-maml.set", "methods.fl-maml.label", "settings.IID 1-shot",
+               "budgets.smoke", "budgets.smoke.set", "budgets.smoke.settings", "budgets.cpu", "control.method"]
+study_values = st.one_of(
+    st.none(), st.booleans(), st.integers(-2, 3), st.text(max_size=6), st.lists(st.integers(0, 2), max_size=3),
+    st.lists(st.text("abc", max_size=3), max_size=2), st.dictionaries(st.sampled_from(["set", "x", "seeds"]),
+                                                                      st.integers(0, 2), max_size=2),
+)
+study_mutations = st.lists(
+    st.tuples(st.sampled_from(["set", "add", "delete"]), st.sampled_from(STUDY_PATHS),
+              st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=8), study_values),
+    min_size=1, max_size=3,
+)
+
+
+def check_study_outcome(kind: str, code: int, err: str, names: list[str]) -> None:
+    """A study command ends in exit 0, or exit 2 with one line naming one of ``names``; never a traceback."""
+    counts = COUNTS.setdefault(kind, Counter())
+    counts["inputs"] += 1
+    assert "Traceback" not in err and "unexpected" not in err, err
+    if code == 0:
+        counts["accepted"] += 1
+        return
+    lines = [line for line in err.splitlines() if line.strip() and "warning" not in line]
+    counts["rejected"] += 1
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("fedfew:"), (code, err)
+    assert any(name in lines[0] for name in names), (names, lines[0])
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(changes=study_mutations)
+def test_fuzzed_study_files_are_read_or_refused_in_one_line(changes: list[tuple[str, str, str, Any]]) -> None:
+    from tests.test_study import DIGITS_STUDY
+
+    study, touched = mutate(json.loads(json.dumps(DIGITS_STUDY)), changes)
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        path = tmp / "study.yaml"
+        path.write_text(yaml.safe_dump(study, sort_keys=False))
+        code, err = run_study_cli(["study", "status", str(path), "--store", str(tmp / "store"),
+                                   "--runs", str(tmp / "runs"), "--budget", "smoke"])
+        names = [str(path), "study", "budget", "--budget", *[t.split(".")[0] for t in touched],
+                 *[t.rsplit(".", 1)[-1] for t in touched]]
+        check_study_outcome("study files", code, err, names)
+
+
+@pytest.fixture(scope="module")
+def stored_digits_study(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """The tests' digits study run once at its smoke budget: (study file, store, runs)."""
+    from tests.test_study import DIGITS_STUDY
+
+    tmp = tmp_path_factory.mktemp("fuzz-store")
+    path = tmp / "study.yaml"
+    path.write_text(yaml.safe_dump({**DIGITS_STUDY, "seeds": [0]}, sort_keys=False))
+    code, err = run_study_cli(["study", "run", str(path), "--store", str(tmp / "store"), "--runs", str(tmp / "runs"),
+                               "--budget", "smoke"])
+    assert code == 0, err
+    return path, tmp / "store", tmp / "runs"
+
+
+RECORD_FIELDS = ["format", "study", "budget", "method", "setting", "seed", "config_hash", "config", "code",
+                 "metrics", "wall_seconds", "finished", "history", "environment", "cpu_seconds"]
+record_changes = st.one_of(
+    st.tuples(st.just("delete"), st.sampled_from(RECORD_FIELDS), st.none()),
+    st.tuples(st.just("set"), st.sampled_from(RECORD_FIELDS + ["metrics.test", "metrics.test.accuracy", "code.source"]),
+              st.one_of(st.none(), st.integers(-1, 2), st.text(max_size=4), st.lists(st.integers(), max_size=2),
+                        st.floats(allow_nan=True))),
+    st.tuples(st.just("bytes"), st.sampled_from(["truncate", "flip", "empty", "not json"]), st.integers(0, 10_000)),
+)
+
+
+@settings(max_examples=50, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(change=record_changes)
+def test_fuzzed_store_records_are_used_or_named_as_damaged(stored_digits_study: tuple[Path, Path, Path],
+                                                           change: tuple[str, str, Any]) -> None:
+    """A changed record is either still a whole record (used) or named, with its path, as damaged by
+    status and report alike (exit 0: the study's other cells stand); never a traceback."""
+    study, store, _ = stored_digits_study
+    with tempfile.TemporaryDirectory() as tmp_name:
+        copy = Path(tmp_name) / "store"
+        shutil.copytree(store, copy)
+        record_path = sorted(copy.glob("*/*.json"))[0]
+        operation, where, value = change
+        if operation == "bytes":
+            data = record_path.read_bytes()
+            cut = value % max(len(data), 1)
+            record_path.write_bytes({"truncate": data[:cut], "flip": data[:cut] + bytes([data[cut] ^ 0x5A]) + data[cut + 1:],
+                                     "empty": b"", "not json": b"hello"}[where])
+        else:
+            record = json.loads(record_path.read_text())
+            *parents, key = where.split(".")
+            node = record
+            for part in parents:
+                node = node.setdefault(part, {}) if isinstance(node, dict) else {}
+            if isinstance(node, dict):
+                if operation == "delete":
+                    node.pop(key, None)
+                else:
+                    node[key] = value
+            record_path.write_text(json.dumps(record))
+        for command in ("status", "report"):
+            code, err = run_study_cli(["study", command, str(study), "--store", str(copy), "--budget", "smoke",
+                                       *(["--runs", str(Path(tmp_name) / "runs")] if command == "status" else [])])
+            check_study_outcome(f"store records ({command})", code, err, [record_path.name])
+            if code == 0 and "damaged" in err:
+                COUNTS[f"store records ({command})"]["named as damaged"] += 1
+                assert record_path.name in err

@@ -23,6 +23,10 @@ REQUIRED: dict[str, tuple[type, ...]] = {
     "finished": (str,)}
 
 
+#: Fields added later (the environment, CPU seconds, sittings): absent or null in older records.
+OPTIONAL: dict[str, tuple[type, ...]] = {"environment": (dict,), "cpu_seconds": (int, float), "sittings": (list,)}
+
+
 def problem(record: Any, path: Path | None = None) -> str | None:
     """What makes ``record`` (read from ``path``) not a usable store record, in a few words; None when
     it is one. Fields a newer version adds are allowed: only what the study layer reads is checked."""
@@ -46,6 +50,10 @@ def problem(record: Any, path: Path | None = None) -> str | None:
         return "'history' is not a list of evaluated rounds"
     if not isinstance(record.get("reused_from", ""), str):
         return "'reused_from' is not a record's name"
+    for key, types in OPTIONAL.items():  # newer fields: absent in older records, typed when there
+        value = record.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, types)):
+            return f"{key!r} is {json.dumps(value)[:40]}, not {' or '.join(t.__name__ for t in types)}"
     # The file's name is how `study run` finds a cell: a record under another name is not that cell's.
     if path is not None and path.name != f"{record['config_hash']}-{code['source']}.json":
         return f"its config hash and code say {record['config_hash']}-{code['source']}.json"
