@@ -59,3 +59,36 @@ def test_an_unknown_logger_is_one_line_and_exit_2(tmp_path: Path) -> None:
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "runtime.loggers" in lines[0] and "wandb" in lines[0], done.stderr
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_final_test_metrics_are_at_the_last_rounds_step_in_both(tmp_path: Path) -> None:
+    """One convention: ``final_test/*`` at the step of the run's last round, in TensorBoard and in MLflow,
+    read back from the event file and from MLflow's local store."""
+    pytest.importorskip("tensorboard")
+    pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    config = load_config(tiny_config("fl-proto", federation={"rounds": 3},
+                                     runtime={"loggers": ["tensorboard", "mlflow"]}))
+    summary = run_experiment(config, tmp_path, progress=False)
+    folder = Path(summary["folder"])
+    last = json.loads((folder / "metrics.jsonl").read_text().splitlines()[-1])["round"]
+    assert last == 3
+
+    events = EventAccumulator(str(folder / "tensorboard"))
+    events.Reload()
+    final_tags = sorted(t for t in events.Tags()["scalars"] if t.startswith("final_test/"))
+    assert "final_test/accuracy" in final_tags
+    for tag in final_tags:
+        assert [e.step for e in events.Scalars(tag)] == [last], tag
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{folder / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name(config.name).experiment_id])
+    mlflow_tags = sorted(k for k in run.data.metrics if k.startswith("final_test/"))
+    assert mlflow_tags == final_tags
+    for tag in mlflow_tags:
+        history = client.get_metric_history(run.info.run_id, tag)
+        assert [m.step for m in history] == [last], tag
+    tb = events.Scalars("final_test/accuracy")[0].value
+    assert client.get_metric_history(run.info.run_id, "final_test/accuracy")[0].value == pytest.approx(tb, rel=1e-6)

@@ -1,12 +1,17 @@
 """Experiment tracking: ``runtime.loggers: [tensorboard, mlflow]``, both offline, both in the run folder.
 
 * ``tensorboard``: event files in ``RUN/tensorboard`` (every numeric per-round metric, by round; the
-  final test metrics at the last round). ``tensorboard --logdir RUN/tensorboard`` shows them.
+  final test metrics as ``final_test/*``). ``tensorboard --logdir RUN/tensorboard`` shows them.
 * ``mlflow``: MLflow's local store in the run folder (``RUN/mlflow.db``, a SQLite file: MLflow 3 refuses
   its plain-file store; artifacts in ``RUN/mlartifacts``): one MLflow run per fedfew run with the
   resolved config as parameters (flattened keys), every numeric per-round metric by round, the final
-  test metrics, and ``results.md``, ``summary.json`` and the final model (``model/``) as artifacts.
-  ``mlflow ui --backend-store-uri sqlite:///RUN/mlflow.db`` shows them.
+  test metrics as ``final_test/*``, and ``results.md``, ``summary.json`` and the final model
+  (``model/``) as artifacts. ``mlflow ui --backend-store-uri sqlite:///RUN/mlflow.db`` shows them.
+
+One step convention for both: a per-round metric is logged at its round's number (1..R), and the
+final test metrics ``final_test/*`` at the step of the run's **last round** (R, the round after which
+the test runs; :func:`final_step`), whichever round was selected for the test (``selected_round`` in
+``summary.json``). A resumed run logs them at its last round too.
 
 Both are optional extras (``pip install 'fedfew[tracking]'``). A tracker never changes what is run.
 """
@@ -51,6 +56,13 @@ def numeric(record: dict[str, Any], prefix: str = "") -> dict[str, float]:
     return out
 
 
+def final_step(summary: dict[str, Any]) -> int:
+    """The step of the final test metrics: the run's last round (``summary["rounds"]``: a run that
+    reaches :meth:`Tracker.finish` ran every round; 0 for the untrained control)."""
+    history = summary.get("history") or []
+    return int(history[-1]["round"]) if history else int(summary.get("rounds") or 0)
+
+
 def flat_params(data: Any, prefix: str = "") -> dict[str, str]:
     if isinstance(data, dict):
         out: dict[str, str] = {}
@@ -70,17 +82,17 @@ class TensorBoardTracker(Tracker):
             raise ConfigError("runtime.loggers: tensorboard needs the tensorboard package: "
                               "pip install 'fedfew[tracking]'") from None
         self.writer = SummaryWriter(log_dir=str(folder / "tensorboard"))
-        self.last = 0
 
     def log_round(self, round_index: int, record: dict[str, Any]) -> None:
         for key, value in numeric({k: v for k, v in record.items() if k != "round"}).items():
             self.writer.add_scalar(key, value, round_index)
-        self.last = round_index
         self.writer.flush()
 
     def finish(self, summary: dict[str, Any]) -> None:
+        step = final_step(summary)
         for key, value in numeric(summary.get("test", {}), "final_test/").items():
-            self.writer.add_scalar(key, value, self.last)
+            self.writer.add_scalar(key, value, step)
+        self.writer.flush()
 
     def close(self, failed: bool = False) -> None:
         self.writer.close()
@@ -122,8 +134,14 @@ class MLflowTracker(Tracker):
             self.client.log_batch(self.run_id, metrics=metrics)
 
     def finish(self, summary: dict[str, Any]) -> None:
-        for key, value in numeric(summary.get("test", {}), "final_test/").items():
-            self.client.log_metric(self.run_id, key, value)
+        import time
+
+        from mlflow.entities import Metric
+
+        now, step = int(time.time() * 1000), final_step(summary)
+        metrics = [Metric(k, v, now, step) for k, v in numeric(summary.get("test", {}), "final_test/").items()]
+        if metrics:
+            self.client.log_batch(self.run_id, metrics=metrics)
         for name in ("results.md", "summary.json"):
             if (self.folder / name).is_file():
                 self.client.log_artifact(self.run_id, str(self.folder / name))
