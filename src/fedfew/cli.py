@@ -36,10 +36,11 @@ logger = logging.getLogger(__name__)
 
 
 def _report(summary: dict) -> None:
-    from fedfew.results import format_accuracy
+    from fedfew.results import format_accuracy, privacy_budget
 
+    budget = privacy_budget(summary)  # a private run's (ε, δ)
     print(f"{summary['name']}: test accuracy {format_accuracy(summary['test'])} % (round "
-          f"{summary['selected_round']}/{summary['rounds']}) -> {summary['folder']}")
+          f"{summary['selected_round']}/{summary['rounds']}){f' ({budget})' if budget else ''} -> {summary['folder']}")
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

@@ -14,16 +14,17 @@ from typing import Any
 
 #: What can change a run's numbers, relative to the package folder: every file under these folders (a
 #: module added to one later is covered without a change here; the bundled data files too) ...
-NUMBERS_FOLDERS = ("algorithms", "data", "engine", "meta", "models")
+NUMBERS_FOLDERS = ("algorithms", "data", "engine", "meta", "models", "privacy")
 #: ... and these modules: the adversarial clients, the label corruption, FRL's deployment groups and their
 #: scores, the episodes, evaluation, the built experiment (data, split, partition, models), the model's
 #: trial pass before a run (it must leave the generators as they were), the partitions, the registry
 #: (which class a name runs), the summary's chance level (``results``), the checkpoints a resumed run
 #: continues from (``runfolder``), the round loop and the selected round (``runner``), how options are
-#: read (``schema``, ``signature_options``) and the seeds.
+#: read (``schema``, ``signature_options``), the seeds, and the intervals ``evaluation`` takes from the
+#: statistics module (``stats``: a run's ci95 over test episodes, Wilson's interval).
 NUMBERS_MODULES = ("adversarial.py", "corruption.py", "deployment.py", "episodes.py", "evaluation.py",
                    "experiment.py", "model_check.py", "partition.py", "registry.py", "results.py", "runfolder.py",
-                   "runner.py", "schema.py", "seeding.py", "signature_options.py")
+                   "runner.py", "schema.py", "seeding.py", "signature_options.py", "stats.py")
 #: The rest of the package, and why it cannot change a number. tests/test_study_records.py fails when a
 #: module the hashed code imports is in neither list, so a new module cannot fall out of the version
 #: unseen; ``fedfew study verify`` remains the check that the numbers did not move.

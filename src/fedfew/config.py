@@ -251,6 +251,77 @@ class FlowerConfig(Section):
     sim: FlowerSimConfig = Field(default_factory=FlowerSimConfig)
 
 
+class AdaptiveClipConfig(Section):
+    """Adaptive clipping (Andrew et al. 2021, "Differentially Private Learning with Adaptive Clipping"):
+    after each round the clip moves geometrically toward the ``target_quantile`` of the clients' update
+    norms, C <- C exp(-lr (b - target_quantile)), where b is the noised share of this round's clients
+    whose update was within the clip. That count is released too: it has noise of its own
+    (``count_noise``), and the updates get more noise so that both together spend the budget of
+    ``privacy.noise_multiplier`` (the paper's Theorem 1; docs/privacy.md)."""
+
+    #: The quantile of the clients' update norms the clip tracks (the paper's gamma; 0.5: the median).
+    target_quantile: float = Field(0.5, gt=0, lt=1)
+    #: The clip's learning rate (the paper's eta_C) in the geometric update.
+    lr: float = Field(0.2, gt=0)
+    #: Standard deviation sigma_b of the noise on the count of clients within the clip; None: the expected
+    #: clients per round / 20, the paper's choice. Must exceed privacy.noise_multiplier / 2.
+    count_noise: float | None = Field(default=None, gt=0)
+
+
+class PrivacyConfig(Section):
+    """Client-level differential privacy (fedfew.privacy; docs/privacy.md). Off by default.
+
+    ``central-dp`` is DP-FedAvg (McMahan et al. 2018): each client clips its update to L2 norm ``clip``
+    where it trains, and the server adds Gaussian noise of standard deviation noise_multiplier x clip to
+    the sum before dividing by the expected clients per round. ``local-dp``: each client adds that noise
+    to its own clipped update before it leaves, so the server need not be trusted. Give
+    ``noise_multiplier`` or ``target_epsilon`` (the multiplier is then solved before the run)."""
+
+    #: "none" (off), "central-dp" (the server adds the noise) or "local-dp" (each client adds its own).
+    mechanism: Literal["none", "central-dp", "local-dp"] = "none"
+    #: C: the L2 norm each client's update is clipped to (the initial clip with adaptive_clip).
+    clip: float | None = Field(default=None, gt=0)
+    #: z: the noise's standard deviation is z x C (on the sum, central-dp; on each update, local-dp).
+    noise_multiplier: float | None = Field(default=None, gt=0)
+    #: Solve for the noise multiplier that gives this epsilon after federation.rounds (instead of
+    #: noise_multiplier).
+    target_epsilon: float | None = Field(default=None, gt=0)
+    #: delta of the (epsilon, delta) guarantee; must be below 1 / partition.num_clients.
+    delta: float | None = Field(default=None, gt=0, lt=1)
+    #: The accountant turning (sampling rate, noise multiplier, rounds, delta) into epsilon: Opacus's
+    #: "rdp" (Renyi DP of the Poisson-subsampled Gaussian) or "prv" (privacy random variables).
+    accountant: Literal["rdp", "prv"] = "rdp"
+    #: Let the clip track a quantile of the update norms (central-dp only); None: a fixed clip.
+    adaptive_clip: AdaptiveClipConfig | None = None
+    #: Send the clients' training metrics (loss and accuracy on their own data) to the server for the
+    #: round history. They are not covered by the guarantee, so by default they stay on the clients.
+    client_metrics: bool = False
+
+    @model_validator(mode="after")
+    def _complete(self) -> PrivacyConfig:
+        if self.mechanism == "none":
+            given = [k for k in ("clip", "noise_multiplier", "target_epsilon", "delta", "adaptive_clip")
+                     if getattr(self, k) is not None]
+            if given:
+                raise ValueError(f"privacy.{given[0]} is set but privacy.mechanism is none: set privacy.mechanism: "
+                                 "central-dp or local-dp, or remove it")
+            return self
+        for key in ("clip", "delta"):
+            if getattr(self, key) is None:
+                raise ValueError(f"privacy.mechanism: {self.mechanism} needs privacy.{key}")
+        if (self.noise_multiplier is None) == (self.target_epsilon is None):
+            raise ValueError(f"privacy.mechanism: {self.mechanism} needs exactly one of privacy.noise_multiplier "
+                             "and privacy.target_epsilon" + (" (both are set)" if self.noise_multiplier else ""))
+        if self.adaptive_clip is not None and self.mechanism == "local-dp":
+            raise ValueError("privacy.adaptive_clip needs the server's noised count of clients within the clip "
+                             "(mechanism: central-dp); local-dp uses a fixed clip")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.mechanism != "none"
+
+
 class ExperimentConfig(Section):
     name: str = "experiment"
     seed: int = 0
@@ -268,6 +339,8 @@ class ExperimentConfig(Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     flower: FlowerConfig = Field(default_factory=FlowerConfig)
+    #: Client-level differential privacy (off by default; docs/privacy.md).
+    privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
 
     @model_validator(mode="after")
     def _check_names(self) -> ExperimentConfig:
@@ -334,6 +407,7 @@ class ExperimentConfig(Section):
         if isinstance(fpr, float) and fpr > 1.0:
             raise ValueError("federation.clients_per_round as a fraction must be in (0, 1]")
         self._check_replies()
+        self._check_privacy()
         return self
 
     def engine_options(self) -> BaseModel:
@@ -357,6 +431,32 @@ class ExperimentConfig(Section):
                 f"federation.dropout={f.dropout} and federation.stragglers={f.stragglers} leave no client to reply "
                 f"in a round of {asked} (federation.clients_per_round={f.clients_per_round}, partition.num_clients="
                 f"{self.partition.num_clients}): {failed} fail and {late} are late; lower them or ask more clients")
+
+    def _check_privacy(self) -> None:
+        """What privacy settings contradict in the rest of the config (the algorithm's upload is
+        checked when it is built: fedfew.privacy.check_algorithm)."""
+        p = self.privacy
+        if not p.enabled:
+            return
+        from fedfew.engine.simulator import round_size
+        from fedfew.engines import ENGINES
+
+        clients = self.partition.num_clients
+        if p.delta is not None and p.delta >= 1 / clients:
+            raise ValueError(f"privacy.delta={p.delta:g} must be below 1 / partition.num_clients = {1 / clients:g}: "
+                             "a delta that large allows leaking one client's data outright")
+        engine = ENGINES.get(self.runtime.engine)
+        if not getattr(engine, "honours_privacy", False):
+            raise ValueError(f"privacy: runtime.engine={self.runtime.engine} does not run client updates through "
+                             "fedfew's client task (fedfew.engine.tasks.run_client_task), where updates are clipped: "
+                             "use inprocess, workers, flower or flower-sim")
+        if p.adaptive_clip is not None and p.noise_multiplier is not None:
+            m = round_size(clients, self.federation.clients_per_round)
+            count_noise = p.adaptive_clip.count_noise or m / 20
+            if 2 * count_noise <= p.noise_multiplier:
+                raise ValueError(f"privacy.adaptive_clip.count_noise={count_noise:g} must exceed privacy.noise_multiplier"
+                                 f" / 2 = {p.noise_multiplier / 2:g}: the count's noise spends part of the budget "
+                                 "(Andrew et al. 2021, Theorem 1); raise it or the clients per round")
 
     def algorithm_options(self) -> BaseOptions:
         from fedfew.engine import ALGORITHMS

@@ -28,6 +28,8 @@ from fedfew.engine import ALGORITHMS, Algorithm, ClientData, Context, EpisodeSha
 from fedfew.engine.compute import Compute
 from fedfew.engine.engines import Engine, EngineSetup, Faults, InProcessEngine
 from fedfew.engine.protocol import init_generator
+from fedfew.engine.simulator import round_size
+from fedfew.engine.static import static_tensors
 from fedfew.engine.store import ClientStates, RemoteClientStates
 from fedfew.engines import ENGINES
 from fedfew.episodes import (
@@ -41,6 +43,7 @@ from fedfew.episodes import (
 from fedfew.models import FewShotModel, build_model
 from fedfew.models.base import ModelBuildError
 from fedfew.partition import PARTITIONS, PartitionError, partition
+from fedfew.privacy import PrivateAggregation
 from fedfew.seeding import numpy_generator
 from fedfew.signature_options import options_schema
 
@@ -61,6 +64,8 @@ class Experiment:
     #: Seconds it took to load the data set (reading, and encoding texts with a sentence encoder):
     #: paid once per data set in a batch, so reported beside each run's own seconds, not inside them.
     data_seconds: float = 0.0
+    #: Client-level differential privacy (config ``privacy``), or None when it is off.
+    privacy: PrivateAggregation | None = None
 
     def simulator(self, states_dir: Path | None = None, engine_factory: EngineFactory | None = None) -> Simulator:
         """A simulator for this experiment. Client states are kept in memory, or spilled to files in
@@ -93,7 +98,7 @@ class Experiment:
         if not engine.holds_states:  # the clients keep their states themselves (Flower nodes)
             states = RemoteClientStates([c.client_id for c in self.clients])
         return Simulator(self.algorithm, self.clients, seed, self.val, self.test, states=states, engine=engine,
-                         init_seed=config.model.init_seed, per_class=config.eval.per_class)
+                         init_seed=config.model.init_seed, per_class=config.eval.per_class, privacy=self.privacy)
 
 
 @dataclass
@@ -343,7 +348,19 @@ def _build(config: ExperimentConfig, device: torch.device) -> Experiment:
                           "fedfsl-*); set eval.per_class: false")
     context.new_federation = federation_factory(config)
     context.participant_positions = participant_positions(clients)
-    return Experiment(config, dataset, clients, context, algorithm, val, test, data_seconds)
+    privacy = private_aggregation(config, algorithm, len(clients))
+    return Experiment(config, dataset, clients, context, algorithm, val, test, data_seconds, privacy)
+
+
+def private_aggregation(config: ExperimentConfig, algorithm: Algorithm, num_clients: int) -> PrivateAggregation | None:
+    """The server side of ``config.privacy`` for ``algorithm`` (None when it is off): refuses an
+    algorithm whose upload it cannot cover, and solves a target epsilon's noise multiplier, before any
+    round runs."""
+    if not config.privacy.enabled:
+        return None
+    per_round = round_size(num_clients, config.federation.clients_per_round)
+    return PrivateAggregation(config.privacy, algorithm, num_clients, per_round, config.federation.rounds,
+                              static_tensors(algorithm).keys())
 
 
 def corrupt_client(client: ClientData, kind: str, classes: list[int], seed: int) -> ClientData:

@@ -47,8 +47,36 @@ def summarise(config: ExperimentConfig, outcome: dict[str, Any], seconds: float,
     }
     if config.federation.rounds == 0:  # a control by design, not a run in which nothing trained
         summary["control"] = "untrained"
+    if outcome.get("privacy"):
+        summary["privacy"] = outcome["privacy"]
     summary.update(against_initial(outcome))
     return summary
+
+
+def privacy_budget(summary: dict[str, Any]) -> str | None:
+    """"ε = 3.21, δ = 1e-05" for a private run's summary; None for a run without privacy."""
+    p = summary.get("privacy")
+    if not p:
+        return None
+    return f"ε = {p['epsilon']:.2f}, δ = {p['delta']:g}"
+
+
+def privacy_line(summary: dict[str, Any]) -> str | None:
+    """One sentence on a private run's guarantee (results.md); None for a run without privacy."""
+    budget = privacy_budget(summary)
+    if budget is None:
+        return None
+    p = summary["privacy"]
+    z = "none (no round ran)" if p["noise_multiplier"] is None else f"{p['noise_multiplier']:.4g}"
+    if "target_epsilon" in p and p["noise_multiplier"] is not None:
+        z += f", solved for target ε = {p['target_epsilon']:g}"
+    clip = f"{p['clip']:g}"
+    if "adaptive_clip" in p:
+        clip += (f" at first, adaptive toward the {p['adaptive_clip']['target_quantile']:g} quantile of the update "
+                 f"norms (last {p['adaptive_clip']['final_clip']:.4g})")
+    return (f"Privacy: {p['mechanism']}, client-level ({budget}) after {p['rounds']} rounds; clip {clip}, noise "
+            f"multiplier {z}, sampling rate {p['sampling_rate']:g}; {p['accountant']}; neighbouring runs: "
+            f"{p['adjacency']}. Covers: {p['covers']}.")
 
 
 def participation(history: list[dict[str, Any]], client_ids: list[int],
@@ -131,18 +159,23 @@ def markdown_table(summaries: list[dict[str, Any]], label_key: str = "name") -> 
     """One row per run; the interval column says how each accuracy's 95% interval was computed
     (normal over the fixed test episodes, 1.96 std / sqrt(T); Wilson's over labelled test samples).
     "seconds" is the run (training and evaluation); "data s" the loading of its data set, with any
-    text encoding, which a batch or sweep pays once per data set."""
+    text encoding, which a batch or sweep pays once per data set. Where some run is private (config
+    ``privacy``), a last column gives each run's (ε, δ), or "not private"."""
     lines = [
         f"| {label_key} | algorithm | test accuracy (%), 95% interval | interval over | selected round | "
         "MB sent (down+up) | seconds | data s |",
         "|---|---|---|---|---|---|---|---|",
     ]
+    private = any(s.get("privacy") for s in summaries)  # a column for (ε, δ) only where some run has it
+    if private:
+        lines[0] += " privacy (ε, δ) |"
+        lines[1] += "---|"
     for s in summaries:
         mb = (s["bytes_down"] + s["bytes_up"]) / 1e6
         lines.append(
             f"| {s.get(label_key, s['name'])} | {s['algorithm']} | {format_accuracy(s['test'])} | "
             f"{s['test'].get('ci_method', '-')} | {s['selected_round']}/{s['rounds']} | {mb:.2f} | {s['seconds']:.1f} | "
-            f"{s.get('data_seconds', 0.0):.1f} |"
+            f"{s.get('data_seconds', 0.0):.1f} |" + (f" {privacy_budget(s) or 'not private'} |" if private else "")
         )
     return "\n".join(lines) + "\n"
 

@@ -25,7 +25,14 @@ from fedfew.errors import FedfewError, RunFailedError, RunInterrupted
 from fedfew.experiment import EngineFactory, Experiment, build_experiment, dataset_cache
 from fedfew.model_check import check_model_runs
 from fedfew.progress import progress_bar
-from fedfew.results import below_initial_message, markdown_table, participation, plot_curves, summarise
+from fedfew.results import (
+    below_initial_message,
+    markdown_table,
+    participation,
+    plot_curves,
+    privacy_line,
+    summarise,
+)
 from fedfew.runfolder import RunFolder, RunFolderError, check_output_base, new_run_path, strict_json
 from fedfew.tracking import Trackers
 
@@ -374,6 +381,8 @@ _progress_bar = progress_bar  # the old name
 def _write_results(folder: RunFolder, config: ExperimentConfig, outcome: dict[str, Any],
                    summary: dict[str, Any]) -> None:
     """The complete-run files, summary.json last: a script that finds it finds the others."""
-    serialize.atomic_write_text(folder.path / "results.md", f"# {config.name}\n\n" + markdown_table([summary]))
+    line = privacy_line(summary)  # a private run's guarantee under its table
+    serialize.atomic_write_text(folder.path / "results.md", f"# {config.name}\n\n" + markdown_table([summary]) +
+                                (f"\n{line}\n" if line else ""))
     plot_curves({config.algorithm.name: outcome["history"]}, folder.path / "accuracy.png", config.name)
     serialize.atomic_write_text(folder.path / "summary.json", strict_json(summary, indent=2) + "\n")

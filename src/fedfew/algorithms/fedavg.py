@@ -68,6 +68,12 @@ class FedAvg(Algorithm):
         """With ``score_uploads`` each client scores its last upload where it is (its state)."""
         return self.scores_uploads
 
+    @property
+    def dp_upload(self) -> str | None:  # type: ignore[override]
+        """The model is averaged: DP clips its change (not with ``score_uploads``, whose scores of the
+        clients' own models on their own data the guarantee would not cover)."""
+        return None if self.scores_uploads else "model-delta"
+
     def new_model(self) -> FewShotModel:
         return self.context.make_model(self.num_outputs)
 

@@ -143,6 +143,11 @@ class FedFSLMI(FedFSLBase):
         super().__init__(options, context)
         self.reference_model = self.new_model()  # workspace for w_g, reloaded every client update
 
+    @property
+    def dp_upload(self) -> str | None:  # type: ignore[override]
+        """Covered with the global reference; ``exclusive`` broadcasts averages of raw uploads."""
+        return "model-delta" if self.options.reference == "global" else None
+
     # -- server ---------------------------------------------------------------------------
     def init_server(self, generator: torch.Generator) -> dict[str, Any]:
         server = super().init_server(generator)

@@ -216,6 +216,11 @@ class FRLOneShot(FRLFineTune):
         if options.stage == "deployment":
             self.deployment = LinearDeployment(options.one_shot_train_options(), context, OneShotFL)
 
+    @property
+    def dp_upload(self) -> str | None:  # type: ignore[override]
+        """Preparation is FedAvg with ``stage: deployment``; ``preparation`` keeps the best raw uploads."""
+        return "model-delta" if self.options.stage == "deployment" else None
+
     def base_labelled(self, data: LabelledDataset) -> LabelledDataset:
         """The client's data with labels as indices of the preparation classes (the head's outputs)."""
         names = [str(c) for c in self.context.train_classes]

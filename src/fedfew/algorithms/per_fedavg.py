@@ -268,6 +268,7 @@ class FRLPerFedAvgDistance(Algorithm):
 
     Options = PerFedAvgOptions
     options: PerFedAvgOptions
+    dp_upload = "model-delta"  # the encoder is averaged: differential privacy clips its change
 
     def __init__(self, options: PerFedAvgOptions, context: Context) -> None:
         if context.task != "fewshot":

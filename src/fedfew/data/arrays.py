@@ -77,12 +77,13 @@ def _why(err: Exception, file: Path) -> str:
                 start = f.read(8)
         except OSError:
             start = b""
+        if start.startswith(NUMPY_MAGIC):  # a numpy file holding an object array
+            return "it holds Python objects; save strings as a numpy string array, e.g. np.array(list_of_str)"
         if start.startswith(PICKLE_START):
             return "it holds pickled Python objects; save strings as a numpy string array, e.g. np.array(list_of_str)"
-        if not start.startswith(NUMPY_MAGIC):
-            shown = start.decode("ascii", "replace") if start.isascii() else start.hex(" ")
-            return (f"it is not a numpy file: it begins with {shown!r}"
-                    f"{' (text)' if start.isascii() else ''}; save arrays with np.savez or np.save")
+        shown = start.decode("ascii", "replace") if start.isascii() else start.hex(" ")
+        return (f"it is not a numpy file: it begins with {shown!r}"
+                f"{' (text)' if start.isascii() else ''}; save arrays with np.savez or np.save")
     return text
 
 

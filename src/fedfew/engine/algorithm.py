@@ -241,6 +241,11 @@ class Algorithm:
     #: :meth:`combine_evaluations` turns all of them into the metrics. Otherwise :meth:`evaluate`
     #: runs on the server alone.
     evaluates_clients: bool = False
+    #: What differential privacy (config ``privacy``, :mod:`fedfew.privacy`) clips of this algorithm's
+    #: upload: "model-delta" when ``upload["model"]`` is a model the server averages into
+    #: ``server["model"]`` and nothing else of the round leaves the clients (DP-FedAvg clips the change
+    #: and replaces the average by its noised one); None (default): private runs are refused.
+    dp_upload: str | None = None
 
     def __init__(self, options: BaseOptions, context: Context) -> None:
         """Called once per process that runs the algorithm (the server, each worker, each Flower

@@ -21,7 +21,7 @@ from fedfew.engine.compute import CPU_FP32, Compute
 from fedfew.engine.engines import Delivery, Faults, InProcessEngine
 from fedfew.engine.protocol import update_generator
 from fedfew.engine.store import ClientStates
-from fedfew.engine.tasks import ClientTask
+from fedfew.engine.tasks import ClientTask, private_result
 from fedfew.errors import UsageError
 
 
@@ -52,5 +52,7 @@ class BatchedEngine(InProcessEngine):
             updates = self.algorithm.client_update_batch(
                 [payloads[cid] for cid in todo], [self.state_of(task.namespace, cid) for cid in todo],
                 [self.clients[cid] for cid in todo], generators)
-        results: dict[int, ClientResult] = dict(zip(todo, updates, strict=True))
+        results: dict[int, ClientResult] = {
+            cid: private_result(self.algorithm, task, update, payloads[cid], self.seed, cid)
+            for cid, update in zip(todo, updates, strict=True)}
         return Delivery(results)

@@ -154,6 +154,10 @@ class Engine:
     #: True when the engine runs the whole run in its own processes: the runner calls :meth:`launch`
     #: with the run folder instead of building the engine here.
     runs_elsewhere: ClassVar[bool] = False
+    #: True when every client update runs through :func:`~fedfew.engine.tasks.run_client_task` where
+    #: the client is, which is where differential privacy clips it (config ``privacy``): an engine
+    #: that runs client updates some other way refuses a private config.
+    honours_privacy: ClassVar[bool] = False
 
     def __init__(self, algorithm: Algorithm, seed: int, states: ClientStates | None,
                  faults: Faults | None = None, compute: Compute = CPU_FP32) -> None:
@@ -264,6 +268,7 @@ class InProcessEngine(Engine):
     """Every client in this process, in ascending id order."""
 
     name = "inprocess"
+    honours_privacy = True
 
     def __init__(self, algorithm: Algorithm, clients: Sequence[ClientData] | Mapping[int, ClientData], seed: int,
                  states: ClientStates | None = None, faults: Faults | None = None,

@@ -14,7 +14,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -29,6 +29,9 @@ from fedfew.engine.tasks import MAIN, ClientTask, resolve_part
 from fedfew.errors import RunFailedError
 from fedfew.evaluation import mean_ci95, per_class_accuracy, with_interval
 from fedfew.seeding import derive_seed, initial_model_seed, numpy_generator, torch_generator
+
+if TYPE_CHECKING:
+    from fedfew.privacy.mechanism import PrivateAggregation
 
 
 class NothingTrainedError(RunFailedError):
@@ -65,6 +68,8 @@ class RoundOutcome:
     asked: list[int] = field(default_factory=list)
     failed: list[int] = field(default_factory=list)
     late: list[int] = field(default_factory=list)
+    #: A private round's record (the clip used, the noised share within it), else None.
+    privacy: dict[str, float] | None = None
 
     @property
     def replied(self) -> list[int]:
@@ -88,13 +93,17 @@ def run_round(
     view: str = "",
     view_args: dict[str, Any] | None = None,
     namespace: str = MAIN,
+    privacy: PrivateAggregation | None = None,
 ) -> RoundOutcome:
     """One round: each selected client gets its payload and updates with its own generator (derived
     from seed, round key and client id, so order does not matter) on ``engine``; the server
     aggregates the replies that arrived (none: the server state stays). ``part`` and ``view`` name
-    the part of ``algorithm`` and the view of the clients' data the round runs (FRL's inner rounds)."""
+    the part of ``algorithm`` and the view of the clients' data the round runs (FRL's inner rounds).
+    With ``privacy`` the clients clip their updates where they run and the server's noised average
+    (:meth:`fedfew.privacy.PrivateAggregation.aggregate`) replaces the algorithm's aggregation."""
+    spec = privacy.client_spec(server).to_json() if privacy is not None else None
     task = ClientTask(round_index, str(round_key), part, dict(part_args or {}), view, dict(view_args or {}),
-                      namespace)
+                      namespace, spec)
     actor = resolve_part(algorithm, task)
     payloads = {cid: actor.broadcast(server, cid) for cid in sorted(selected)}
     replies = engine.execute(task, payloads)
@@ -106,10 +115,15 @@ def run_round(
     up = replies.bytes_up
     if up is None:
         up = sum(count(r.upload) for r in replies.results.values())
-    if replies.results:
+    record = None
+    if privacy is not None:
+        record = {"dp_clip": privacy.current_clip(server)}
+        if replies.results:
+            server, record = privacy.aggregate(server, replies.results, engine.seed, task.round_key)
+    elif replies.results:
         torch.manual_seed(derive_seed(engine.seed, "aggregate-global", task.round_key))
         server = actor.aggregate(server, replies.results, torch_generator(engine.seed, "aggregate", task.round_key))
-    return RoundOutcome(server, replies.results, down, up, sorted(payloads), replies.failed, replies.late)
+    return RoundOutcome(server, replies.results, down, up, sorted(payloads), replies.failed, replies.late, record)
 
 
 def simulate_round(algorithm: Algorithm, server: Any, clients: Sequence[ClientData] | Mapping[int, ClientData],
@@ -187,8 +201,11 @@ class Simulator:
         engine: Engine | None = None,
         init_seed: int | None = None,
         per_class: bool = False,
+        privacy: PrivateAggregation | None = None,
     ) -> None:
         self.algorithm, self.clients, self.seed = algorithm, clients, seed
+        #: Client-level differential privacy (config ``privacy``), or None.
+        self.privacy = privacy
         self.val, self.test = val, test
         #: Add the per-class accuracy of the test episodes' queries to the final test metrics
         #: (``eval.per_class``; the algorithm must have :attr:`Algorithm.predicts_episodes`).
@@ -202,6 +219,8 @@ class Simulator:
         self.engine = engine if engine is not None else InProcessEngine(algorithm, by_id, seed, self.states, faults)
         with self.engine.compute.device_scope(), initial_model_seed(init_seed):
             self.state = RunState(0, algorithm.init_server(torch_generator(seed, "server-init")))
+        if privacy is not None:  # the clip of round 1 joins the server state (checkpoints carry it)
+            self.state.server = privacy.init_server(self.state.server)
         #: Called with a short note before a long evaluation outside the rounds (round 0, the final
         #: test), so a progress display is not silent while it runs.
         self.on_phase: Callable[[str], None] | None = None
@@ -249,7 +268,7 @@ class Simulator:
             outcome = self.algorithm.play_round(self.state.server, self.engine, selected, round_index)
             if outcome is None:  # the standard round (every algorithm but those that nest rounds)
                 outcome = run_round(self.engine, self.algorithm, self.state.server, selected, round_index,
-                                    round_index)
+                                    round_index, privacy=self.privacy)
         return outcome
 
     def run(
@@ -291,6 +310,9 @@ class Simulator:
             record.update(_mean_metrics(outcome.results))
             record["clients"] = {"asked": outcome.asked, "replied": outcome.replied, "trained": outcome.trained,
                                  "failed": outcome.failed, "late": outcome.late}
+            if outcome.privacy is not None and self.privacy is not None:
+                record.update(outcome.privacy)
+                record["dp_epsilon"] = self.privacy.epsilon(r + 1)
             if not outcome.trained:
                 record["no_training"] = True
             if diverged is not None:
@@ -378,8 +400,9 @@ class Simulator:
         if self.per_class and self.test is not None:
             test["per_class"] = self.per_class_accuracy(self.test, server)
         self.best_server, self.best_client_states = server, states
+        privacy = {"privacy": self.privacy.report(st.round, st.server)} if self.privacy is not None else {}
         return {"history": st.history, "selected_round": selected_round, "test": test, "comm": st.comm,
-                "initial": st.initial, **self._scores_against_initial(final)}
+                "initial": st.initial, **privacy, **self._scores_against_initial(final)}
 
     def _scores_against_initial(self, final_test: dict[str, float]) -> dict[str, float]:
         """The selected and the final (last round's) model on the split the initial model was scored on."""

@@ -18,9 +18,12 @@ import torch
 
 from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult
 from fedfew.engine.protocol import MAIN, update_generator, update_global_seed
+from fedfew.engine.static import static_tensors
+from fedfew.privacy.clipping import ClientSpec, privatize
 from fedfew.registry import Registry
 
-__all__ = ["DATA_VIEWS", "MAIN", "ClientTask", "DataView", "client_view", "resolve_part", "run_client_task"]
+__all__ = ["DATA_VIEWS", "MAIN", "ClientTask", "DataView", "client_view", "private_result", "resolve_part",
+           "run_client_task"]
 
 DataView = Callable[..., ClientData]
 #: Client-side transformations of a client's own data: ``view(data, seed=..., round_key=..., **args)``.
@@ -36,6 +39,9 @@ class ClientTask:
     view: str = ""
     view_args: dict[str, Any] = field(default_factory=dict)
     namespace: str = MAIN
+    #: Differential privacy's instructions to the client (a :class:`fedfew.privacy.ClientSpec` as
+    #: JSON): clip the update where it is made. None: no privacy.
+    privacy: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -58,10 +64,22 @@ def client_view(data: ClientData, task: ClientTask, seed: int) -> ClientData:
 def run_client_task(algorithm: Algorithm, task: ClientTask, data: ClientData, payload: dict[str, Any],
                     state: Any, seed: int) -> ClientResult:
     """One client update: the task's part of ``algorithm`` on the task's view of ``data``, with the
-    client's generator for (seed, round key, client id)."""
+    client's generator for (seed, round key, client id); with ``task.privacy``, its upload clipped
+    (and noised, local-dp) here, where the client is, before it is returned."""
     part = resolve_part(algorithm, task)
     generator = update_generator(seed, task.round_key, data.client_id)
     # Layers that draw from torch's global generator (dropout, DropBlock) get one seeded for this
     # update alone, so the update is the same in any process and after any history.
     torch.manual_seed(update_global_seed(seed, task.round_key, data.client_id))
-    return part.client_update(payload, state, client_view(data, task, seed), generator)
+    result = part.client_update(payload, state, client_view(data, task, seed), generator)
+    return private_result(algorithm, task, result, payload, seed, data.client_id)
+
+
+def private_result(algorithm: Algorithm, task: ClientTask, result: ClientResult, payload: dict[str, Any],
+                   seed: int, client_id: int) -> ClientResult:
+    """``result`` as a private client sends it when ``task.privacy`` says so (else ``result`` itself):
+    :func:`fedfew.privacy.privatize`, frozen parameters left out."""
+    if task.privacy is None:
+        return result
+    return privatize(result, payload, ClientSpec.from_json(task.privacy), seed, task.round_key, client_id,
+                     static_tensors(algorithm).keys())

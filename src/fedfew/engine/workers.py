@@ -118,6 +118,7 @@ class WorkersEngine(Engine):
 
     name = "workers"
     Options = WorkersOptions
+    honours_privacy = True
 
     def __init__(self, algorithm: Algorithm, clients: list[ClientData] | Mapping[int, ClientData], seed: int,
                  states: ClientStates | None = None, faults: Faults | None = None, workers: int = 2,

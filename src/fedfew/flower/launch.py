@@ -51,6 +51,7 @@ class FlowerLaunch(Engine):
     name = "flower"
     holds_states = False
     runs_elsewhere = True
+    honours_privacy = True
 
     @classmethod
     def launch(cls, run: Launch) -> dict[str, Any]:
@@ -64,6 +65,7 @@ class FlowerSimLaunch(Engine):
 
     name = "flower-sim"
     holds_states = False
+    honours_privacy = True
 
     @classmethod
     def build(cls, setup: EngineSetup, options: BaseModel) -> Engine:

@@ -1,0 +1,114 @@
+"""The client side of differential privacy: a client's upload clipped (and, with ``local-dp``, noised)
+where the client trained, before anything leaves it.
+
+:func:`privatize` is called by :func:`fedfew.engine.tasks.run_client_task`, the one function every
+engine runs a client update with, so the clip happens in the client's own process (a worker, a Flower
+node) whichever engine runs the round. Its instructions come with the task (``ClientTask.privacy``, a
+JSON-able :class:`ClientSpec` made by the server from its state each round: the clip of an adaptive
+clip changes). The server side (noise, averaging, accounting) is :mod:`fedfew.privacy.mechanism`.
+
+For an algorithm whose upload is a model the server averages (``dp_upload = "model-delta"``), the
+vector clipped is the update Delta = upload["model"] - payload["model"] over the model's floating-point
+tensors (parameters and floating buffers), frozen parameters left out (they never change and never
+cross; :mod:`fedfew.engine.static`). Integer buffers (BatchNorm's batch counter) stay at the server's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Collection, Mapping
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fedfew.seeding import torch_generator
+
+if TYPE_CHECKING:  # fedfew.privacy sits below the engine, which calls it (fedfew.engine.tasks)
+    from fedfew.engine.algorithm import ClientResult
+
+__all__ = ["DELTA", "LOCAL_NOISE_KEY", "WITHIN", "ClientSpec", "clip_to", "l2_norm", "model_delta", "privatize"]
+
+#: The upload keys of a private client: its clipped (noised) update, and (adaptive clipping) whether
+#: its update's norm was within the clip, as 1.0 or 0.0.
+DELTA = "dp_delta"
+WITHIN = "dp_within"
+#: The key of a client's local-dp noise generator, with the seed, round key and client id.
+LOCAL_NOISE_KEY = "dp-local-noise"
+#: Updates are clipped to this fraction of C in float64, so that rounding them back to float32 (a
+#: relative error of at most 2^-24 per coordinate) cannot take the norm above C.
+_MARGIN = 1.0 - 2.0**-20
+
+
+@dataclass(frozen=True)
+class ClientSpec:
+    """What the server tells each client about this round's privacy (``ClientTask.privacy``)."""
+
+    upload: str  # what is clipped: "model-delta"
+    clip: float  # C this round
+    local_noise: float = 0.0  # the standard deviation each client adds itself (local-dp), else 0
+    adaptive: bool = False  # report whether the update was within the clip (adaptive clipping)
+    metrics: bool = False  # send the training metrics (not covered by the guarantee)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ClientSpec:
+        return cls(**data)
+
+
+def model_delta(upload: Mapping[str, torch.Tensor], sent: Mapping[str, torch.Tensor],
+                frozen: Collection[str] = ()) -> dict[str, torch.Tensor]:
+    """upload - sent in float64, by name in sorted order, for the floating-point tensors that are not
+    frozen parameters."""
+    delta = {}
+    for name in sorted(upload):
+        tensor = upload[name]
+        if not torch.is_floating_point(tensor) or name in frozen:
+            continue
+        if name not in sent:
+            raise KeyError(f"the upload's tensor {name!r} is not in the model the client received")
+        delta[name] = tensor.detach().to(torch.float64) - sent[name].detach().to(torch.float64)
+    return delta
+
+
+def l2_norm(tensors: Mapping[str, torch.Tensor]) -> float:
+    """The L2 norm of all of ``tensors`` as one vector (float64)."""
+    total = sum((float(t.to(torch.float64).pow(2).sum()) for t in tensors.values()), 0.0)
+    return math.sqrt(total)
+
+
+def clip_to(tensors: Mapping[str, torch.Tensor], clip: float) -> tuple[dict[str, torch.Tensor], float]:
+    """(``tensors`` scaled to L2 norm at most ``clip``, their norm before): min(1, C / ||v||) v, with
+    the float32 margin of :data:`_MARGIN`."""
+    norm = l2_norm(tensors)
+    bound = clip * _MARGIN
+    scale = 1.0 if norm <= bound else bound / norm
+    return {name: t * scale for name, t in tensors.items()}, norm
+
+
+def privatize(result: ClientResult, payload: Mapping[str, Any], spec: ClientSpec, seed: int, round_key: str,
+              client_id: int, frozen: Collection[str] = ()) -> ClientResult:
+    """What a private client sends instead of ``result``: its clipped update (plus its own noise,
+    local-dp), nothing else of the upload, no training metrics unless ``spec.metrics``, and no sample
+    or episode counts (the server divides by the expected clients per round, never by the clients'
+    sizes). Its private state stays as the update left it. A client that sat the round out sends
+    nothing (whether a client took part is not covered: docs/privacy.md)."""
+    if spec.upload != "model-delta":
+        raise ValueError(f"unknown private upload {spec.upload!r}")
+    metrics = dict(result.metrics) if spec.metrics else {}
+    if result.skipped or "model" not in result.upload:
+        return dataclasses.replace(result, upload={}, metrics=metrics, num_samples=0, num_episodes=0)
+    model = result.upload["model"]
+    delta, norm = clip_to(model_delta(model, payload["model"], frozen), spec.clip)
+    if spec.local_noise > 0:
+        generator = torch_generator(seed, LOCAL_NOISE_KEY, round_key, client_id)
+        for name in sorted(delta):  # a fixed order: every engine draws the same noise
+            noise = torch.randn(delta[name].shape, generator=generator, device=generator.device, dtype=torch.float64)
+            delta[name] = delta[name] + noise.to(delta[name].device) * spec.local_noise
+    upload: dict[str, Any] = {DELTA: {name: delta[name].to(model[name].dtype) for name in sorted(delta)}}
+    if spec.adaptive:
+        upload[WITHIN] = torch.tensor(1.0 if norm <= spec.clip else 0.0, dtype=torch.float64)
+    return dataclasses.replace(result, upload=upload, metrics=metrics, num_samples=0, num_episodes=0)

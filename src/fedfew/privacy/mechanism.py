@@ -1,0 +1,191 @@
+"""The server side of differential privacy: DP-FedAvg's noised average, adaptive clipping, and the
+accounting reported with the result.
+
+**central-dp** (DP-FedAvg, McMahan et al. 2018, Algorithm 1 with the fixed-denominator estimator): each
+selected client clips its update Delta_k to L2 norm C where it trains (:mod:`fedfew.privacy.clipping`);
+the server adds Gaussian noise N(0, (z C)^2 I) to the sum and divides by the *expected* number of
+clients per round m (not by the replies or their sample counts, which would make the sensitivity
+depend on the data):
+
+    w^{t+1} = w^t + (sum_k clip_C(Delta_k) + N(0, z^2 C^2 I)) / m
+
+One round is one step of the Gaussian mechanism with L2 sensitivity C (adding or removing one client's
+data moves the sum by at most C), subsampled at q = m / N. The accountant turns (q, z, rounds, delta)
+into epsilon (:mod:`fedfew.privacy.accounting`).
+
+**local-dp**: each client adds N(0, (z C)^2 I) to its own clipped update before it leaves, so the
+server need not be trusted; the server averages what arrived. Against a server that sees every upload
+and knows who took part, there is no amplification by sampling: each round is a Gaussian mechanism
+with sensitivity 2C (replacing the client's data moves its clipped update by at most 2C), accounted as
+noise multiplier z / 2 with sampling rate 1 for every round, a bound for a client that takes part in
+all of them.
+
+**Adaptive clipping** (central-dp; Andrew et al. 2021, Algorithm 1 and Theorem 1): each client also
+reports b_k = 1 when ||Delta_k|| <= C; the server releases the noised share
+b = (sum_k (b_k - 1/2) + N(0, sigma_b^2)) / m + 1/2 and moves the clip geometrically toward the target
+quantile gamma: C <- C exp(-eta_C (b - gamma)). Centred, the count has sensitivity 1/2, and the two
+releases together are a Gaussian mechanism of noise multiplier z when the updates get
+z_Delta = (z^-2 - (2 sigma_b)^-2)^(-1/2): so the updates carry z_Delta C of noise and the accountant is
+given z. The clip lives in the server state (``server["dp"]["clip"]``), which checkpoints carry, so a
+resumed run continues it.
+
+**Noise** comes from generators keyed by (seed, "dp-noise" or "dp-count-noise", round key), drawn in the
+sorted order of the model's tensor names: every engine and a resumed run draw the same numbers.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fedfew.privacy.accounting import ACCOUNTANTS, accountant_name, epsilon, solve_noise_multiplier
+from fedfew.privacy.clipping import DELTA, WITHIN, ClientSpec
+from fedfew.privacy.coverage import PrivacyConfigError, check_algorithm, what_is_covered
+from fedfew.seeding import torch_generator
+
+if TYPE_CHECKING:
+    from fedfew.config import PrivacyConfig
+    from fedfew.engine.algorithm import Algorithm, ClientResult
+
+__all__ = ["COUNT_NOISE_KEY", "NOISE_KEY", "STATE_KEY", "PrivateAggregation"]
+
+logger = logging.getLogger(__name__)
+
+#: The server state's key for what privacy keeps between rounds (the clip).
+STATE_KEY = "dp"
+NOISE_KEY = "dp-noise"
+COUNT_NOISE_KEY = "dp-count-noise"
+_SAID: set[str] = set()
+
+
+class PrivateAggregation:
+    """One run's differential privacy on the server side: what each round's clients are told
+    (:meth:`client_spec`), the noised average that replaces the algorithm's aggregation
+    (:meth:`aggregate`) and the accounting (:meth:`epsilon`, :meth:`report`)."""
+
+    def __init__(self, config: PrivacyConfig, algorithm: Algorithm, num_clients: int, per_round: int, rounds: int,
+                 frozen: Collection[str] = ()) -> None:
+        if not config.enabled or config.clip is None or config.delta is None:
+            raise ValueError("PrivateAggregation needs a complete privacy section (mechanism, clip, delta)")
+        self.kind = check_algorithm(algorithm)
+        self.mechanism = config.mechanism
+        self.central = config.mechanism == "central-dp"
+        self.clip, self.delta, self.accountant = config.clip, config.delta, config.accountant
+        self.num_clients, self.per_round, self.rounds = num_clients, per_round, rounds
+        self.sampling_rate = per_round / num_clients
+        self.frozen = frozenset(frozen)
+        self.metrics = config.client_metrics
+        self.adaptive = config.adaptive_clip
+        self.target_epsilon = config.target_epsilon
+        # What the accountant is given: (noise multiplier, sampling rate) of one round's Gaussian mechanism.
+        self.accounted_rate = self.sampling_rate if self.central else 1.0
+        if config.noise_multiplier is not None:
+            self.noise_multiplier: float | None = config.noise_multiplier
+        elif rounds == 0:
+            self.noise_multiplier = None  # the untrained control: nothing released, nothing to solve
+        else:
+            assert config.target_epsilon is not None
+            solved = solve_noise_multiplier(self.accountant, config.target_epsilon, self.accounted_rate, rounds,
+                                            self.delta)
+            self.noise_multiplier = solved if self.central else 2 * solved
+            note = (f"privacy: target epsilon {config.target_epsilon:g} at delta {self.delta:g} over {rounds} rounds: "
+                    f"noise multiplier {self.noise_multiplier:.4f} (solved by the {ACCOUNTANTS[self.accountant]} "
+                    "before the run)")
+            if note not in _SAID:  # once per process (validation and the run both build this)
+                _SAID.add(note)
+                logger.info("%s", note)
+        z = self.noise_multiplier or 0.0
+        self.count_noise = 0.0
+        self.update_noise = z  # z_Delta: the multiplier of the updates' noise
+        if self.adaptive is not None:
+            self.count_noise = self.adaptive.count_noise or per_round / 20
+            if z > 0:
+                if 2 * self.count_noise <= z:
+                    raise PrivacyConfigError(
+                        f"privacy.adaptive_clip.count_noise={self.count_noise:g} must exceed the noise multiplier / 2 "
+                        f"= {z / 2:g}: the count's noise spends part of the budget (Andrew et al. 2021, Theorem 1)")
+                self.update_noise = (z ** -2 - (2 * self.count_noise) ** -2) ** -0.5
+
+    # -- accounting ----------------------------------------------------------------------------
+    @property
+    def accounted_noise(self) -> float:
+        """The noise multiplier the accountant is given per round (z; z / 2 for local-dp's sensitivity 2C)."""
+        z = self.noise_multiplier or 0.0
+        return z if self.central else z / 2
+
+    def epsilon(self, rounds: int) -> float:
+        """Epsilon at :attr:`delta` after ``rounds`` rounds (the accountant's own call)."""
+        if rounds <= 0 or not self.noise_multiplier:
+            return 0.0
+        return epsilon(self.accountant, self.accounted_noise, self.accounted_rate, rounds, self.delta)
+
+    def report(self, rounds: int, server: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The ``privacy`` section of a run's summary after ``rounds`` rounds (``server``: the last server
+        state, for the final clip of an adaptive clip)."""
+        out: dict[str, Any] = {
+            "mechanism": self.mechanism, "clip": self.clip, "noise_multiplier": self.noise_multiplier,
+            "delta": self.delta, "epsilon": self.epsilon(rounds), "accountant": accountant_name(self.accountant),
+            "sampling_rate": self.sampling_rate, "rounds": rounds,
+            "adjacency": "add or remove one client's data" if self.central else "replace one client's data",
+            "covers": what_is_covered(self.mechanism, self.kind),
+        }
+        if self.target_epsilon is not None:
+            out["target_epsilon"] = self.target_epsilon
+        if self.adaptive is not None:
+            out["adaptive_clip"] = {"target_quantile": self.adaptive.target_quantile, "lr": self.adaptive.lr,
+                                    "count_noise": self.count_noise, "update_noise_multiplier": self.update_noise,
+                                    "final_clip": self.current_clip(server) if server is not None else self.clip}
+        return out
+
+    # -- the rounds ----------------------------------------------------------------------------
+    def init_server(self, server: dict[str, Any]) -> dict[str, Any]:
+        """The algorithm's initial server state with privacy's own: the clip of round 1."""
+        return {**server, STATE_KEY: {"clip": float(self.clip)}}
+
+    def current_clip(self, server: Mapping[str, Any]) -> float:
+        return float(server[STATE_KEY]["clip"])
+
+    def client_spec(self, server: Mapping[str, Any]) -> ClientSpec:
+        """What this round's clients are told (it travels in the task)."""
+        clip = self.current_clip(server)
+        local = 0.0 if self.central else (self.noise_multiplier or 0.0) * clip
+        return ClientSpec("model-delta", clip, local, self.adaptive is not None, self.metrics)
+
+    def aggregate(self, server: dict[str, Any], results: Mapping[int, ClientResult], seed: int,
+                  round_key: str) -> tuple[dict[str, Any], dict[str, float]]:
+        """(the next server state, this round's privacy record): the noised average of the clipped
+        updates added to the global model, in place of the algorithm's aggregation, and the next clip."""
+        clip = self.current_clip(server)
+        sent = [results[c].upload for c in sorted(results) if DELTA in results[c].upload]
+        model = server["model"]
+        generator = torch_generator(seed, NOISE_KEY, round_key)
+        denominator = self.per_round if self.central else max(len(sent), 1)
+        std = self.update_noise * clip if self.central else 0.0
+        new: dict[str, torch.Tensor] = {}
+        for name in sorted(model):  # a fixed order: every engine draws the same noise
+            tensor = model[name]
+            if not torch.is_floating_point(tensor) or name in self.frozen:
+                new[name] = tensor
+                continue
+            total = torch.zeros(tensor.shape, dtype=torch.float64, device=tensor.device)
+            for upload in sent:
+                total = total + upload[DELTA][name].to(device=tensor.device, dtype=torch.float64)
+            if std > 0:
+                noise = torch.randn(tensor.shape, generator=generator, device=generator.device, dtype=torch.float64)
+                total = total + noise.to(tensor.device) * std
+            new[name] = (tensor.to(torch.float64) + total / denominator).to(tensor.dtype)
+        record: dict[str, float] = {"dp_clip": clip}
+        next_clip = clip
+        if self.adaptive is not None:
+            within = sum(float(u[WITHIN]) - 0.5 for u in sent if WITHIN in u)
+            count_generator = torch_generator(seed, COUNT_NOISE_KEY, round_key)
+            draw = float(torch.randn((), generator=count_generator, device=count_generator.device, dtype=torch.float64))
+            share = (within + draw * self.count_noise) / self.per_round + 0.5
+            next_clip = clip * math.exp(-self.adaptive.lr * (share - self.adaptive.target_quantile))
+            record["dp_within_clip"] = share
+        next_server = {**server, "model": {name: new[name] for name in model}, STATE_KEY: {"clip": next_clip}}
+        return next_server, record
