@@ -29,6 +29,16 @@ T2 = 4.302652729911275  # Student's t(0.975, 2), from a table
 T1 = 12.706204736174705  # t(0.975, 1)
 
 
+def angular(percents: list[float], t: float) -> str:
+    """A table cell by hand: the mean and the 95% interval of Student's t (quantile ``t``) on the angular
+    scale asin(sqrt(p)), ends clipped to [0, pi/2] and mapped back, in percent."""
+    a = [math.asin(math.sqrt(v / 100)) for v in percents]
+    centre = sum(a) / len(a)
+    half = t * math.sqrt(sum((x - centre) ** 2 for x in a) / (len(a) - 1)) / math.sqrt(len(a))
+    low, high = max(0.0, centre - half), min(math.pi / 2, centre + half)
+    return f"{sum(percents) / len(percents):.2f} [{100 * math.sin(low) ** 2:.2f}, {100 * math.sin(high) ** 2:.2f}]"
+
+
 # -- the verdict rule, by hand ---------------------------------------------------------------------
 def test_interval_is_students_t_over_seeds() -> None:
     one = t_interval([50.0])
@@ -231,7 +241,7 @@ def test_study_run_stores_skips_resumes_and_reports(tmp_path: Path, capsys: pyte
     assert code == 0 and figure.is_file()
     proto = sorted(100 * r["metrics"]["test"]["accuracy"] for r in records if r["method"] == "fl-proto")
     mean, half = sum(proto) / 2, T1 * abs(proto[1] - proto[0]) / 2  # sd/sqrt(2) = |a - b| / 2
-    assert f"| fl-proto | {mean:.2f} ± {half:.2f} | 63.40 |" in out
+    assert f"| fl-proto | {angular(proto, T1)} | 63.40 |" in out
     assert "paper (Table 9 (made up for the test))" in out and "| FL-MAML |" in out
     assert "(control) untrained, round 0" in out
     assert "| fl-proto > (control) untrained, round 0 | IID 1-shot |" in out
@@ -248,7 +258,7 @@ def test_study_run_stores_skips_resumes_and_reports(tmp_path: Path, capsys: pyte
               {"metric": "test.nonesuch", "title": "Nothing", "scale": 100, "settings": ["IID 1-shot"]}]
     more = write_study(tmp_path, {**DIGITS_STUDY, "tables": tables}, name="more-tables.yaml")
     code, out, _ = run_cli(["study", "report", str(more), "--store", str(store_dir), "--budget", "smoke"], capsys)
-    assert code == 0 and f"| fl-proto | {mean:.2f} ± {half:.2f} | 63.40 |" in out  # the main table as before
+    assert code == 0 and f"| fl-proto | {angular(proto, T1)} | 63.40 |" in out  # the main table as before
     assert "Accuracy as a fraction (`test.accuracy`; mean ± 95% interval over seeds):" in out
     assert f"| fl-proto | {mean / 100:.2f} ± {half / 100:.2f} |" in out 
     assert "| FL-MAML |" not in out.split("as a fraction")[1].split("Nothing")[0]  # only the rows asked for
@@ -692,7 +702,8 @@ def test_a_curve_is_the_mean_over_seeds_at_the_rounds_every_seed_has() -> None:
     per_seed = {0: [{"round": 2, "test_accuracy": 0.5}, {"round": 4, "test_accuracy": 0.6}],
                 1: [{"round": 2, "test_accuracy": 0.7}, {"round": 4, "train_loss": 1.0}]}
     (point,) = mean_curve(per_seed, "test_accuracy")  # round 4: seed 1 has no test score
-    assert point[0] == 2 and point[1] == pytest.approx(60.0) and point[2] == pytest.approx(T1 * 10.0)
+    assert point[0] == 2 and point[1] == pytest.approx(60.0)
+    assert f"{point[1]:.2f} [{point[2]:.2f}, {point[3]:.2f}]" == angular([50.0, 70.0], T1)  # inside [0, 100]
 
 
 def test_winners_are_the_best_mean_and_the_methods_the_paired_rule_cannot_separate(tmp_path: Path) -> None:
@@ -712,8 +723,8 @@ def test_winners_are_the_best_mean_and_the_methods_the_paired_rule_cannot_separa
     assert winners(results) == [("non-IID 1-shot", "fl-maml", ["fl-proto"], None),
                                 ("IID 1-shot", "fl-proto", [], results.interval(CONTROL, "IID 1-shot"))]
     text = winners_markdown(results, "studies/study.yaml")
-    assert "| IID 1-shot | fl-proto: 61.00 ± 12.71 | none | 90.00 ± 0.00 |" in text
-    assert "| non-IID 1-shot | FL-MAML: 52.00 ± 12.71 | fl-proto | — |" in text
+    assert f"| IID 1-shot | fl-proto: {angular([60, 62], T1)} | none | 90.00 [90.00, 90.00] |" in text
+    assert f"| non-IID 1-shot | FL-MAML: {angular([53, 51], T1)} | fl-proto | — |" in text
 
 
 def test_a_figure_of_many_settings_is_cut_into_even_panels_in_order() -> None:
@@ -743,8 +754,8 @@ def test_winners_judge_only_complete_settings_and_leave_apart_rows_out(tmp_path:
                       ("fl-maml", "IID 1-shot"): {0: 60.0, 1: 62.0}}
     assert winners(results) == [("non-IID 1-shot", "fl-maml", [], None), ("IID 1-shot", None, [], None)]
     text = winners_markdown(results, "studies/study.yaml")
-    assert "| setting | best (mean ± 95% interval) | not separated from the best | apart: another protocol |" in text
-    assert "| non-IID 1-shot | FL-MAML: 52.00 ± 12.71 | none | fl-proto: 91.00 ± 12.71 | — |" in text
+    assert "| setting | best (mean [95% interval]) | not separated from the best | apart: another protocol |" in text
+    assert f"| non-IID 1-shot | FL-MAML: {angular([53, 51], T1)} | none | fl-proto: {angular([90, 92], T1)} | — |" in text
     assert "| IID 1-shot | incomplete (3 cells not yet run) | | fl-proto: — | — |" in text
     bad = {**DIGITS_STUDY, "winners": {"apart": ["fedavg"]}}
     with pytest.raises(UsageError, match="winners.apart: 'fedavg' is not one of"):
@@ -846,7 +857,8 @@ def test_a_loss_curve_is_drawn_in_its_own_unit_and_skips_switched_off_terms() ->
     per_seed = {0: [{"round": 2, "train_l_mi": 1.5}, {"round": 4, "train_l_mi": 1.0}],
                 1: [{"round": 2, "train_l_mi": 1.3}, {"round": 4, "train_l_mi": float("nan")}]}
     (point,) = mean_curve(per_seed, "train_l_mi")  # round 4: seed 1's value is nan
-    assert point[0] == 2 and point[1] == pytest.approx(1.4) and point[2] == pytest.approx(T1 * 0.1)
+    assert point[0] == 2 and point[1] == pytest.approx(1.4)  # not a fraction: Student's t as it is
+    assert point[2] == pytest.approx(1.4 - T1 * 0.1) and point[3] == pytest.approx(1.4 + T1 * 0.1)
 
 
 # -- budgets side by side ------------------------------------------------------------------------------
@@ -910,19 +922,21 @@ def test_a_report_over_budgets_puts_them_side_by_side(tmp_path: Path, capsys: py
               "IID 1-shot, x2: ours | non-IID 1-shot: paper (Table 9 (made up for the test)) | "
               "IID 1-shot: paper (Table 9 (made up for the test)) |")
     assert header in out
-    # smoke: mean 61, half-width t(0.975, 1) * sd / sqrt 2 = 12.71 * 1; cpu: no spread; x2: one seed
-    assert "| fl-proto | 61.00 ± 12.71 | — | 70.00 ± 0.00 | 80.00 (1 seed) | — | 63.40 |" in out
+    # smoke: mean 61 and Student's t(0.975, 1) on the angular scale; cpu: no spread; x2: one seed
+    assert f"| fl-proto | {angular([60, 62], T1)} | — | 70.00 [70.00, 70.00] | 80.00 (1 seed) | — | 63.40 |" in out
     assert "| FL-MAML | — | — | — | n/a | — | — |" in out
     # the control is the round-0 cell, the same config at smoke and cpu: stored once, shown at both
-    assert "| (control) untrained, round 0 | 50.50 ± 6.35 | — | 50.50 ± 6.35 | n/a | — | — |" in out
+    control = angular([50, 51], T1)
+    assert f"| (control) untrained, round 0 | {control} | — | {control} | n/a | — | — |" in out
     assert "- **smoke**: 4/6 cells, seeds 0, 1, 4.0 min of runs, sources handmade0000" in out
     assert "- **cpu**: 4/12 cells, seeds 0, 1, 4.0 min of runs, sources handmade0000" in out
     assert "- **x2**: 1/2 cells, seeds 0, 1.0 min of runs, sources handmade0000: fl-proto at twice cpu" in out
-    # the claim fl-proto > control: at smoke d = 10, 11, at cpu d = 20, 19 (both hold); x2 has no control
-    assert ("| smoke | fl-proto > (control) untrained, round 0 | IID 1-shot | — | **holds** | "
-            "fl-proto − (control) untrained, round 0: 10.50 ± 6.35 |") in out
-    assert ("| cpu | fl-proto > (control) untrained, round 0 | IID 1-shot | — | **holds** | "
-            "fl-proto − (control) untrained, round 0: 19.50 ± 6.35 |") in out
+    # the claim fl-proto > control: at smoke d = 10, 11, at cpu d = 20, 19 (both hold, alone in their
+    # family at each budget: Holm is the raw test); x2 has no control
+    assert ("| smoke | fl-proto > (control) untrained, round 0 | IID 1-shot | — | **holds** | **holds** | "
+            "fl-proto − (control) untrained, round 0: 10.50 ± 6.35 (p ") in out
+    assert ("| cpu | fl-proto > (control) untrained, round 0 | IID 1-shot | — | **holds** | **holds** | "
+            "fl-proto − (control) untrained, round 0: 19.50 ± 6.35 (p ") in out
     assert "| x2 |" not in out
 
     # the same in a docs page: study:NAME@a+b+c

@@ -183,9 +183,9 @@ def test_a_cell_whose_runs_selected_round_0_is_marked_in_tables_and_claims(tmp_p
                                                  ("fl-maml", "IID 1-shot", 1): 0})
     code, out, err = run_cli(["study", "report", str(path), "--store", str(store), "--budget", "smoke"], capsys)
     assert code == 0, err
-    assert "| fl-proto | 61.00 ± 12.71 † | 63.40 |" in out
-    assert "| FL-MAML | 55.00 ± 0.00 †1/2 | — |" in out
-    assert "| (control) untrained, round 0 | 50.00 ± 0.00 | — |" in out  # the control is untrained by design
+    assert "| fl-proto | 61.00 [48.07, 73.19] † | 63.40 |" in out  # the interval over seeds, inside [0, 100]
+    assert "| FL-MAML | 55.00 [55.00, 55.00] †1/2 | — |" in out
+    assert "| (control) untrained, round 0 | 50.00 [50.00, 50.00] | — |" in out  # the control is untrained by design
     assert "† round 0 selected: the untrained model scored best on validation" in out
     claim = next(line for line in out.splitlines() if "**" in line)  # the claim's row: fl-proto > control
     assert claim.startswith("| fl-proto † > (control) untrained, round 0 | IID 1-shot |"), out

@@ -6,12 +6,12 @@ Every method is scored on the same fixed episodes of novel classes for a given s
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
 
+from fedfew import stats
 from fedfew.episodes import Episode
 
 
@@ -33,19 +33,13 @@ def mean_ci95(values: Iterable[float]) -> Score:
     if len(v) == 0:
         raise ValueError("no values to summarise")
     std = float(v.std(unbiased=False)) if len(v) > 1 else 0.0
-    return Score(float(v.mean()), 1.96 * std / math.sqrt(len(v)), len(v))
+    # The interval's formula is fedfew.stats's (one statistics module); mean and std stay torch's, as
+    # every stored run computed them (numpy's sums could differ in the last bit).
+    return Score(float(v.mean()), stats.normal_half_width(std, len(v)), len(v))
 
 
-def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson's score interval for a binomial proportion (95% at z = 1.96): unlike p +- z sqrt(p(1-p)/n)
-    it stays inside [0, 1] and does not collapse to a point at 0 or n successes."""
-    if n <= 0 or not 0 <= successes <= n:
-        raise ValueError(f"wilson interval needs 0 <= successes <= n and n > 0 (got {successes} of {n})")
-    p = successes / n
-    denominator = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denominator
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
-    return max(0.0, centre - half), min(1.0, centre + half)
+#: Wilson's score interval (fedfew.stats), here where the run's scores use it.
+wilson = stats.wilson
 
 
 def with_interval(scores: dict[str, float], episodes: int | None = None, samples: int | None = None) -> dict[str, float | str]:

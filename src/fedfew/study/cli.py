@@ -6,9 +6,13 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fedfew.study.grid import parse_seeds
 from fedfew.study.schema import Study, StudyError, load_study
+
+if TYPE_CHECKING:
+    from fedfew.study.report import StudyResults
 
 
 def _store(args: argparse.Namespace, root: Path) -> Path:
@@ -131,11 +135,32 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_docs(args: argparse.Namespace) -> int:
-    from fedfew.study.docs import write_docs
+    import sys
+
+    from fedfew.study.citations import check_pages
+    from fedfew.study.docs import Collected, write_docs
+    from fedfew.study.report import collect
 
     root = Path(args.root)
-    changed = write_docs(root, Path(args.store) if args.store else None)
+    store = Path(args.store) if args.store else None
+    collected: Collected = {}
+    changed = write_docs(root, store, collected)
     print(f"{len(changed)} page(s) rewritten" + (f": {', '.join(str(p) for p in changed)}" if changed else ""))
+
+    def results_of(study: Study, budget: str) -> StudyResults:  # the blocks' results, not collected twice
+        if (study.name, budget) not in collected:
+            collected[study.name, budget] = collect(study, root, store or root / "studies" / "store", budget)
+        return collected[study.name, budget]
+
+    # The prose's citations against the verdicts just written: a claim whose verdict moved leaves a
+    # sentence that now says something else, to be rewritten by hand.
+    count, problems = check_pages(root, store, results_of)
+    for problem in problems:
+        print(f"citation disagrees: {problem}", file=sys.stderr)
+    if problems:
+        print(f"{len(problems)} of {count} claim citations in the docs' prose disagree with the store; "
+              "rewrite those sentences", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -1,7 +1,8 @@
 """Generated docs: each study's report goes between ``<!-- study:NAME begin -->`` and
 ``<!-- study:NAME end -->`` in the docs pages (``study:NAME:claims`` for the verdicts alone, as
 docs/results.md shows them; ``study:NAME:winners`` for the best method per setting and
-those not separated from it; ``study:NAME@BUDGET`` for any of these at a budget other than the study's
+those not separated from it; ``study:NAME:aggregate`` for the view over all settings
+(:mod:`fedfew.study.aggregate`, with its performance-profile figure); ``study:NAME@BUDGET`` for any of these at a budget other than the study's
 docs budget, such as a paper-budget cell; ``study:NAME@A+B`` for budgets side by side, as column groups; ``<!-- studies:compute begin -->`` for every study's progress
 and compute time), made from the committed store alone (no number in those blocks is typed by hand;
 tests/test_study.py fails when a page differs from what the store gives)."""
@@ -12,6 +13,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from fedfew.study.aggregate import aggregate_markdown, profile_figure
 from fedfew.study.report import (
     StudyResults,
     budgets_markdown,
@@ -25,7 +27,7 @@ from fedfew.study.schema import Study, StudyError, load_study
 
 #: A marker is a line of its own (a marker quoted inside a sentence, as in docs/studies.md, is not one).
 #: ``@a+b+c`` puts several budgets side by side (budgets as column groups; the table view only).
-MARKER = re.compile(r"^<!-- study:([A-Za-z0-9_.-]+)(@[A-Za-z0-9_.-]+(?:\+[A-Za-z0-9_.-]+)*)?(:claims|:winners)? "
+MARKER = re.compile(r"^<!-- study:([A-Za-z0-9_.-]+)(@[A-Za-z0-9_.-]+(?:\+[A-Za-z0-9_.-]+)*)?(:claims|:winners|:aggregate)? "
                     r"begin -->$", re.MULTILINE)
 #: The one block about all studies: cells in the store, seeds and compute time per study.
 COMPUTE = "studies:compute"
@@ -43,8 +45,14 @@ def study_files(root: Path) -> list[Path]:
     return sorted((root / "studies").glob("*.yaml"))
 
 
-def render_pages(root: Path, store_base: Path | None = None, figures: bool = False) -> dict[Path, str]:
-    """Every docs page with a study marker, as the store makes it: {page: new text}."""
+#: Results already collected, by (study name, budget): shared by the pages and the citation check.
+Collected = dict[tuple[str, str], StudyResults]
+
+
+def render_pages(root: Path, store_base: Path | None = None, figures: bool = False,
+                 collected: Collected | None = None) -> dict[Path, str]:
+    """Every docs page with a study marker, as the store makes it: {page: new text}. ``collected``: a
+    cache of the studies' results to fill (or reuse)."""
     default = root / "studies" / "store"
     # `study docs --store S`: the blocks' commands name S, so they reproduce what the blocks show
     store_option = str(store_base) if store_base and store_base.resolve() != default.resolve() else None
@@ -55,16 +63,17 @@ def render_pages(root: Path, store_base: Path | None = None, figures: bool = Fal
         if study.name in studies:
             raise StudyError(f"study name {study.name!r} is used by {studies[study.name][1]} and {path}")
         studies[study.name] = (study, path)
-    collected: dict[tuple[str, str | None], StudyResults] = {}
+    collected = {} if collected is None else collected
     damaged: dict[Path, str] = {}  # each damaged record named once, however many blocks read its study
 
     def results_of(name: str, budget: str | None = None) -> StudyResults:
         """A study's results at ``budget`` (default: its docs budget), collected once however many
         blocks and pages show them."""
-        if (name, budget) not in collected:
-            study, _ = studies[name]
-            collected[name, budget] = collect(study, root, store_base, budget, damaged)
-        return collected[name, budget]
+        study, _ = studies[name]
+        key = (name, budget or study.docs_budget)
+        if key not in collected:
+            collected[key] = collect(study, root, store_base, budget, damaged)
+        return collected[key]
 
     compute = marker_pattern(COMPUTE, prefix="")
     pages: dict[Path, str] = {}
@@ -89,6 +98,13 @@ def render_pages(root: Path, store_base: Path | None = None, figures: bool = Fal
                 continue
             budget = budgets[0] if budgets else None
             results = results_of(name, budget)
+            if view == ":aggregate":  # its figure, like a table's, is drawn by write_docs
+                stem = name + (f"-{budget}" if budget else "") + "-profile"
+                body = aggregate_markdown(results, str(path.relative_to(root)), f"studies/{stem}.png")
+                if figures:
+                    profile_figure(results, root / "docs" / "studies" / f"{stem}.png")
+                text = marker_pattern(name + at + view).sub(_between(body), text)
+                continue
             if view:
                 render = claims_markdown if view == ":claims" else winners_markdown
                 body = render(results, str(path.relative_to(root)))
@@ -133,10 +149,10 @@ def name_markers(text: str) -> list[tuple[str, str, str]]:
     return MARKER.findall(text)
 
 
-def write_docs(root: Path, store_base: Path | None = None) -> list[Path]:
+def write_docs(root: Path, store_base: Path | None = None, collected: Collected | None = None) -> list[Path]:
     """Rewrite the study blocks of every docs page; returns the pages that changed."""
     changed = []
-    for page, text in render_pages(root, store_base, figures=True).items():
+    for page, text in render_pages(root, store_base, figures=True, collected=collected).items():
         if page.read_text() != text:
             page.write_text(text)
             changed.append(page)

@@ -1,6 +1,6 @@
 """``fedfew study report``: the table (ours: mean and 95% interval over seeds; the paper's numbers
-with their table; the untrained control), a verdict per claim (:mod:`fedfew.study.verdict`) and a
-figure, all computed from the store."""
+with their table; the untrained control), a verdict per claim, raw and Holm-adjusted over its family
+(:mod:`fedfew.study.verdict`), and a figure, all computed from the store."""
 
 from __future__ import annotations
 
@@ -15,9 +15,21 @@ from typing import Any
 from fedfew.environment import describe_environments
 from fedfew.study.grid import Cell, cells
 from fedfew.study.records import CheckedStore
-from fedfew.study.schema import CONTROL, Study, parse_metric
+from fedfew.study.schema import CONTROL, Claim, Study, parse_metric
 from fedfew.study.store import CodeVersion, metric
-from fedfew.study.verdict import HOLDS, Interval, PairVerdict, compare, judge_order, t_interval
+from fedfew.study.verdict import (
+    ALPHA,
+    HOLDS,
+    Bounds,
+    Interval,
+    PairVerdict,
+    accuracy_interval,
+    adjust,
+    chain_verdict,
+    compare,
+    judge_order,
+    t_interval,
+)
 
 
 @dataclass
@@ -65,9 +77,10 @@ class StudyResults:
         """The seeds of every stored value."""
         return sorted({s for per_seed in self.values.values() for s in per_seed})
 
-    def interval(self, method: str, setting: str) -> Interval | None:
+    def interval(self, method: str, setting: str) -> Bounds | None:
+        """The cell's mean accuracy over seeds and its 95% interval inside [0, 100] (None: not stored)."""
         per_seed = self.values.get((method, setting), {})
-        return t_interval(list(per_seed.values())) if per_seed else None
+        return accuracy_interval(list(per_seed.values())) if per_seed else None
 
 
 def collect(study: Study, root: Path, store_base: Path, budget: str | None = None,
@@ -154,9 +167,9 @@ def round0_mark(results: StudyResults, method: str, setting: str, seeds: Iterabl
 
 
 def _cell(results: StudyResults, method: str, setting: str) -> str:
-    """A cell of the main table: mean ± interval, marked when its runs selected round 0."""
+    """A cell of the main table: mean [interval], marked when its runs selected round 0."""
     seeds = results.values.get((method, setting), {})
-    return _fmt(results.interval(method, setting)) + round0_mark(results, method, setting, seeds,
+    return _fmt_accuracy(results.interval(method, setting)) + round0_mark(results, method, setting, seeds,
                                                                  results.study.metric_of(method, setting))
 
 
@@ -178,6 +191,20 @@ def _fmt(interval: Interval | None) -> str:
     if interval.half_width is None:
         return f"{interval.mean:.2f} (1 seed)"
     return f"{interval.mean:.2f} ± {interval.half_width:.2f}"
+
+
+def _fmt_accuracy(bounds: Bounds | None) -> str:
+    """An accuracy over seeds: the mean and its interval inside [0, 100], ``61.00 [48.45, 72.87]``."""
+    if bounds is None:
+        return "—"
+    if bounds.low is None or bounds.high is None:
+        return f"{bounds.mean:.2f} (1 seed)"
+    return f"{bounds.mean:.2f} [{bounds.low:.2f}, {bounds.high:.2f}]"
+
+
+#: How the tables' accuracies over seeds are summarised, in words (the status lines).
+ACCURACY_INTERVAL = ("mean and 95% interval over seeds [low, high] (Student's t on the angular scale asin √p, "
+                     "so it stays inside [0, 100])")
 
 
 def _paper(value: float | None) -> str:
@@ -204,6 +231,13 @@ def table(results: StudyResults) -> str:
     return text + _legend(text)
 
 
+def _fmt_number(cell: dict[int, float] | None, percent: bool) -> str:
+    """A further table's cell: in percent, as the main table's; otherwise mean ± Student's t."""
+    if not cell:
+        return "—"
+    return _fmt_accuracy(accuracy_interval(list(cell.values()))) if percent else _fmt(t_interval(list(cell.values())))
+
+
 def extra_tables(results: StudyResults) -> str:
     """The study's further tables (``tables``): per table its title, then its rows (methods) and
     columns (settings) as mean ± 95% interval over seeds; "—" where a run has no such number."""
@@ -213,10 +247,14 @@ def extra_tables(results: StudyResults) -> str:
         settings = [s for s in results.settings if extra.settings is None or s in extra.settings]
         if not methods or not settings:
             continue
-        lines = [f"{extra.title} (`{extra.metric}`{'' if extra.scale == 1 else f' x {extra.scale:g}'}; mean ± 95% "
-                 "interval over seeds):", "", "| method | " + " | ".join(settings) + " |", "|" + "---|" * (len(settings) + 1)]
+        # A fraction shown in percent (scale 100: an accuracy, a success rate) takes the tables' interval
+        # inside [0, 100]; any other number (a rank, a correlation, a count) Student's t as it is.
+        percent = extra.scale == 100 and all(0.0 <= v <= 100.0 for cell in values.values() for v in cell.values())
+        how = "mean [95% interval] over seeds, inside [0, 100]" if percent else "mean ± 95% interval over seeds"
+        lines = [f"{extra.title} (`{extra.metric}`{'' if extra.scale == 1 else f' x {extra.scale:g}'}; {how}):", "",
+                 "| method | " + " | ".join(settings) + " |", "|" + "---|" * (len(settings) + 1)]
         for method in methods:
-            cells = [_fmt(t_interval(list(values[(method, s)].values())) if values.get((method, s)) else None)
+            cells = [_fmt_number(values.get((method, s)), percent)
                      + round0_mark(results, method, s, values.get((method, s), {}), extra.metric) for s in settings]
             lines.append(f"| {results.study.label(method)} | " + " | ".join(cells) + " |")
         text = "\n".join(lines) + "\n"
@@ -224,39 +262,112 @@ def extra_tables(results: StudyResults) -> str:
     return "\n".join(parts)
 
 
-def claims(results: StudyResults) -> list[tuple[Any, str, list[PairVerdict]]]:
-    """Each claim's verdict, for the claims whose methods and setting this budget runs (a budget that
-    runs a few rows, such as a study's first piece, shows only the claims about them)."""
+@dataclass(frozen=True)
+class JudgedClaim:
+    """A claim judged at one budget: its raw verdict (each link's paired test alone) and its adjusted one
+    (Holm over its family's comparisons at this budget), each link with both."""
+
+    claim: Claim
+    id: str
+    family: str
+    verdict: str
+    adjusted: str
+    pairs: list[PairVerdict]
+    #: The family at this budget: its claims, and its comparisons with a test (what Holm counts).
+    family_claims: int
+    family_tests: int
+
+
+def claims(results: StudyResults) -> list[JudgedClaim]:
+    """Each claim's verdicts, for the claims whose methods and setting this budget runs (a budget that
+    runs a few rows, such as a study's first piece, shows only the claims about them); a family is the
+    claims of it this budget shows, judged together."""
     study = results.study
     shown = set(results.methods) | ({CONTROL} if study.control is not None and study.budget(results.budget).control
                                      else set())
-    out = []
-    for claim in study.claims:
+    families = study.family_of()
+    judged: list[tuple[Claim, str, list[PairVerdict]]] = []
+    for claim, cid in zip(study.claims, study.claim_ids()):
         if not set(claim.order) <= shown or claim.setting not in results.settings:
             continue
         values = {m: results.values.get((m, claim.setting), {}) for m in claim.order}
-        verdict, pairs = judge_order(values, claim.order)
-        out.append((claim, verdict, pairs))
-    return out
+        judged.append((claim, cid, judge_order(values, claim.order)[1]))
+    adjusted: dict[str, list[PairVerdict]] = {}
+    for family in dict.fromkeys(families[cid] for _, cid, _ in judged):
+        members = [(cid, pairs) for _, cid, pairs in judged if families[cid] == family]
+        adjusted.update(zip([cid for cid, _ in members], adjust([pairs for _, pairs in members])))
+    size = Counter(families[cid] for _, cid, _ in judged)
+    tests = Counter(families[cid] for cid in adjusted for p in adjusted[cid] if p.p_value is not None)
+    return [JudgedClaim(claim, cid, families[cid], chain_verdict([p.verdict for p in adjusted[cid]]),
+                        chain_verdict([p.adjusted for p in adjusted[cid]]), adjusted[cid], size[families[cid]],
+                        tests[families[cid]])
+            for claim, cid, _ in judged]
+
+
+def _p(value: float | None) -> str:
+    if value is None:
+        return "no test"
+    return "< 0.001" if value < 0.001 else f"{value:.3f}"
+
+
+def _links(results: StudyResults, judged: JudgedClaim) -> str:
+    """Each link's paired difference with its p-value, raw and Holm-adjusted; a chain's links also with
+    their verdicts (raw / Holm), beside the chain's."""
+    study = results.study
+    chain = len(judged.pairs) > 1
+    parts = []
+    for p in judged.pairs:
+        text = (f"{study.label(p.above)} − {study.label(p.below)}: {_fmt(p.difference)} "
+                f"(p {_p(p.p_value)}, Holm {_p(p.adjusted_p)})")
+        parts.append(text + (f": {p.verdict} / {p.adjusted}" if chain else ""))
+    return "; ".join(parts)
+
+
+def _holm_cell(results: StudyResults, judged: JudgedClaim) -> str:
+    return f"**{judged.adjusted}**" + (f" ({judged.family})" if results.study.families else "")
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
+
+
+def family_sizes(judged: list[JudgedClaim]) -> str:
+    """``all``: 6 claims, 8 comparisons with a test (each family of ``judged``)."""
+    sizes = {j.family: (j.family_claims, j.family_tests) for j in judged}
+    return "; ".join(f"`{name}`: {_count(n, 'claim')}, {_count(k, 'comparison')} with a test"
+                     for name, (n, k) in sizes.items())
+
+
+def families_line(judged: list[JudgedClaim]) -> str:
+    """How many claims and comparisons each family has at this budget, and what Holm's adjustment does."""
+    plural = len({j.family for j in judged}) > 1
+    chains = any(len(j.pairs) > 1 for j in judged)
+    return (f"Verdicts: raw, each comparison alone (its paired t-test at 5%); Holm, over its family's comparisons "
+            f"(Holm-Bonferroni, family-wise error {ALPHA:.0%}). {'Families' if plural else 'Family'} at this "
+            f"budget: {family_sizes(judged)}."
+            + (" A chain A > B > C holds when every link holds, is reversed when any link is reversed, and is not "
+               "resolved otherwise." if chains else "") + " docs/studies.md states the rules.")
+
+
+CLAIMS_HEADER = ("| claim | setting | source | verdict (raw) | verdict (Holm) | paired difference (points, 95% "
+                 "interval over seeds; p raw, Holm) | id |")
 
 
 def claims_table(results: StudyResults) -> str:
     judged = claims(results)
     if not judged:
         return ""
-    lines = ["| claim | setting | source | verdict | paired difference (points, 95% interval over seeds) |",
-             "|---|---|---|---|---|"]
-    for claim, verdict, pairs in judged:
-        study = results.study
-        order = " > ".join(_marked(results, m, claim.setting) for m in claim.order)
-        diffs = "; ".join(f"{study.label(p.above)} − {study.label(p.below)}: {_fmt(p.difference)}" for p in pairs)
-        lines.append(f"| {order} | {claim.setting} | {claim.source or '—'} | **{verdict}** | {diffs} |")
+    lines = [families_line(judged), "", CLAIMS_HEADER, "|---|---|---|---|---|---|---|"]
+    for j in judged:
+        order = " > ".join(_marked(results, m, j.claim.setting) for m in j.claim.order)
+        lines.append(f"| {order} | {j.claim.setting} | {j.claim.source or '—'} | **{j.verdict}** | "
+                     f"{_holm_cell(results, j)} | {_links(results, j)} | `{j.id}` |")
     text = "\n".join(lines) + "\n"
     return text + _legend(text)
 
 
 #: One setting's row of :func:`winners`: (setting, best method or None, not separated from it, control).
-WinnerRow = tuple[str, str | None, list[str], Interval | None]
+WinnerRow = tuple[str, str | None, list[str], Bounds | None]
 
 
 def winners(results: StudyResults) -> list[WinnerRow]:
@@ -272,7 +383,7 @@ def winners(results: StudyResults) -> list[WinnerRow]:
         if not stored or results.missing.get(setting):
             out.append((setting, None, [], results.interval(CONTROL, setting)))
             continue
-        best = max(stored, key=lambda m: t_interval(list(stored[m].values())).mean)  # ties: the first listed
+        best = max(stored, key=lambda m: sum(stored[m].values()) / len(stored[m]))  # ties: the first listed
         tied = [m for m in stored if m != best and compare(stored[best], stored[m]).verdict != HOLDS]
         out.append((setting, best, tied, results.interval(CONTROL, setting)))
     return out
@@ -291,7 +402,7 @@ def winners_markdown(results: StudyResults, study_path: str) -> str:
              "not separated: methods whose paired difference to the best has a 95% interval that includes 0 "
              "(or fewer than 2 paired seeds). A setting is judged once all its cells are in the store."
              + (f" Apart ({study.winners.why}): never compared with the others." if apart else ""), "",
-             "| setting | best (mean ± 95% interval) | not separated from the best |"
+             "| setting | best (mean [95% interval]) | not separated from the best |"
              + (f" apart: {study.winners.why} |" if apart else "") + " untrained control |",
              "|---|---|---|" + ("---|" if apart else "") + "---|"]
     for setting, best, tied, control in winners(results):
@@ -302,11 +413,11 @@ def winners_markdown(results: StudyResults, study_path: str) -> str:
             ran = any(results.values.get((m, setting)) for m in results.methods)
             state = f"incomplete ({missing} cells not yet run)" if ran and missing else \
                 "not yet run" if missing else "no row to compare"
-            lines.append(f"| {setting} | {state} | | {aside}{_fmt(control)} |")
+            lines.append(f"| {setting} | {state} | | {aside}{_fmt_accuracy(control)} |")
             continue
         shown = f"{study.label(best)}: {_cell(results, best, setting)}"
         lines.append(f"| {setting} | {shown} | {', '.join(_marked(results, m, setting) for m in tied) or 'none'} | "
-                     f"{aside}{_fmt(control)} |")
+                     f"{aside}{_fmt_accuracy(control)} |")
     text = "\n".join(lines) + "\n"
     return text + _legend(text)
 
@@ -353,8 +464,8 @@ def markdown(results: StudyResults, study_path: str, store: str | None = None, i
     shown = [*results.methods, *results.settings]
     status = (f"Study `{study.name}` at the {results.budget} budget: {results.cells_found}/{results.cells_total} "
               f"cells in the store, seeds {', '.join(map(str, seeds))}, {results.wall_seconds / 60:.1f} min of "
-              f"runs, code {results.code.describe() if results.code else '?'}. Ours: {_metrics_named(study, shown)}, mean ± 95% "
-              f"interval over seeds (Student's t). Made by `{command}` and `{report}`. "
+              f"runs, code {results.code.describe() if results.code else '?'}. Ours: {_metrics_named(study, shown)}, "
+              f"{ACCURACY_INTERVAL}. Made by `{command}` and `{report}`. "
               f"{describe_environments(results.run_records)}")
     if results.reused:
         status += (f" {sum(results.reused.values())} of its runs are another study's, the same config and code, "
@@ -377,7 +488,7 @@ def markdown(results: StudyResults, study_path: str, store: str | None = None, i
     parts = [status, "", table(results)]
     verdicts = claims_table(results)
     if verdicts:
-        parts += ["", "Claims (paired comparison over seeds; docs/studies.md states the rule):", "", verdicts]
+        parts += ["", "Claims (paired comparison over seeds):", "", verdicts]
     further = extra_tables(results)
     if further:
         parts += ["", further]
@@ -428,24 +539,26 @@ def budgets_markdown(runs: list[StudyResults], study_path: str, store: str | Non
     names = ",".join(r.budget for r in runs)
     store_option = f" --store {shlex.quote(store)}" if store else ""
     lines = [f"Study `{study.name}` at budgets {', '.join(r.budget for r in runs)}. Ours: {_metric_name(study.metric)}, "
-             f"mean ± 95% interval over seeds (Student's t); n/a: a row the budget does not run. Made by "
+             f"{ACCURACY_INTERVAL}; n/a: a row the budget does not run. Made by "
              f"`fedfew study run {shlex.quote(study_path)} --budget B{store_option}` for each budget B and "
              f"`fedfew study report {shlex.quote(study_path)} --budgets {names}{store_option}`.", ""]
     for r in runs:
         note = study.budget(r.budget).note
         lines.append(f"- {_budget_note(r)}" + (f": {note}" if note else ""))
     parts = ["\n".join(lines), "", budgets_table(runs)]
-    judged = [(r, claim, verdict, pairs) for r in runs for claim, verdict, pairs in claims(r) if r.cells_found]
+    judged = [(r, j) for r in runs if r.cells_found for j in claims(r)]
     if judged:
-        rows = ["| budget | claim | setting | source | verdict | paired difference (points, 95% interval over seeds) |",
-                "|---|---|---|---|---|---|"]
-        for r, claim, verdict, pairs in judged:
-            order = " > ".join(_marked(r, m, claim.setting) for m in claim.order)
-            diffs = "; ".join(f"{study.label(p.above)} − {study.label(p.below)}: {_fmt(p.difference)}" for p in pairs)
-            rows.append(f"| {r.budget} | {order} | {claim.setting} | {claim.source or '—'} | **{verdict}** | {diffs} |")
+        sizes = "; ".join(f"{r.budget}: {family_sizes(claims(r))}" for r in runs if r.cells_found and claims(r))
+        rows = [f"Verdicts: raw, each comparison alone (its paired t-test at 5%); Holm, over its family's comparisons "
+                f"at that budget (Holm-Bonferroni, family-wise error {ALPHA:.0%}); families {sizes}. docs/studies.md "
+                "states the rules.", "",
+                "| budget " + CLAIMS_HEADER, "|---|---|---|---|---|---|---|---|"]
+        for r, j in judged:
+            order = " > ".join(_marked(r, m, j.claim.setting) for m in j.claim.order)
+            rows.append(f"| {r.budget} | {order} | {j.claim.setting} | {j.claim.source or '—'} | **{j.verdict}** | "
+                        f"{_holm_cell(r, j)} | {_links(r, j)} | `{j.id}` |")
         text = "\n".join(rows) + "\n"
-        parts += ["", "Claims at each budget (paired comparison over seeds; docs/studies.md states the rule):", "",
-                  text + _legend(text)]
+        parts += ["", "Claims at each budget (paired comparison over seeds):", "", text + _legend(text)]
     return "\n".join(parts)
 
 
@@ -502,14 +615,15 @@ def figure(results: StudyResults, path: Path) -> bool:
     handles = []
     for panel, ax in zip(panels, axes[:, 0]):
         for i, method in enumerate(rows):
-            xs, means, errs, paper_x, paper_y = [], [], [], [], []
+            xs, means, below, above, paper_x, paper_y = [], [], [], [], [], []
             for j, setting in enumerate(panel):
                 interval = results.interval(method, setting)
                 x = j + (i - (len(rows) - 1) / 2) * width
-                if interval is not None:
+                if interval is not None:  # the bar's whisker: its interval inside [0, 100], uneven about the mean
                     xs.append(x)
                     means.append(interval.mean)
-                    errs.append(interval.half_width or 0.0)
+                    below.append(max(0.0, interval.mean - interval.low) if interval.low is not None else 0.0)
+                    above.append(max(0.0, interval.high - interval.mean) if interval.high is not None else 0.0)
                 for p in study.paper[:1]:
                     value = p.values.get(method, {}).get(setting)
                     if value is not None:
@@ -518,7 +632,7 @@ def figure(results: StudyResults, path: Path) -> bool:
             # The same colour for a method in every panel; the control grey and hatched, apart from them.
             style = ({"color": "0.85", "edgecolor": "0.3", "hatch": "//"} if method == CONTROL
                      else {"color": palette(i % palette.N), **({"hatch": ".."} if i >= palette.N else {})})
-            bars = ax.bar(xs, means, width, yerr=errs, capsize=3, label=study.label(method), **style)
+            bars = ax.bar(xs, means, width, yerr=[below, above], capsize=3, label=study.label(method), **style)
             if ax is axes[0, 0]:
                 handles.append(bars)
             if paper_x:
@@ -548,9 +662,10 @@ def in_percent(key: str) -> bool:
     return "accuracy" in key
 
 
-def mean_curve(per_seed: dict[int, list[dict[str, Any]]], key: str) -> list[tuple[int, float, float]]:
-    """(round, mean, 95% half-width over seeds) at the rounds where every seed's run has ``key``: a
-    curve over seeds, in percent for an accuracy, else in the number's own unit."""
+def mean_curve(per_seed: dict[int, list[dict[str, Any]]], key: str) -> list[tuple[int, float, float, float]]:
+    """(round, mean, low, high: the 95% interval over seeds) at the rounds where every seed's run has
+    ``key``: a curve over seeds, for an accuracy in percent with its interval inside [0, 100] (as the
+    tables'), else in the number's own unit with Student's t (mean ± the half-width; one seed: no band)."""
     scale = 100.0 if in_percent(key) else 1.0
     by_round: dict[int, dict[int, float]] = {}
     for seed, rows in per_seed.items():
@@ -561,8 +676,14 @@ def mean_curve(per_seed: dict[int, list[dict[str, Any]]], key: str) -> list[tupl
     points = []
     for r in sorted(by_round):
         if len(by_round[r]) == len(per_seed):
-            interval = t_interval(list(by_round[r].values()))
-            points.append((r, interval.mean, interval.half_width or 0.0))
+            values = list(by_round[r].values())
+            if in_percent(key):
+                bounds = accuracy_interval(values)
+                points.append((r, bounds.mean, bounds.mean if bounds.low is None else bounds.low,
+                               bounds.mean if bounds.high is None else bounds.high))
+            else:
+                interval = t_interval(values)
+                points.append((r, interval.mean, interval.low, interval.high))
     return points
 
 
@@ -592,10 +713,9 @@ def curve_figure(results: StudyResults, key: str, path: Path) -> bool:
             points = curves.get((method, setting))
             if not points:
                 continue
-            rounds, means, halves = zip(*points)
+            rounds, means, lows, highs = zip(*points)
             line, = ax.plot(rounds, means, marker=".", label=results.study.label(method))
-            ax.fill_between(rounds, [m - h for m, h in zip(means, halves)], [m + h for m, h in zip(means, halves)],
-                            color=line.get_color(), alpha=0.15)
+            ax.fill_between(rounds, lows, highs, color=line.get_color(), alpha=0.15)
         ax.set_title(setting, fontsize=9)
         ax.set_xlabel("round")
         ax.set_ylabel(f"{key} (%)" if in_percent(key) else key)

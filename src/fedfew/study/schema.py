@@ -26,7 +26,8 @@ method's cell with ``federation.rounds: 0``. Unknown keys are errors naming the 
       - source: Table 3, miniImageNet
         values: {FedFSL-naive: {IID 1-shot: 53.00}}
     claims:                                   # orderings within a column: first > second > ...
-      - {setting: IID 1-shot, order: [FedFSL-MI, FedFSL-naive], source: section 5.4}
+      - {setting: IID 1-shot, order: [FedFSL-MI, FedFSL-naive], source: section 5.4, id: mi-first}
+    families: {headline: [mi-first]}          # claims judged together (Holm); default: all claims, one family
     tables:                                   # further tables of the same cells, one metric each
       - {metric: test.corrupt_rank_mean, title: mean rank of the bad clients, scale: 1, methods: [FedFSL-MI]}
 """
@@ -161,10 +162,31 @@ class PaperColumns(_Strict):
     values: dict[str, dict[str, float | None]] = Field(default_factory=dict)
 
 
+#: A claim id as a study file may give it, or as :func:`claim_id` makes it: cited by the docs' prose
+#: (``[claim: STUDY#ID = holds]``) and named by ``families``.
+CLAIM_ID = r"^[A-Za-z0-9][A-Za-z0-9_.:>~+-]*$"
+#: The family of a study's claims when it declares none, and of the claims its ``families`` leave out.
+ALL_CLAIMS, OTHER_CLAIMS = "all", "other"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "x"
+
+
+def claim_id(setting: str, order: list[str]) -> str:
+    """The id a claim gets when its file gives none: its setting and its order, each name lower-cased with
+    every run of other characters one hyphen (``IID 1-shot`` + [F2L, FL-MAML] -> ``iid-1-shot:f2l>fl-maml``):
+    stable when other claims are added, removed or moved; a second claim of the same setting and order
+    gets ``~2``."""
+    return f"{_slug(setting)}:{'>'.join(_slug(name) for name in order)}"
+
+
 class Claim(_Strict):
     setting: str
     order: list[str] = Field(min_length=2)
     source: str = ""
+    #: How the docs cite it and ``families`` name it (default: :func:`claim_id`).
+    id: str | None = Field(default=None, pattern=CLAIM_ID)
 
 
 class Winners(_Strict):
@@ -211,6 +233,10 @@ class Study(_Strict):
     control: Control | None = None
     paper: list[PaperColumns] = Field(default_factory=list)
     claims: list[Claim] = Field(default_factory=list)
+    #: Families of claims, by claim id: each family's comparisons are judged together (Holm), and a claim
+    #: belongs to one family. Without it every claim is in one family (``all``); with it the claims it
+    #: does not name form the family ``other``.
+    families: dict[str, Names] = Field(default_factory=dict)
     winners: Winners = Field(default_factory=Winners)
     notes: str = ""
 
@@ -283,7 +309,47 @@ class Study(_Strict):
                                      + ("" if self.control is not None else " (no control declared)"))
         if self.docs_budget not in self.budgets:
             raise ValueError(f"docs_budget: {self.docs_budget!r} is not one of {list(self.budgets)}")
+        ids = self.claim_ids()  # a given id used twice is an error there
+        owner: dict[str, str] = {}
+        for family, members in self.families.items():
+            if family in (ALL_CLAIMS, OTHER_CLAIMS) or not re.match(r"^[A-Za-z0-9_.-]+$", family):
+                raise ValueError(f"families: {family!r} is not a family name (letters, digits, _ . -; "
+                                 f"{ALL_CLAIMS!r} and {OTHER_CLAIMS!r} are the default families' names)")
+            for member in members:
+                if member not in ids:
+                    shown = ", ".join(ids[:6]) + (f", ... ({len(ids)} in all)" if len(ids) > 6 else "")
+                    raise ValueError(f"families.{family}: {member!r} is not one of this study's claim ids"
+                                     + (f" ({shown})" if ids else " (it has no claims)"))
+                if member in owner:
+                    raise ValueError(f"families.{family}: claim {member!r} is already in family {owner[member]!r}; "
+                                     "a claim belongs to one family")
+                owner[member] = family
         return self
+
+    def claim_ids(self) -> list[str]:
+        """Each claim's id, in the file's order: its own, or :func:`claim_id` (``~2``, ``~3`` on a
+        repeat). A given id used twice is a ValueError."""
+        ids: list[str] = []
+        for i, claim in enumerate(self.claims):
+            if claim.id is not None:
+                if claim.id in ids:
+                    raise ValueError(f"claims[{i}].id: {claim.id!r} is the id of another claim; give each claim "
+                                     "its own")
+                ids.append(claim.id)
+                continue
+            base = claim_id(claim.setting, claim.order)
+            made, k = base, 1
+            while made in ids or any(c.id == made for c in self.claims):
+                k += 1
+                made = f"{base}~{k}"
+            ids.append(made)
+        return ids
+
+    def family_of(self) -> dict[str, str]:
+        """{claim id: its family's name}."""
+        owner = {member: family for family, members in self.families.items() for member in members}
+        default = OTHER_CLAIMS if self.families else ALL_CLAIMS
+        return {cid: owner.get(cid, default) for cid in self.claim_ids()}
 
     def budget(self, name: str) -> Budget:
         if name not in self.budgets:
