@@ -280,3 +280,12 @@ def test_resume_refuses_a_run_of_another_version_unless_allowed_and_the_summary_
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["other_version"]["written_by"]["code"] == "000000000000"
     assert summary["other_version"]["resumed_by"] == {"fedfew": package_version(), "code": numbers_version()}
+
+
+def test_fedfew_list_privacy_says_which_algorithms_dp_covers(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["list", "privacy"]) == 0
+    out = capsys.readouterr().out
+    assert "central-dp" in out and "local-dp" in out
+    lines = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
+    assert "covered" in lines["fl-proto"] and lines["f2l"].split()[1] == "refused:"
+    assert "depends on its options" in lines["fedavg"]

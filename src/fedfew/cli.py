@@ -170,6 +170,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
         return 0
     registries: dict[str, Registry[Any]] = {"algorithms": ALGORITHMS, "datasets": DATASETS, "engines": ENGINES, "models": MODELS,
                   "partitions": PARTITIONS}
+    if args.what == "privacy":
+        _list_privacy(ALGORITHMS)
+        return 0
     for kind, registry in registries.items():
         if args.what and args.what != kind:
             continue
@@ -182,6 +185,30 @@ def _cmd_list(args: argparse.Namespace) -> int:
                 for line in _options_lines(registry.get(name).Options, "      "):
                     print(line)
     return 0
+
+
+def _list_privacy(algorithms: Any) -> None:
+    """The privacy mechanisms (config ``privacy.mechanism``) and, per algorithm, whether differential
+    privacy covers its upload (docs/privacy.md)."""
+    from fedfew.privacy.coverage import COVERED_UPLOADS, NOT_COVERED
+
+    print("privacy mechanisms (privacy.mechanism; docs/privacy.md):")
+    for name, what in (("none", "off (the default)"),
+                       ("central-dp", "DP-FedAvg: clients clip their update, the server adds Gaussian noise"),
+                       ("local-dp", "each client clips and noises its own update: the server need not be trusted")):
+        print(f"  {name:10s}  {what}")
+    print("algorithms under privacy:")
+    names = algorithms.names()
+    width = max((len(n) for n in names), default=0)
+    for name in names:
+        upload = getattr(algorithms.get(name), "dp_upload", None)
+        if isinstance(upload, str) and upload in COVERED_UPLOADS:
+            shown = f"covered: {COVERED_UPLOADS[upload]}"
+        elif isinstance(upload, property):  # depends on the options: covered with some, refused with others
+            shown = f"depends on its options: {NOT_COVERED.get(name, 'docs/privacy.md says which are covered')}"
+        else:
+            shown = f"refused: {NOT_COVERED.get(name, 'it does not say what its upload is (dp_upload)')}"
+        print(f"  {name:{width}s}  {shown}")
 
 
 def _cmd_flower_app(args: argparse.Namespace) -> int:
@@ -330,11 +357,11 @@ def build_parser() -> argparse.ArgumentParser:
     common(sw)
     sw.set_defaults(func=_cmd_sweep)
 
-    ls = sub.add_parser("list", help="list algorithms, datasets, models and partitions",
+    ls = sub.add_parser("list", help="list algorithms, datasets, engines, models, partitions, privacy",
                         description="List what a config may name. `fedfew list algorithms NAME` prints one "
                                     "algorithm's options with their types, defaults, bounds and meaning; -v "
                                     "prints them for every algorithm.")
-    ls.add_argument("what", nargs="?", choices=["algorithms", "datasets", "engines", "models", "partitions"])
+    ls.add_argument("what", nargs="?", choices=["algorithms", "datasets", "engines", "models", "partitions", "privacy"])
     ls.add_argument("name", nargs="?", help="an algorithm: print its options (algorithm.options)")
     ls.add_argument("-v", "--options", dest="show_options", action="store_true",
                     help="also print every algorithm's options and what each means")
