@@ -190,13 +190,17 @@ def _cmd_list(args: argparse.Namespace) -> int:
 def _list_privacy(algorithms: Any) -> None:
     """The privacy mechanisms (config ``privacy.mechanism``) and, per algorithm, whether differential
     privacy covers its upload (docs/privacy.md)."""
+    from typing import get_args
+
+    from fedfew.config import PrivacyConfig
     from fedfew.privacy.coverage import COVERED_UPLOADS, NOT_COVERED
 
+    meaning = {"none": "off (the default)",
+               "central-dp": "DP-FedAvg: clients clip their update, the server adds Gaussian noise",
+               "local-dp": "each client clips and noises its own update: the server need not be trusted"}
     print("privacy mechanisms (privacy.mechanism; docs/privacy.md):")
-    for name, what in (("none", "off (the default)"),
-                       ("central-dp", "DP-FedAvg: clients clip their update, the server adds Gaussian noise"),
-                       ("local-dp", "each client clips and noises its own update: the server need not be trusted")):
-        print(f"  {name:10s}  {what}")
+    for name in get_args(PrivacyConfig.model_fields["mechanism"].annotation):  # the schema's, never a copy
+        print(f"  {name:10s}  {meaning.get(name, 'docs/privacy.md')}")
     print("algorithms under privacy:")
     names = algorithms.names()
     width = max((len(n) for n in names), default=0)
