@@ -269,7 +269,7 @@ def test_a_cell_that_cannot_run_leaves_the_others_running(tmp_path: Path, capsys
     """An impossible partition in one method's cells (more shards than the digits hold): those cells fail
     with their one line each, the other method's cells run into the store, and the study exits 2 with
     one line; running it again retries only the failed cells."""
-    study = {**DIGITS_STUDY, "control": None, "claims": [], "paper": [], "seeds": [0],
+    study = {**DIGITS_STUDY, "control": None, "no_control": "a test study of one row", "claims": [], "paper": [], "seeds": [0],
              "methods": {"fl-proto": DIGITS_STUDY["methods"]["fl-proto"],
                          "shards": {"algorithm.name": "fl-proto", "algorithm.options": {"local_steps": 1},
                                     "partition.name": "shards",
@@ -292,7 +292,7 @@ def test_a_cell_another_process_is_running_is_left_to_it_not_failed(tmp_path: Pa
     """Two `fedfew study run` processes sharing a study: a cell another live process has claimed (the
     flock on its cell folder's claim file, with its pid inside) is left to that process, neither run nor
     failed; once that process is gone (the OS drops its claim), the same command stores the cell."""
-    study = {**DIGITS_STUDY, "control": None, "claims": [], "paper": [], "seeds": [0, 1],
+    study = {**DIGITS_STUDY, "control": None, "no_control": "a test study of one row", "claims": [], "paper": [], "seeds": [0, 1],
              "methods": {"fl-proto": DIGITS_STUDY["methods"]["fl-proto"]}}
     path = write_study(tmp_path, study)
     store_dir, runs = tmp_path / "store", tmp_path / "runs"
@@ -333,7 +333,7 @@ time.sleep(120)
 
 
 def test_a_store_from_other_code_is_refused_and_left_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = write_study(tmp_path, {**DIGITS_STUDY, "control": None, "claims": [],
+    path = write_study(tmp_path, {**DIGITS_STUDY, "control": None, "no_control": "a test study of one row", "claims": [],
                                   "methods": {"fl-proto": DIGITS_STUDY["methods"]["fl-proto"]}, "seeds": [0]})
     args = ["--store", str(tmp_path / "store"), "--runs", str(tmp_path / "runs"), "--budget", "smoke"]
     assert run_cli(["study", "run", str(path), *args], capsys)[0] == 0
@@ -389,7 +389,7 @@ def test_verify_lets_older_records_stand_when_the_numbers_are_the_same(tmp_path:
 
 
 def test_verify_records_nothing_when_a_number_differs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    study = {**DIGITS_STUDY, "claims": [], "control": None, "seeds": [0],
+    study = {**DIGITS_STUDY, "claims": [], "control": None, "no_control": "a test study of one row", "seeds": [0],
              "methods": {"fl-proto": DIGITS_STUDY["methods"]["fl-proto"]}}
     path = write_study(tmp_path, study)
     args = ["--store", str(tmp_path / "store"), "--runs", str(tmp_path / "runs"), "--budget", "smoke"]
@@ -412,7 +412,7 @@ def test_a_cell_stopped_before_a_verified_commit_continues_its_older_run(tmp_pat
                                                                          capsys: pytest.CaptureFixture[str]) -> None:
     from fedfew.study.store import current_code
 
-    study = {**DIGITS_STUDY, "claims": [], "control": None, "seeds": [0, 1],
+    study = {**DIGITS_STUDY, "claims": [], "control": None, "no_control": "a test study of one row", "seeds": [0, 1],
              "methods": {"fl-proto": DIGITS_STUDY["methods"]["fl-proto"]}}
     path = write_study(tmp_path, study)
     runs = tmp_path / "runs"
@@ -438,7 +438,7 @@ def test_a_budget_with_its_own_metric_reads_the_last_evaluated_round_of_the_same
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     smoke = {"set": {"federation.rounds": 2, "eval.every": 1, "eval.track_test": True}, "settings": ["IID 1-shot"],
              "seeds": [0]}
-    study = {**DIGITS_STUDY, "claims": [], "control": None,
+    study = {**DIGITS_STUDY, "claims": [], "control": None, "no_control": "a test study of one row",
              "budgets": {"smoke": smoke, "smoke-last": {**smoke, "metric": "history.last.test_accuracy"},
                          "cpu": {}}}
     path = write_study(tmp_path, study)
@@ -778,8 +778,8 @@ def test_columns_reading_other_numbers_of_the_same_runs_run_each_config_once(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = {**DIGITS_STUDY, "settings": {"IID": {"partition.name": "iid"},
                                          "IID, its interval": {"set": {"partition.name": "iid"}, "metric": "test.ci95"}},
-            "budgets": {"smoke": {"set": {"federation.rounds": 1}, "seeds": [0], "control": False}, "cpu": {}},
-            "claims": [], "paper": [], "control": None}
+            "budgets": {"smoke": {"set": {"federation.rounds": 1}, "seeds": [0], "control": False, "no_control": "a test budget"}, "cpu": {}},
+            "claims": [], "paper": [], "control": None, "no_control": "a test study of one row"}
     path = write_study(tmp_path, data)
     args = ["--store", str(tmp_path / "store"), "--runs", str(tmp_path / "runs"), "--budget", "smoke"]
     code, _, err = run_cli(["study", "run", str(path), *args], capsys)
@@ -803,12 +803,12 @@ def test_a_run_another_study_stored_is_copied_not_run_again(tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     """Two studies sharing a row (the same config and code under other labels): the second copies the
     first's record, names where it came from, and its compute counts only what it ran itself."""
-    smoke = {"smoke": {"set": {"federation.rounds": 1}, "seeds": [0], "settings": ["IID 1-shot"], "control": False},
+    smoke = {"smoke": {"set": {"federation.rounds": 1}, "seeds": [0], "settings": ["IID 1-shot"], "control": False, "no_control": "a test budget"},
              "cpu": {}}
-    first = write_study(tmp_path, {**DIGITS_STUDY, "budgets": smoke, "claims": [], "paper": [], "control": None},
+    first = write_study(tmp_path, {**DIGITS_STUDY, "budgets": smoke, "claims": [], "paper": [], "control": None, "no_control": "a test study of one row"},
                         name="first.yaml")
     proto = DIGITS_STUDY["methods"]["fl-proto"]
-    second_data = {**DIGITS_STUDY, "name": "digits-second", "budgets": smoke, "claims": [], "paper": [], "control": None,
+    second_data = {**DIGITS_STUDY, "name": "digits-second", "budgets": smoke, "claims": [], "paper": [], "control": None, "no_control": "a test study of one row",
                    "methods": {"the same proto": proto, "fl-maml 2 steps": {"set": {"algorithm.options.local_steps": 2}}}}
     second = write_study(tmp_path, second_data, name="second.yaml")
     store_dir, runs = tmp_path / "store", tmp_path / "runs"
@@ -866,7 +866,7 @@ def budgets_study() -> dict:
     """The digits study with a third budget that scales fl-proto alone (per_method) and runs it alone."""
     return {**DIGITS_STUDY, "budgets": {**DIGITS_STUDY["budgets"], "x2": {
         "set": {"federation.rounds": 2, "eval.every": 3}, "per_method": {"fl-proto": {"federation.rounds": 4}},
-        "methods": ["fl-proto"], "settings": ["IID 1-shot"], "control": False, "note": "fl-proto at twice cpu"}}}
+        "methods": ["fl-proto"], "settings": ["IID 1-shot"], "control": False, "no_control": "a test budget", "note": "fl-proto at twice cpu"}}}
 
 
 def test_a_budgets_per_method_overrides_reach_only_that_method_after_the_budgets_set(tmp_path: Path) -> None:
@@ -1004,7 +1004,7 @@ def test_status_says_what_each_run_still_to_go_is_doing(tmp_path: Path, capsys: 
     "copyable". The compute left is, per run, the stored runs' median time times the rounds not done."""
     from fedfew.study.status import budget_status
 
-    study_data = {**DIGITS_STUDY, "control": None, "claims": [], "paper": [], "seeds": [0, 1, 2, 3],
+    study_data = {**DIGITS_STUDY, "control": None, "no_control": "a test study of one row", "claims": [], "paper": [], "seeds": [0, 1, 2, 3],
                   "methods": {"fl-proto": DIGITS_STUDY["methods"]["fl-proto"]},
                   "budgets": {**DIGITS_STUDY["budgets"],
                               "two": {"set": {"federation.rounds": 2, "eval.every": 1}, "settings": ["IID 1-shot"]}}}

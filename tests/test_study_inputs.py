@@ -19,7 +19,7 @@ from fedfew.study.store import CodeVersion, ResultStore, make_record
 from tests.test_study import DIGITS_STUDY, HOLD_CLAIM, REPO, run_cli, write_study
 
 #: The digits study cut to one row, one column and no control: one cell per seed, seconds each.
-ONE_ROW = {**DIGITS_STUDY, "control": None, "claims": [], "paper": [], "seeds": [0],
+ONE_ROW = {**DIGITS_STUDY, "control": None, "no_control": "a test study of one row", "claims": [], "paper": [], "seeds": [0],
            "methods": {"fl-proto": DIGITS_STUDY["methods"]["fl-proto"]}}
 HANDMADE = CodeVersion("0.0.0", "handmade0000", None)
 

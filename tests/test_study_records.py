@@ -23,7 +23,7 @@ from tests.test_study import DIGITS_STUDY, REPO, _as_older_code, run_cli, write_
 PACKAGE = REPO / "src" / "fedfew"
 
 #: One row, one column, one seed, no control: one cell, seconds to run.
-ONE_CELL = {**DIGITS_STUDY, "control": None, "claims": [], "paper": [], "seeds": [0],
+ONE_CELL = {**DIGITS_STUDY, "control": None, "no_control": "a test study of one row", "claims": [], "paper": [], "seeds": [0],
             "methods": {"fl-proto": DIGITS_STUDY["methods"]["fl-proto"]}}
 
 

@@ -17,7 +17,8 @@ probability that the best method beats each other one, and a performance profile
   its seeds with replacement, one seed draw for every method (seeds stay paired). The generator is
   numpy's ``default_rng(SEED)``, so the block is the same on every ``fedfew study docs``.
 
-Rows a study keeps apart (``winners.apart``: scored by another protocol) and the control are not ranked.
+Rows a study keeps apart (``winners.apart``: scored by another protocol), the control and the untrained
+rows (each method's own control) are not ranked.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def _grid(results: StudyResults) -> tuple[list[str], list[int], np.ndarray, np.n
     """(ranked methods, seeds, accuracies (settings, seeds, methods), control (settings, seeds)), or why
     there is no aggregate."""
     apart = set(results.study.winners.apart)
-    methods = [m for m in results.methods if m not in apart]
+    methods = [m for m in results.methods if m not in apart and results.study.ranked(m)]
     if results.study.control is None:
         return "no untrained control to normalise against"
     if len(methods) < 2:

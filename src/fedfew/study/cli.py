@@ -1,4 +1,4 @@
-"""The ``fedfew study`` subcommand: ``run``, ``verify``, ``report``, ``status`` and ``docs`` (added to fedfew's parser by
+"""The ``fedfew study`` subcommand: ``run``, ``verify``, ``report``, ``choose``, ``status`` and ``docs`` (added to fedfew's parser by
 :func:`add_parser`)."""
 
 from __future__ import annotations
@@ -107,6 +107,15 @@ def _report_budgets(args: argparse.Namespace, study: Study, root: Path) -> int:
     return 0
 
 
+def _cmd_choose(args: argparse.Namespace) -> int:
+    from fedfew.study.choose import choice_markdown, make_choice
+
+    study, root = load_study(args.study)
+    made = make_choice(study, root, _store(args, root), args.choice)
+    print(choice_markdown(made, study, args.study), end="")
+    return 0 if not made.missing else 1
+
+
 def _cmd_status(args: argparse.Namespace) -> int:
     from fedfew.study.docs import study_files
     from fedfew.study.status import budget_status, status_text
@@ -210,6 +219,13 @@ def add_parser(sub: argparse._SubParsersAction, plugin_option: object = None) ->
                              "as they are; train_* at the evaluated rounds)")
     common(report)
     report.set_defaults(func=_cmd_report)
+
+    choose = actions.add_parser("choose", help="a choice the study makes from its results (its `choices:`), "
+                                               "computed from the store on validation numbers only")
+    choose.add_argument("study")
+    choose.add_argument("choice", help="the choice's name in the study file's `choices:`")
+    common(choose)
+    choose.set_defaults(func=_cmd_choose)
 
     status = actions.add_parser("status", help="what each study has left at each budget: runs stored, running now "
                                                "(and their round), interrupted, and the compute left")

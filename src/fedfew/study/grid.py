@@ -93,7 +93,8 @@ def cells(study: Study, root: Path, budget_name: str, seeds: list[int] | None = 
         for setting in settings:
             for seed in seeds:
                 out.append(Cell(method, setting, seed, _config(study, root, method, setting, seed, budget.set,
-                                                                extra, budget_method=budget.per_method.get(method))))
+                                                                extra, budget_method=budget.per_method.get(
+                                                                    study.source_of(method)))))
     if study.control is not None and budget.control:
         for setting in settings:
             for seed in seeds:
@@ -113,17 +114,19 @@ def _load(path: Path, mtime_ns: int, overrides: tuple[str, ...]) -> ExperimentCo
 def _config(study: Study, root: Path, method: str, setting: str, seed: int, budget_set: dict[str, Any],
             extra: list[str] | None, control: bool = False,
             budget_method: dict[str, Any] | None = None) -> ExperimentConfig:
-    m, s = study.methods[method], study.settings[setting]
+    # An untrained_of row is its method's cell at round 0: that method's config, set and per-setting entries.
+    untrained, source = study.methods[method].untrained, study.source_of(method)
+    m, s = study.methods[source], study.settings[setting]
     base = m.config or s.config or study.config
     if base is None:
         raise StudyError(f"study {study.name}: method {method!r} has no config (set `config` on the study, "
                          "the setting or the method)")
     path = Path(base) if Path(base).is_absolute() else root / base
     overrides = [*assignments(study.set), *assignments(s.set), *assignments(m.set),
-                 *assignments(s.per_method.get(method, {})), *assignments(budget_set),
+                 *assignments(s.per_method.get(source, {})), *assignments(budget_set),
                  *assignments(budget_method or {}),  # the budget's per_method entry: none adds nothing
                  *(extra or []), f"seed={seed}"]
-    if control or m.untrained:
+    if control or untrained:
         overrides.append("federation.rounds=0")
     try:
         config = _load(path, path.stat().st_mtime_ns if path.is_file() else 0, tuple(overrides))

@@ -373,13 +373,13 @@ WinnerRow = tuple[str, str | None, list[str], Bounds | None]
 def winners(results: StudyResults) -> list[WinnerRow]:
     """Per setting: the method with the highest mean over seeds, the methods the paired rule does not
     separate from it (the 95% interval of their per-seed difference to it does not exclude 0), and the
-    control. The control and the study's ``winners.apart`` rows never win; a setting with any cell not
+    control. The control, the untrained rows and the study's ``winners.apart`` rows never win; a setting with any cell not
     yet in the store has no best (a partial column would crown whichever rows ran first)."""
     apart = set(results.study.winners.apart)
     out: list[WinnerRow] = []
     for setting in results.settings:
         stored = {m: results.values[(m, setting)] for m in results.methods
-                  if results.values.get((m, setting)) and m not in apart}
+                  if results.values.get((m, setting)) and m not in apart and results.study.ranked(m)}
         if not stored or results.missing.get(setting):
             out.append((setting, None, [], results.interval(CONTROL, setting)))
             continue
@@ -486,6 +486,9 @@ def markdown(results: StudyResults, study_path: str, store: str | None = None, i
         what = "a value at their row's or column's metric" if _own_metrics(study, shown) else f"`{study.metric}`"
         status += f" {results.cells_without_metric} stored cells have no {what} in their run's summary (shown as —)."
     parts = [status, "", table(results)]
+    reason = study.no_control_reason(results.budget)
+    if reason:
+        parts += ["", f"No untrained control row: {reason.rstrip('.')}."]
     verdicts = claims_table(results)
     if verdicts:
         parts += ["", "Claims (paired comparison over seeds):", "", verdicts]
@@ -629,8 +632,9 @@ def figure(results: StudyResults, path: Path) -> bool:
                     if value is not None:
                         paper_x.append(x)
                         paper_y.append(value)
-            # The same colour for a method in every panel; the control grey and hatched, apart from them.
-            style = ({"color": "0.85", "edgecolor": "0.3", "hatch": "//"} if method == CONTROL
+            # The same colour for a method in every panel; the control and the untrained rows (each
+            # method's own control) grey and hatched, apart from them.
+            style = ({"color": "0.85", "edgecolor": "0.3", "hatch": "//"} if not study.ranked(method)
                      else {"color": palette(i % palette.N), **({"hatch": ".."} if i >= palette.N else {})})
             bars = ax.bar(xs, means, width, yerr=[below, above], capsize=3, label=study.label(method), **style)
             if ax is axes[0, 0]:

@@ -21,13 +21,16 @@ method's cell with ``federation.rounds: 0``. Unknown keys are errors naming the 
     budgets:                                  # smoke (seconds, for CI), cpu (hours on 2 cores), paper
       smoke: {set: {federation.rounds: 1}, seeds: [0, 1], methods: [FedFSL-naive]}
       cpu: {}
-    control: {method: FedFSL-naive}           # the round-0 row (omit for none)
+    control: {method: FedFSL-naive}           # the round-0 row (omit it, and say why in no_control)
     paper:                                    # the paper's numbers, one entry per table column group
       - source: Table 3, miniImageNet
         values: {FedFSL-naive: {IID 1-shot: 53.00}}
     claims:                                   # orderings within a column: first > second > ...
       - {setting: IID 1-shot, order: [FedFSL-MI, FedFSL-naive], source: section 5.4, id: mi-first}
     families: {headline: [mi-first]}          # claims judged together (Holm); default: all claims, one family
+    choices:                                  # a choice made from results: validation metrics only
+      rows: {budget: cpu, setting: IID 1-shot, metric: history.last.val_accuracy, against: FedFSL-naive,
+             candidates: [FedFSL-MI], rule: positive}
     tables:                                   # further tables of the same cells, one metric each
       - {metric: test.corrupt_rank_mean, title: mean rank of the bad clients, scale: 1, methods: [FedFSL-MI]}
 """
@@ -125,6 +128,15 @@ class Row(_Strict):
     #: An untrained row (a method only): ``federation.rounds: 0`` after every other override, as the
     #: study's ``control`` row is made; for a second control (another network).
     untrained: bool = False
+    #: An untrained row that is another method's cell in every setting (its config, ``set`` and the
+    #: settings' and budgets' ``per_method`` entries for it) at ``federation.rounds: 0``: that method's own
+    #: control, which it takes unless it names another (implies ``untrained``).
+    untrained_of: str | None = None
+    #: A trained method only: its matching untrained row (a method with ``untrained: true``, or one that reads
+    #: the same runs at ``initial_score.*``, of the same head and adaptation, e.g. FL-Proto's prototypes at
+    #: round 0), which its "above its control" claims name; such a method's claims may not name the study's
+    #: ``control`` (another head's or another step's round 0).
+    control: str | None = None
     #: A setting only: overrides for one method in this column, applied after the method's own ``set``
     #: (a column that means the same budget in each method's own unit, e.g. FRL's Fig. 2, where an FRL
     #: episode is R + 1 communication rounds and fine-tuning's round is one).
@@ -134,6 +146,10 @@ class Row(_Strict):
     #: the weak clients' and client 0's). Cells with the same resolved config run once.
     metric: MetricPath | None = None
 
+    def is_control(self) -> bool:
+        """An untrained row: a round-0 run, or runs read at their initial (round-0) score."""
+        return self.untrained or (self.metric or "").startswith("initial_score.")
+
 
 class Budget(_Strict):
     set: Overrides = Field(default_factory=dict)
@@ -142,6 +158,9 @@ class Budget(_Strict):
     methods: Names | None = None
     settings: Names | None = None
     control: bool = True
+    #: Why this budget runs no untrained control (required with ``control: false`` when the study has
+    #: one): shown under its table, so every block has a control or says why none applies.
+    no_control: str = ""
     note: str = ""
     #: Overrides for one method at this budget, applied after the budget's ``set``: a budget that scales
     #: each method in its own unit (FRL's episodes of R + 1 rounds, fine-tuning's rounds) by one factor.
@@ -214,6 +233,42 @@ class MetricTable(_Strict):
     settings: Names | None = None
 
 
+#: What a choice may read: the validation tasks' numbers (an evaluated round's ``val_*``, the selected
+#: round's score, which the validation tasks chose and scored) and never the test tasks'.
+VALIDATION_METRIC = re.compile(r"^(history\.(last|first|\d+)\.val_[A-Za-z0-9_]+|selected_score|"
+                               r"initial_score\.accuracy)$")
+
+
+def validation_metric(text: str) -> str:
+    """``text`` if it reads validation tasks only (:data:`VALIDATION_METRIC`), else a ValueError naming it."""
+    parse_metric(text)
+    if not VALIDATION_METRIC.match(text):
+        raise ValueError(f"{text!r} is not a validation metric: a choice reads the validation tasks only "
+                         "(history.last.val_accuracy, history.<round>.val_*, selected_score, "
+                         "initial_score.accuracy of runs that have validation tasks), never the test tasks")
+    return text
+
+
+class Choice(_Strict):
+    """A choice made from results (the rows of a combination, a step size): computed from the store by
+    ``fedfew study choose`` on validation numbers only, shown in the docs (``study:NAME:choice:KEY``),
+    and checked against the config that holds it by the study's tests."""
+
+    #: The budget and setting whose stored runs the choice reads.
+    budget: str
+    setting: str
+    #: A validation metric of each run (:data:`VALIDATION_METRIC`): reading a test number is an error.
+    metric: Annotated[str, AfterValidator(validation_metric)]
+    #: ``positive``: every candidate whose mean paired difference to ``against`` over the seeds is above
+    #: 0 (the rows of a combination); ``best``: the one candidate with the highest mean (a step size).
+    rule: str = Field(pattern=r"^(positive|best)$")
+    candidates: Names
+    #: The reference row of ``positive`` (each candidate's effect is its difference to it).
+    against: str | None = None
+    #: What the choice is for, in words (shown above its table).
+    title: str = ""
+
+
 class Study(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     title: str = ""
@@ -231,6 +286,8 @@ class Study(_Strict):
     #: Further tables of the same cells, each another metric of the runs (after the main table).
     tables: list[MetricTable] = Field(default_factory=list)
     control: Control | None = None
+    #: Why the study has no untrained control (required without ``control``): shown under its tables.
+    no_control: str = ""
     paper: list[PaperColumns] = Field(default_factory=list)
     claims: list[Claim] = Field(default_factory=list)
     #: Families of claims, by claim id: each family's comparisons are judged together (Holm), and a claim
@@ -238,6 +295,8 @@ class Study(_Strict):
     #: does not name form the family ``other``.
     families: dict[str, Names] = Field(default_factory=dict)
     winners: Winners = Field(default_factory=Winners)
+    #: Choices made from results, by name: each on validation numbers only.
+    choices: dict[str, Choice] = Field(default_factory=dict)
     notes: str = ""
 
     @field_validator("methods", "settings", mode="before")
@@ -292,6 +351,48 @@ class Study(_Strict):
                         raise ValueError(f"tables[{i}].{kind}: {name!r} is not one of {list(known)}")
         if self.control is not None and self.control.method not in self.methods:
             raise ValueError(f"control.method: {self.control.method!r} is not one of {list(self.methods)}")
+        if self.control is None and not self.no_control.strip():
+            raise ValueError("control: the study has no untrained control; add one (control: {method: ...}) or say "
+                             "why none applies (no_control: ...)")
+        if self.control is not None:
+            for budget_name, budget in self.budgets.items():
+                if not budget.control and not budget.no_control.strip():
+                    raise ValueError(f"budgets.{budget_name}: control: false needs no_control: why this budget runs "
+                                     "no untrained control")
+        for name, method in self.methods.items():
+            if method.untrained_of is None:
+                continue
+            source = self.methods.get(method.untrained_of)
+            if source is None or source.untrained or method.set or method.config:
+                raise ValueError(f"methods.{name}.untrained_of: {method.untrained_of!r} is not one of this study's "
+                                 "trained rows" if source is None or source.untrained else
+                                 f"methods.{name}: an untrained_of row takes its method's config and set; give "
+                                 "neither")
+            method.untrained = True
+            if source.control is None:
+                source.control = name
+        for name, method in self.methods.items():
+            if method.control is None:
+                continue
+            own = self.methods.get(method.control)
+            if own is None or not own.is_control():
+                untrained = [n for n, m in self.methods.items() if m.is_control()]
+                raise ValueError(f"methods.{name}.control: {method.control!r} is not one of this study's untrained "
+                                 f"rows ({', '.join(untrained) or 'it has none: add one with untrained: true'})")
+            if method.untrained:
+                raise ValueError(f"methods.{name}.control: an untrained row has no control of its own")
+        for choice_name, choice in self.choices.items():
+            where = f"choices.{choice_name}"
+            if choice.budget not in self.budgets:
+                raise ValueError(f"{where}.budget: {choice.budget!r} is not one of {list(self.budgets)}")
+            if choice.setting not in self.settings:
+                raise ValueError(f"{where}.setting: {choice.setting!r} is not one of {list(self.settings)}")
+            for method_name in [*choice.candidates, *([choice.against] if choice.against else [])]:
+                if method_name not in self.methods:
+                    raise ValueError(f"{where}: {method_name!r} is not one of {list(self.methods)}")
+            if choice.rule == "positive" and choice.against is None:
+                raise ValueError(f"{where}.against: rule positive needs the reference row each candidate is "
+                                 "compared with")
         for i, columns in enumerate(self.paper):
             for method_name, values in columns.values.items():
                 if method_name not in self.methods and method_name != CONTROL:
@@ -307,6 +408,14 @@ class Study(_Strict):
                 if method_name not in self.methods and not (method_name == CONTROL and self.control is not None):
                     raise ValueError(f"claims[{i}].order: {method_name!r} is not one of {list(self.methods)}"
                                      + ("" if self.control is not None else " (no control declared)"))
+            if CONTROL in claim.order:
+                # "above its control" means above its own head's round 0, never another head's
+                for method_name in claim.order:
+                    own_control = self.methods[method_name].control if method_name in self.methods else None
+                    if own_control is not None:
+                        raise ValueError(f"claims[{i}].order: {method_name!r} has its own control {own_control!r}; "
+                                         f"name it in place of {CONTROL!r} (the study's control is another head's "
+                                         "round 0)")
         if self.docs_budget not in self.budgets:
             raise ValueError(f"docs_budget: {self.docs_budget!r} is not one of {list(self.budgets)}")
         ids = self.claim_ids()  # a given id used twice is an error there
@@ -361,6 +470,23 @@ class Study(_Strict):
         """The metric path a cell of ``method`` (or the control) in ``setting`` reports."""
         row = self.methods.get(method)
         return (row.metric if row is not None else None) or self.settings[setting].metric or self.metric
+
+    def source_of(self, method: str) -> str:
+        """The row whose config, ``set`` and ``per_method`` entries a row's cells take: its own, or for an
+        ``untrained_of`` row that method's."""
+        row = self.methods.get(method)
+        return row.untrained_of if row is not None and row.untrained_of else method
+
+    def ranked(self, method: str) -> bool:
+        """Whether a row competes (winners, the aggregate view): not the control, not an untrained row."""
+        return method != CONTROL and not self.methods[method].is_control()
+
+    def no_control_reason(self, budget: str) -> str | None:
+        """Why ``budget``'s block has no untrained control row, or None when it has one."""
+        if self.control is None:
+            return self.no_control.strip()
+        chosen = self.budget(budget)
+        return None if chosen.control else chosen.no_control.strip()
 
     def label(self, method: str) -> str:
         if method == CONTROL:
