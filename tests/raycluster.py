@@ -55,9 +55,9 @@ def pids_using(folder: str) -> set[int]:
 
 
 def _alive(pids: set[int]) -> set[int]:
-    from fedfew.flower.simulation import _zombie
+    from fedfew.processes import alive
 
-    return {p for p in pids if Path(f"/proc/{p}").exists() and not _zombie(p)}
+    return {p for p in pids if alive(p)}
 
 
 class RayCluster:
@@ -86,10 +86,10 @@ class RayCluster:
     def pids(self) -> set[int]:
         """Its processes: those carrying the marker or holding files in its temp folder, and everything
         below them (Ray's agents start with an environment of their own)."""
-        from fedfew.flower.simulation import _descendants
+        from fedfew.processes import descendant_pids
 
         marked = marked_pids(self.marker) | pids_using(self.temp)
-        return marked.union(*(_descendants(pid) for pid in marked))
+        return marked.union(*(descendant_pids(pid) for pid in marked))
 
     def stop(self) -> None:
         """SIGTERM every process of this cluster, then SIGKILL what is left."""

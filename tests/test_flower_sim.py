@@ -30,7 +30,8 @@ pytest.importorskip("flwr")
 
 from fedfew.config import load_config  # noqa: E402
 from fedfew.experiment import build_experiment  # noqa: E402
-from fedfew.flower.simulation import FlowerSimEngine, Simulation, _descendants  # noqa: E402
+from fedfew.flower.simulation import FlowerSimEngine, Simulation  # noqa: E402
+from fedfew.processes import descendant_pids  # noqa: E402
 from tests.raycluster import MARKER, RayCluster, marked_pids, pids_using  # noqa: E402
 from tests.tiny import ALGORITHM_SETUPS, tiny_config, wait_for_logged_round  # noqa: E402
 
@@ -53,11 +54,11 @@ def cluster() -> Any:
 def simulation(cluster: RayCluster) -> Any:
     """One Simulation Engine (4 virtual SuperNodes) on the cluster, for every algorithm's run (its
     actors hold the cluster's CPUs until the class is done)."""
-    before = _descendants(os.getpid())
+    before = descendant_pids(os.getpid())
     settings = load_config({}, [f"flower.sim.address={cluster.address}"]).flower.sim
     with Simulation(4, settings, None, startup_timeout=300) as sim:
         yield sim
-    assert not (_descendants(os.getpid()) - before)
+    assert not (descendant_pids(os.getpid()) - before)
 
 
 def run(config: dict[str, Any], factory: Any = None) -> dict[str, Any]:

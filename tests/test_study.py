@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,10 +17,10 @@ import yaml
 from fedfew.cli import main
 from fedfew.config import ConfigError, load_config
 from fedfew.errors import UsageError
+from fedfew.study.claims import CLAIM_FILE, claim_cell, claim_owner
 from fedfew.study.docs import render_pages, study_files
 from fedfew.study.grid import cells, config_hash
 from fedfew.study.report import setting_panels
-from fedfew.study.run import CLAIM_FILE, claim_owner
 from fedfew.study.schema import CONTROL, load_study
 from fedfew.study.store import ResultStore, current_code, metric, stored_elsewhere
 from fedfew.study.verdict import HOLDS, NOT_RESOLVED, REVERSED, compare, judge_order, t_interval
@@ -302,7 +303,7 @@ def test_a_cell_another_process_is_running_is_left_to_it_not_failed(tmp_path: Pa
     victim = next(r for r in store.records() if r["seed"] == 1)
     (store.folder / f"{victim['config_hash']}-{victim['code']['source']}.json").unlink()
     [cell_folder] = [p for p in (runs / "digits-check").iterdir() if p.name.startswith(victim["config_hash"])]
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_CLAIM, str(cell_folder / CLAIM_FILE)],
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_CLAIM, str(cell_folder)],
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "claimed"
@@ -320,16 +321,33 @@ def test_a_cell_another_process_is_running_is_left_to_it_not_failed(tmp_path: Pa
     assert again[victim["config_hash"]] == victim["metrics"]["test"]["accuracy"]
 
 
-#: Another `fedfew study run`'s claim on a cell, as run.claim_cell takes it, held until killed.
+#: Another `fedfew study run`'s claim on a cell (its cell folder: the one argument), taken as that
+#: process takes it (claims.claim_cell) and held until killed.
 HOLD_CLAIM = """
-import fcntl, os, sys, time
-fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
-fcntl.flock(fd, fcntl.LOCK_EX)
-os.ftruncate(fd, 0)
-os.write(fd, str(os.getpid()).encode())
-print("claimed", flush=True)
-time.sleep(120)
+import sys, time
+from pathlib import Path
+from fedfew.study.claims import claim_cell
+with claim_cell(Path(sys.argv[1])) as owner:
+    assert owner is None, owner
+    print("claimed", flush=True)
+    time.sleep(120)
 """
+
+
+def test_a_claim_names_its_holder_and_ends_with_it(tmp_path: Path) -> None:
+    """A claim holds the holder's pid for the others to name; once released (or its holder gone) it is
+    free again, whatever pid the file still names, and the next holder writes its own."""
+    folder = tmp_path / "cell"
+    assert claim_owner(folder) is None and not folder.exists()  # a look makes no folder
+    with claim_cell(folder) as owner:
+        assert owner is None and (folder / CLAIM_FILE).read_text() == str(os.getpid())
+        assert claim_owner(folder) == os.getpid()  # another look (its own descriptor) finds it held
+    assert claim_owner(folder) is None
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (folder / CLAIM_FILE).write_text(str(dead.pid))  # what a killed holder leaves: its pid, no lock
+    with claim_cell(folder) as owner:
+        assert owner is None and (folder / CLAIM_FILE).read_text() == str(os.getpid())
 
 
 def test_a_store_from_other_code_is_refused_and_left_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -484,7 +502,7 @@ def test_versions_verified_against_one_older_version_count_each_others_records(t
 
 
 def test_verify_counts_new_metrics_as_new_not_different() -> None:
-    from fedfew.study.run import same_numbers
+    from fedfew.study.verify import same_numbers
 
     stored = {"accuracy": 0.5, "ci95": 0.1, "parts": {"a": 1.0}}
     assert same_numbers(stored, {**stored, "per_class": {"5": 0.9}})  # a key the older code did not report
@@ -964,7 +982,7 @@ def test_time_left_is_each_pending_cells_stored_time_of_its_method(tmp_path: Pat
     budget's cells (its method's over settings where the setting has none); a copied run's time and
     another budget's are left out, a method the store has no time of counts as this sitting's mean per
     cell, and a cell part-way through counts the fraction of its rounds still to run."""
-    from fedfew.study.run import time_left, typical_seconds
+    from fedfew.study.estimate import time_left, typical_seconds
     from fedfew.study.store import CodeVersion, make_record
 
     study, root = load_study(write_study(tmp_path, DIGITS_STUDY))
@@ -1027,7 +1045,7 @@ def test_status_says_what_each_run_still_to_go_is_doing(tmp_path: Path, capsys: 
         status_file = run_folder / "status.json"
         status_file.write_text(json.dumps({**json.loads(status_file.read_text()), "status": "interrupted"}))
     copy = write_study(tmp_path, {**study_data, "name": "digits-copy"}, "copy.yaml")
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_CLAIM, str(folders[3] / CLAIM_FILE)],
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_CLAIM, str(folders[3])],
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "claimed"
@@ -1057,7 +1075,7 @@ def test_a_resumed_runs_record_counts_each_sitting_once(tmp_path: Path) -> None:
     """A run stopped after round 2 (40 s of rounds so far) and resumed for rounds 3-4 (another 30 s of
     rounds in a sitting of 35 s): the runner's summary says 35 + 70 = 105 s, counting the second
     sitting's rounds twice; the record takes 40 + 35 = 75 s. A run never resumed keeps its summary's."""
-    from fedfew.study.run import run_seconds
+    from fedfew.study.runfolders import run_seconds
 
     run = tmp_path / "run"
     run.mkdir()

@@ -258,21 +258,23 @@ def test_cells_stored_by_another_process_are_counted_as_such_and_not_in_the_time
     elsewhere, seed 2 as stored by another process; at the end both are stored, so the closing line says
     they were stored by other processes (not "running"), the counts agree with the lines, and after seed 0
     no time is left for this process (the other's cells are not)."""
-    import fedfew.study.run as study_run
+    import fedfew.study.cell as study_cell
+    from fedfew.study.folders import cell_folder
+    from fedfew.study.store import current_code
 
     path = write_study(tmp_path, {**ONE_ROW, "seeds": [0, 1, 2, 3]})
     args = _store_args(tmp_path)
     study, root = load_study(path)
     grid = {c.seed: c for c in cells(study, root, "smoke")}
     store = ResultStore(tmp_path / "store", study.name)
-    code = study_run.current_code()
+    code = current_code()
     store.put(make_record(study.name, "smoke", "fl-proto", "IID 1-shot", 3, grid[3].config_hash, {}, code,
                           {"test": {"accuracy": 0.5}}, 100.0))
-    folder = study_run.cell_folder(tmp_path / "runs", study, grid[1], code)
+    folder = cell_folder(tmp_path / "runs", study, grid[1], code)
     folder.mkdir(parents=True)
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_CLAIM, str(folder / study_run.CLAIM_FILE)],
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_CLAIM, str(folder)],
                               stdout=subprocess.PIPE, text=True)
-    real = study_run._run_cell
+    real = study_cell.run_cell
 
     def run_and_let_the_other_store(cell: Any, where: Path) -> Any:
         summary, run_folder = real(cell, where)
@@ -282,7 +284,7 @@ def test_cells_stored_by_another_process_are_counted_as_such_and_not_in_the_time
                                   summary, 1.0))
         return summary, run_folder
 
-    monkeypatch.setattr(study_run, "_run_cell", run_and_let_the_other_store)
+    monkeypatch.setattr(study_cell, "run_cell", run_and_let_the_other_store)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "claimed"
         status, out, err = run_cli(["study", "run", str(path), *args], capsys)

@@ -16,7 +16,7 @@ import pytest
 
 from fedfew.codeversion import NOT_NUMBERS, NUMBERS_FOLDERS, NUMBERS_MODULES, in_source_hash, source_hash
 from fedfew.environment import COMPARED, NOT_RECORDED, describe, describe_environments, same_environment
-from fedfew.study.run import SITTINGS_FILE, cpu_seconds, run_usage
+from fedfew.study.sittings import SITTINGS_FILE, cpu_seconds, run_usage
 from fedfew.study.store import ResultStore
 from tests.test_study import DIGITS_STUDY, REPO, _as_older_code, run_cli, write_study
 

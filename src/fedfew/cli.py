@@ -3,7 +3,8 @@
 
 Conventions: warnings and notes go through :mod:`logging` (one logger per module, under ``fedfew``);
 :func:`main` installs the one handler that prints them to stderr as ``fedfew: warning: ...``
-(``--quiet``: warnings only; ``-v``: debug too). Exit codes come from the exception's class
+(``--quiet``: warnings only; ``-v``: debug too), and a study command's progress lines (logger
+``fedfew.study``) as they are. Exit codes come from the exception's class
 (:mod:`fedfew.errors`): 2 for usage and config errors, 1 for a run that failed, 130 for an interrupt.
 An unexpected exception prints one line and where its traceback was written (the run folder's
 ``error.log``, else a temporary file); ``--traceback`` prints it.
@@ -300,10 +301,17 @@ def _show_warning(message: Warning | str, category: type[Warning], filename: str
     logging.getLogger("fedfew").warning("%s", message)  # warnings.warn from fedfew: one line each
 
 
+#: Loggers whose INFO records are a command's progress lines, printed as they are (``[3/12] cell: ...``),
+#: not as notes: ``fedfew.study`` (`fedfew study run` and `verify`; its child loggers' records are notes).
+PROGRESS_LOGGERS = frozenset({"fedfew.study"})
+
+
 class _OneLine(logging.Formatter):
-    """``fedfew: warning: ...`` (``fedfew: ...`` for notes), one line per record."""
+    """``fedfew: warning: ...`` (``fedfew: ...`` for notes), one line per record; progress lines bare."""
 
     def format(self, record: logging.LogRecord) -> str:
+        if record.name in PROGRESS_LOGGERS and record.levelno == logging.INFO:
+            return record.getMessage()
         level = "" if record.levelno == logging.INFO else f"{record.levelname.lower()}: "
         return f"fedfew: {level}{record.getMessage()}"
 

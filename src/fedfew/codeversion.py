@@ -43,6 +43,8 @@ NOT_NUMBERS = {
     "flower": "the Flower engine (launch, SuperNodes, records): like engines.py, it runs the clients of engine/ "
               "and algorithms/ elsewhere",
     "plugins.py": "loads a user's plugin files (outside the package)",
+    "processes.py": "questions about OS processes (alive, descendants; psutil) for the Flower launcher and study "
+                    "claims",
     "progress.py": "the progress bar",
     "rescore.py": "fedfew evaluate, which no study cell runs",
     "study": "which configs run (each cell's resolved config is its key) and how stored results are shown",

@@ -27,6 +27,7 @@ from typing import Any
 
 from fedfew.flower.errors import FlowerPortError, FlowerRunError
 from fedfew.flower.security import make_node_key, make_tls
+from fedfew.processes import Identity, descendants, exists, marked, terminate
 
 HOST = "127.0.0.1"
 APP_PYPROJECT = """[build-system]
@@ -81,48 +82,9 @@ def check_port(port: int, what: str) -> None:
                                  "to a free port, or 0 to pick one)") from None
 
 
-def _stat(pid: int) -> list[str] | None:
-    """/proc/PID/stat fields after the command name (state, ppid, ..., starttime at index 19)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-def marked(marker: str) -> list[tuple[int, str]]:
-    """Live processes whose environment carries ``FEDFEW_FLOWER_FEDERATION=marker``, as (pid, start time)."""
-    needle = f"FEDFEW_FLOWER_FEDERATION={marker}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
-                fields = _stat(int(entry.name))
-                if fields is not None and len(fields) > 19:
-                    found.append((int(entry.name), fields[19]))
-        except OSError:
-            continue
-    return found
-
-
-def descendants(pid: int) -> list[tuple[int, str]]:
-    """Every live process below ``pid`` (children, grandchildren, ...), whatever its session, as
-    (pid, start time): the start time tells a process from a later one that reuses its pid."""
-    parents: dict[int, list[tuple[int, str]]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        fields = _stat(int(entry.name))
-        if fields is None or len(fields) < 20:
-            continue
-        parents.setdefault(int(fields[1]), []).append((int(entry.name), fields[19]))
-    found, todo = [], [pid]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child[0])
-    return found
+#: The environment variable that marks every process of one federation (children inherit it): how the
+#: processes Flower started on its own are found and stopped with the rest.
+MARKER = "FEDFEW_FLOWER_FEDERATION"
 
 
 @dataclass
@@ -130,7 +92,7 @@ class Process:
     name: str
     popen: subprocess.Popen[bytes]
     log: Path
-    known: set[tuple[int, str]] = field(default_factory=set)  # descendants seen while it ran
+    known: set[Identity] = field(default_factory=set)  # descendants seen while it ran
 
 
 @dataclass
@@ -160,7 +122,7 @@ class LocalFederation:
     # -- environment --------------------------------------------------------------------------------
     def env(self, home: Path) -> dict[str, str]:
         home.mkdir(parents=True, exist_ok=True)
-        return {**os.environ, "FEDFEW_FLOWER_FEDERATION": self.marker, "FLWR_HOME": str(home),
+        return {**os.environ, MARKER: self.marker, "FLWR_HOME": str(home),
                 "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1",
                 "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.1", "PYTHONUNBUFFERED": "1",
                 "PATH": f"{self.bin}{os.pathsep}{os.environ.get('PATH', '')}"}
@@ -285,12 +247,11 @@ class LocalFederation:
             except subprocess.TimeoutExpired:
                 process.popen.kill()
                 process.popen.wait(timeout=10)
-        known = {entry for process in self.processes for entry in process.known} | set(marked(self.marker))
-        for pid, started in sorted(known):
-            _terminate(pid, started)
+        known = {entry for process in self.processes for entry in process.known} | set(marked(MARKER, self.marker))
+        for identity in sorted(known):
+            terminate(identity)
         deadline = time.monotonic() + 10  # until they are reaped, not only dead (no zombie left to see)
-        while time.monotonic() < deadline and any(_stat(pid) is not None and _stat(pid)[19] == started  # type: ignore[index]
-                                                  for pid, started in known):
+        while time.monotonic() < deadline and any(exists(identity) for identity in known):
             time.sleep(0.1)
         self.processes = []
 
@@ -323,24 +284,3 @@ def signals_held() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-def _terminate(pid: int, started: str) -> None:
-    """End one process we started (directly or through Flower) if that very process still runs."""
-    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
-        if not _alive(pid, started):
-            return
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            if not _alive(pid, started):
-                return
-            time.sleep(0.05)
-
-
-def _alive(pid: int, started: str) -> bool:
-    fields = _stat(pid)
-    return fields is not None and len(fields) > 19 and fields[19] == started and fields[0] != "Z"

@@ -47,6 +47,7 @@ from fedfew.errors import UsageError
 from fedfew.flower import apps
 from fedfew.flower.engine import FlowerEngine, FlowerRunError
 from fedfew.flower.node import cache_client
+from fedfew.processes import descendant_pids, end
 
 log = logging.getLogger(__name__)
 
@@ -145,46 +146,6 @@ def _init_ray(settings: Any, env: dict[str, str]) -> None:
                                        "are free now (another job holds them)")
 
 
-def _descendants(pid: int) -> set[int]:
-    """Every live process below ``pid`` (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry.name))
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
-
-
-def _end(pids: set[int], grace: float = 5.0) -> None:
-    """SIGTERM, then SIGKILL what is still alive after ``grace`` seconds."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() and not _zombie(p) for p in pids):
-            time.sleep(0.1)
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
-
-
 # -- a running simulation ---------------------------------------------------------------------------
 class Simulation:
     """Ray (started or joined), and Flower's Simulation Engine with ``num_nodes`` virtual SuperNodes
@@ -200,7 +161,7 @@ class Simulation:
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
         self._errors: Queue[BaseException] = Queue()
-        self._before = _descendants(os.getpid())
+        self._before = descendant_pids(os.getpid())
         try:
             _init_ray(settings, {CACHE_ENV: str(self.cache_dir), **({ROOT_ENV: data_root} if data_root else {})})
             grids: Queue[Grid] = Queue()
@@ -248,12 +209,12 @@ class Simulation:
         import ray
 
         self._done.set()
-        started = _descendants(os.getpid()) - self._before
+        started = descendant_pids(os.getpid()) - self._before
         if self._thread is not None:
             self._thread.join(timeout=60)
         if ray.is_initialized():
             ray.shutdown()
-        _end(started | (_descendants(os.getpid()) - self._before))
+        end(started | (descendant_pids(os.getpid()) - self._before))
         shutil.rmtree(self.cache_dir, ignore_errors=True)
 
     def __enter__(self) -> Simulation:

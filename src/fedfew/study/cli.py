@@ -48,7 +48,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from fedfew.study.run import verify_study
+    from fedfew.study.verify import verify_study
 
     study, root = load_study(args.study)
     done = verify_study(study, root, args.budget, _store(args, root), Path(args.runs), args.per_method, args.set)

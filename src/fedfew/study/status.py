@@ -8,17 +8,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fedfew.study.claims import claim_owner
+from fedfew.study.estimate import duration, runs_to_go, time_left, typical_seconds
+from fedfew.study.folders import run_progress
 from fedfew.study.grid import Cell, cells
 from fedfew.study.records import CheckedStore
-from fedfew.study.run import (
-    claim_owner,
-    duration,
-    run_progress,
-    run_status,
-    runs_to_go,
-    time_left,
-    typical_seconds,
-)
+from fedfew.study.runfolders import run_status
 from fedfew.study.schema import Study
 from fedfew.study.store import CodeVersion, foreign_codes
 

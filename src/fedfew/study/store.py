@@ -182,8 +182,8 @@ KEPT_SUMMARY = ("test", "selected_round", "rounds", "seconds", "bytes_down", "by
 def make_record(study: str, budget: str, method: str, setting: str, seed: int, config_hash: str,
                 config: dict[str, Any], code: CodeVersion, summary: dict[str, Any], wall_seconds: float,
                 history: list[dict[str, Any]] | None = None, usage: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One cell's record; ``history`` is the run's evaluated rounds (:func:`fedfew.study.run.evaluated_history`),
-    ``usage`` its environment, CPU seconds and sittings (:func:`fedfew.study.run.run_usage`)."""
+    """One cell's record; ``history`` is the run's evaluated rounds (:func:`fedfew.study.runfolders.evaluated_history`),
+    ``usage`` its environment, CPU seconds and sittings (:func:`fedfew.study.sittings.run_usage`)."""
     record = {"format": FORMAT, "study": study, "budget": budget, "method": method, "setting": setting, "seed": seed,
               "config_hash": config_hash, "config": config, "code": code.to_json(),
               "metrics": {k: summary[k] for k in KEPT_SUMMARY if k in summary},

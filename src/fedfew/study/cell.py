@@ -1,0 +1,63 @@
+"""One cell of a study as an ordinary run (run folder, checkpoints, resume, engines): run it, resume its
+interrupted run or read its finished one back, noting each sitting that runs (:mod:`fedfew.study.sittings`),
+and make the store record of its result."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from fedfew.config import dump_config
+from fedfew.study.folders import existing_run
+from fedfew.study.grid import Cell
+from fedfew.study.runfolders import evaluated_history, finished, run_seconds
+from fedfew.study.schema import Study
+from fedfew.study.sittings import noted_sitting, run_usage
+from fedfew.study.store import CodeVersion, make_record, metric
+
+log = logging.getLogger(__name__)
+
+
+def run_cell(cell: Cell, folder: Path) -> tuple[dict[str, Any], Path]:
+    """Run the cell in its cell folder ``folder``, resume its interrupted run, or read its finished one;
+    returns the run's summary and its run folder."""
+    from fedfew.runner import resume_run, run_experiment
+
+    previous = existing_run(folder)
+    if previous is not None:
+        if finished(previous):
+            return json.loads((previous / "summary.json").read_text()), previous
+        log.info("resuming %s in %s", cell.title, previous)
+        return resume_run(previous, progress=False), previous
+    summary = run_experiment(cell.config, folder, progress=False)
+    return summary, Path(summary["folder"])
+
+
+def run_noted(cell: Cell, folder: Path) -> tuple[dict[str, Any], Path]:
+    """:func:`run_cell`, noting the sitting in ``folder`` when it runs (a finished run read back adds none)."""
+    previous = existing_run(folder)
+    if finished(previous):
+        return run_cell(cell, folder)
+    with noted_sitting(folder, cell.config, fresh=previous is None):
+        return run_cell(cell, folder)
+
+
+def cell_record(study: Study, budget: str, cell: Cell, code: CodeVersion, summary: dict[str, Any],
+                run_folder: Path, wall: float) -> dict[str, Any]:
+    """The store record of a finished cell (``wall``: the time to use when the summary has none), with
+    its environment and CPU time from the sittings noted in its cell folder (:func:`run_usage`)."""
+    import yaml
+
+    seconds = run_seconds(run_folder, summary) if isinstance(summary.get("seconds"), (int, float)) else wall
+    config = yaml.safe_load(dump_config(cell.config))
+    return make_record(study.name, budget, cell.method, cell.setting, cell.seed, cell.config_hash, config,
+                       code, summary, seconds, evaluated_history(run_folder), run_usage(run_folder.parent))
+
+
+def shown(study: Study, cell: Cell, record: dict[str, Any]) -> str:
+    """The cell's value in a progress line: its metric (test.accuracy unless the study names another)."""
+    path = study.metric_of(cell.method, cell.setting)
+    value = metric(record, path)
+    return f"{100 * value:.2f}%" if value is not None else f"no {path}"

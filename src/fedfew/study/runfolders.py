@@ -1,0 +1,68 @@
+"""What a cell's run folder says, read and never written: its status (through
+:class:`fedfew.runfolder.RunFolder`, the run folder's one reader of it), its logged rounds, the rounds a
+report keeps, how far it has come and how long it took over all its sittings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def run_status(run_folder: Path) -> dict[str, Any]:
+    """A run folder's status.json as :meth:`fedfew.runfolder.RunFolder.read_status` reads it (empty when
+    it has none or it cannot be read)."""
+    # imported here: it loads the engine's modules, which a study command reading no run folder never needs
+    from fedfew.runfolder import RunFolder
+
+    return RunFolder(run_folder).read_status()
+
+
+def finished(run_folder: Path | None) -> bool:
+    """A run folder whose run completed: read back, not run again."""
+    return run_folder is not None and run_status(run_folder).get("status") == "complete" \
+        and (run_folder / "summary.json").is_file()
+
+
+def metrics_rows(run_folder: Path) -> list[dict[str, Any]]:
+    """A run folder's metrics.jsonl, one dict a round (none when the run has not logged one)."""
+    path = run_folder / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def evaluated_history(run_folder: Path) -> list[dict[str, Any]]:
+    """The rounds of a run's metrics.jsonl that were evaluated, with their numbers only (round, train_*,
+    val_*, test_*; not who replied or bytes): what a report draws as curves, kept small in the store."""
+    kept = []
+    for row in metrics_rows(run_folder):
+        if not any(k.startswith(("val_", "test_")) for k in row):
+            continue
+        kept.append({"round": row["round"], **{k: v for k, v in row.items() if k.startswith(("train_", "val_", "test_"))
+                                               and isinstance(v, (int, float)) and not isinstance(v, bool)}})
+    return kept
+
+
+def rounds_done(run_folder: Path | None) -> int:
+    """The last round a run folder logged: how far an interrupted or running cell has come (0: none)."""
+    return max((row.get("round", 0) for row in metrics_rows(run_folder)), default=0) if run_folder else 0
+
+
+def run_seconds(run_folder: Path, summary: dict[str, Any]) -> float:
+    """The run's time over all its sittings. The summary of a resumed run counts its last sitting's
+    rounds twice: ``fedfew.runner._train`` adds the simulator's cumulative seconds at the end (which
+    hold that sitting's rounds already) to the sitting's elapsed time, where the cumulative seconds at
+    the checkpoint it resumed from were meant. Fixing that line changes the code version of every
+    stored record, so it waits for the next batch of such changes (docs/studies.md), and this function
+    with it: for a run whose status.json says it was resumed (``resumed``: the round it resumed from),
+    the time is the summary's minus the cumulative seconds of metrics.jsonl's last round plus those of
+    the resumed round. A run never resumed keeps the summary's seconds."""
+    seconds = float(summary["seconds"])
+    resumed = run_status(run_folder).get("resumed")
+    if not isinstance(resumed, int):
+        return seconds
+    cumulative = {row["round"]: float(row["seconds"]) for row in metrics_rows(run_folder)
+                  if isinstance(row.get("seconds"), (int, float))}
+    if not cumulative:
+        return seconds
+    corrected = seconds - cumulative[max(cumulative)] + cumulative.get(resumed, 0.0)
+    return corrected if 0 < corrected <= seconds else seconds
