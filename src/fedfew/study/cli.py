@@ -126,17 +126,23 @@ def _cmd_status(args: argparse.Namespace) -> int:
         raise StudyError(f"no study files: none given and none in {Path(args.root) / 'studies'}")
     code = current_code()
     # resolving the cells logs each override's dropped options once: `study run`'s to show, not this view's
-    logging.getLogger("fedfew.config").setLevel(logging.ERROR)
+    # (the level is put back after, so a caller in the same process, a test, still sees them)
+    config_logger = logging.getLogger("fedfew.config")
+    level = config_logger.level
+    config_logger.setLevel(logging.ERROR)
     statuses = []
     damaged: dict[Path, str] = {}  # each damaged record named once, not once per budget
-    for path in paths:
-        study, root = load_study(path)
-        if args.budget is not None and args.studies:
-            study.budget(args.budget)  # a budget a named study does not have: one line, exit 2
-        # smoke budgets are the test suite's (seconds, never stored): left out unless asked for by name
-        names = [args.budget] if args.budget is not None else [b for b in study.budgets if b != "smoke"]
-        statuses += [budget_status(study, root, name, _store(args, root), Path(args.runs), code, damaged)
-                     for name in names if name in study.budgets]
+    try:
+        for path in paths:
+            study, root = load_study(path)
+            if args.budget is not None and args.studies:
+                study.budget(args.budget)  # a budget a named study does not have: one line, exit 2
+            # smoke budgets are the test suite's (seconds, never stored): left out unless asked for by name
+            names = [args.budget] if args.budget is not None else [b for b in study.budgets if b != "smoke"]
+            statuses += [budget_status(study, root, name, _store(args, root), Path(args.runs), code, damaged)
+                         for name in names if name in study.budgets]
+    finally:
+        config_logger.setLevel(level)
     if not statuses:
         raise StudyError(f"--budget {args.budget}: no study in {Path(args.root) / 'studies'} has this budget")
     print(status_text(statuses, every_cell=args.cells, complete_too=args.all))
