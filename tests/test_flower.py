@@ -303,3 +303,75 @@ def test_a_second_sigterm_while_stopping_leaves_no_process(tmp_path: Path) -> No
     (folder,) = list((tmp_path / "out").iterdir())
     assert json.loads((folder / "status.json").read_text())["status"] == "interrupted"
     assert no_fedfew_processes_left(before)
+
+
+# -- secure aggregation: SuperNodes stopped after the key exchange -----------------------------------------------
+def _stop_node(fed: LocalFederation, k: int) -> None:
+    """SIGTERM SuperNode k (it leaves the federation) and every process it started, by PID."""
+    victim = next(p for p in fed.processes if p.name == f"supernode-{k}")
+    fed.note_descendants()
+    for pid in [victim.popen.pid] + sorted(pid for pid, _ in victim.known):
+        try:
+            os.kill(pid, 15)
+        except ProcessLookupError:
+            pass
+    victim.popen.wait(timeout=60)
+
+
+@pytest.mark.flower
+def test_secure_aggregation_with_supernodes_stopped_after_the_key_exchange(tmp_path: Path) -> None:
+    """SecAgg+ on three SuperNodes (real processes), 2 of a client's 3 shares to unmask it. Round 1: client 2's
+    SuperNode is stopped once its answer to the key exchange is in; the round completes (each client keeps 2
+    live neighbours), the others' shares remove its masks, and the model is the plain round's of clients 0
+    and 1 within the recorded bound. Round 2: client 2 is gone and client 1 is stopped the same way: one live
+    client cannot be unmasked, and the run fails with one line that says why."""
+    from fedfew.engine import serialize
+    from fedfew.flower.errors import FlowerRunError
+    from tests.test_secagg import aggregate, one_round
+
+    config = tiny_config("fl-proto", federation={"rounds": 2, "clients_per_round": 3}, partition={"num_clients": 3})
+    config["flower"] = {"round_timeout": 120, "secure_aggregation": {"enabled": True}}  # 2 of 3 shares unmask
+    cfg = load_config(config, ["runtime.engine=flower"])
+    before = federation_markers()
+    fed = LocalFederation(tmp_path / "fed", 3, FlowerSettings(round_timeout=120, tls=False, node_auth=False), None)
+    with fed:
+        folder = new_run(cfg, tmp_path / "out")
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                run_on_federation(fed, folder, cfg)
+            except BaseException as err:  # the run fails in round 2: its error is the test's subject
+                failure.append(err)
+
+        worker = threading.Thread(target=run)
+        worker.start()
+        log = folder.path / "flower" / "messages.jsonl"
+        for key, victim in (("0", 2), ("1", 1)):
+            deadline = time.monotonic() + 600
+            while worker.is_alive() and time.monotonic() < deadline:
+                entries = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+                if any(e["type"] == "secagg-share_keys" and e["key"] == key and e["client"] == victim for e in entries):
+                    _stop_node(fed, victim)
+                    break
+                time.sleep(0.1)
+        worker.join(timeout=600)
+        assert not worker.is_alive()
+    assert no_fedfew_processes_left(before)
+    rows = [json.loads(line) for line in (folder.path / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 1 and rows[0]["clients"]["replied"] == [0, 1] and rows[0]["clients"]["failed"] == [2]
+    entry = json.loads((folder.path / "flower" / "secagg.jsonl").read_text().splitlines()[0])
+    assert entry["summed"] == [0, 1] and entry["dropped"] == [2] and entry["threshold"] == 2
+    server, _ = serialize.load(folder.path / "checkpoint" / "server-r1.safetensors")
+    setup = one_round({**config, "federation": {"rounds": 1, "clients_per_round": 3},
+                       "runtime": {**config["runtime"], "engine": "flower"}})
+    expected = aggregate(setup["experiment"], setup["server"], {c: setup["results"][c] for c in (0, 1)})
+    difference = max(float((server["model"][k].double() - expected[k].double()).abs().max()) for k in expected)
+    assert difference <= entry["error_bound"] + 1e-6, (difference, entry["error_bound"])
+    print(f"deployment, one dropout: model max difference {difference:.3g} <= bound {entry['error_bound']:.3g}")
+    (error,) = failure
+    assert isinstance(error, FlowerRunError), error
+    message = str(error)
+    assert "\n" not in message and "round 2 failed at stage collect_masked_vectors: client(s) [1, 2] dropped" in message
+    assert "fewer than the 2 shares needed to unmask" in message, message
+    assert json.loads((folder.path / "status.json").read_text())["status"] == "failed"

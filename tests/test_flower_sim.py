@@ -107,6 +107,136 @@ class TestEveryAlgorithm:
         assert evaluations and all(e["array_bytes"]["scores"] > 0 for e in evaluations)  # the client-models
 
 
+class Recording:
+    """The Grid as the ServerApp uses it, keeping every reply it pulls: what the server received."""
+
+    def __init__(self, grid: Any) -> None:
+        self.grid, self.pulled = grid, []
+
+    def push_messages(self, messages: Any) -> Any:
+        return self.grid.push_messages(messages)
+
+    def pull_messages(self, ids: Any) -> Any:
+        replies = list(self.grid.pull_messages(ids))
+        self.pulled.extend(replies)
+        return replies
+
+    def get_node_ids(self) -> Any:
+        return self.grid.get_node_ids()
+
+
+def secure_run(config: dict[str, Any], simulation: Simulation, folder: Path) -> tuple[Any, Any, Recording]:
+    """One run of ``config`` on the class's simulation, its grid recorded: (the last global model, the
+    engine, the recording)."""
+    cfg = load_config(config)
+    experiment = build_experiment(cfg)
+    made: list[FlowerSimEngine] = []
+
+    def engine(experiment: Any, states: Any, faults: Any, compute: Any) -> FlowerSimEngine:
+        made.append(FlowerSimEngine(experiment, faults, compute, folder, simulation=simulation))
+        return made[0]
+
+    simulator = experiment.simulator(engine_factory=engine)
+    recording = Recording(made[0].grid)
+    made[0].grid = recording
+    try:
+        simulator.run(cfg.federation.rounds, cfg.federation.clients_per_round, cfg.eval.every)
+    finally:
+        simulator.engine.close()
+    return simulator.state.server["model"], made[0], recording
+
+
+def plain_model(config: dict[str, Any]) -> dict[str, Any]:
+    """The last global model of ``config`` without secure aggregation, in this process."""
+    plain = {**config, "runtime": {**config["runtime"], "engine": "inprocess"}, "flower": {}}
+    cfg = load_config(plain)
+    simulator = build_experiment(cfg).simulator()
+    simulator.run(cfg.federation.rounds, cfg.federation.clients_per_round, cfg.eval.every)
+    return simulator.state.server["model"]
+
+
+class TestSecureAggregation:
+    """``flower.secure_aggregation`` on the Simulation Engine: Flower's secaggplus_mod on the virtual
+    SuperNodes, the SecAgg+ workflow's stages in the ServerApp (3 of the 4 nodes, one round)."""
+
+    def test_the_server_receives_masked_vectors_and_learns_only_their_sum(self, simulation: Simulation,
+                                                                           tmp_path: Path) -> None:
+        """(a) What the ServerApp pulls in the third stage is a masked vector per client, unlike the client's
+        quantised vector, and nothing else of its result; the unmasked sum is the sum of the clients'
+        plain vectors within K steps 2c/T per coordinate; (b) the model is the plain run's within the bound
+        the engine records."""
+        import numpy as np
+        from flwr.common import bytes_to_ndarray
+        from flwr.common.secure_aggregation.quantization import quantize
+
+        from fedfew.engine.static import static_tensors
+        from fedfew.engine.tasks import ClientTask
+        from fedfew.flower.secure_aggregation import client_vector, layout, protocol_sizes
+        from tests.test_secagg import one_round, secure_config
+
+        config = secure_config("fl-proto")
+        model, engine, recording = secure_run(config, simulation, tmp_path)
+        rounds = engine.secure
+        (entry,) = rounds.history
+        settings = rounds.settings
+        selected = entry["asked"]
+        assert entry["summed"] == entry["trained"] == selected and len(selected) == 3 and entry["dropped"] == []
+        assert (entry["num_shares"], entry["threshold"]) == protocol_sizes(3, 1.0, 0.67) == (3, 2)
+        third = [m for m in recording.pulled if "secaggplus_configs" in m.content.config_records
+                 and "masked_params" in m.content.config_records["secaggplus_configs"]]
+        assert len(third) == 3
+        for reply in third:  # the masked vector, its weight 1 and whether it sat out; no upload, no metrics
+            assert set(reply.content.keys()) == {"fitres.parameters", "fitres.num_examples", "fitres.metrics",
+                                                 "fitres.status", "result", "secaggplus_configs"}
+            assert not reply.content.array_records["fitres.parameters"]
+            assert dict(reply.content.metric_records["fitres.num_examples"]) == {"num_examples": 1}
+            assert dict(reply.content.config_records["fitres.metrics"]) == {"skipped": 0}
+            assert set(json.loads(str(reply.content.config_records["result"]["json"]))) == {"where", "timing"}
+        client_of = {node: cid for cid, node in engine.node_of.items()}
+        masked = {client_of[m.metadata.src_node_id]: np.concatenate([bytes_to_ndarray(b).reshape(-1) for b in
+                  m.content.config_records["secaggplus_configs"]["masked_params"]]) for m in third}
+        # The clients' plain vectors: the same round's updates in this process.
+        setup = one_round(config)
+        server = setup["server"]
+        frozen = static_tensors(setup["experiment"].algorithm).keys()
+        spec, _, _ = rounds.spec(ClientTask(0, "0"), layout(server["model"], frozen))
+        plain = {cid: client_vector(spec, server["model"], r, frozen)[0] for cid, r in setup["results"].items()}
+        c, levels, modulus = settings.clipping_range, settings.quantization_range, settings.modulus_range
+        for cid in selected:
+            quantised = np.concatenate([[levels], quantize([plain[cid]], c, levels)[0]])  # the weight factor first
+            assert masked[cid].shape == quantised.shape
+            assert (masked[cid] == quantised).mean() < 0.01  # nothing of the client's vector shows
+            assert (masked[cid] > levels).mean() > 0.9  # spread over [0, M): a quantised value is at most T
+        summed = sum(masked[cid] for cid in selected) % modulus  # still masked by each client's own mask
+        assert (summed > 3 * levels).mean() > 0.9
+        truth = sum(plain[cid] for cid in selected)
+        error = float(np.abs(rounds.last["sum"] - truth).max())
+        assert error <= 3 * settings.step, (error, 3 * settings.step)
+        print(f"unmasked sum: max error {error:.3g} <= K step = {3 * settings.step:.3g}")
+        expected = plain_model(config)
+        difference = max(float((model[k].double() - expected[k].double()).abs().max()) for k in model)
+        assert difference <= entry["error_bound"] + 1e-6, (difference, entry["error_bound"])
+        print(f"model: max difference {difference:.3g} <= bound {entry['error_bound']:.3g}")
+        logged = [json.loads(line) for line in (tmp_path / "flower" / "messages.jsonl").read_text().splitlines()]
+        assert {e["type"] for e in logged} == {f"secagg-{s}" for s in ("setup", "share_keys", "collect_masked_vectors",
+                                                                       "unmask")}
+        assert not any("upload" in e["records"] for e in logged)
+
+    def test_with_central_dp_the_server_noises_the_unmasked_sum(self, simulation: Simulation, tmp_path: Path) -> None:
+        """central-dp + secure aggregation: the clients clip (to C less the quantisation's reach) and the
+        server adds the noise to the unmasked sum: the model is the plain DP run's within the bound."""
+        from tests.test_secagg import CENTRAL, secure_config
+
+        config = secure_config("fl-proto", privacy=CENTRAL)
+        model, engine, _ = secure_run(config, simulation, tmp_path)
+        (entry,) = engine.secure.history
+        assert entry["mode"] == "dp" and 0 < entry["dp_clip_margin"] < 1e-3
+        expected = plain_model(config)
+        difference = max(float((model[k].double() - expected[k].double()).abs().max()) for k in model)
+        assert difference <= entry["error_bound"] + 1e-6, (difference, entry["error_bound"])
+        print(f"central-dp model: max difference {difference:.3g} <= bound {entry['error_bound']:.3g}")
+
+
 def fedfew_run(args: list[str], marker: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, MARKER: marker}
     return subprocess.run([sys.executable, "-m", "fedfew.cli", "run", *args, "--quiet"], cwd=REPO, env=env,

@@ -174,6 +174,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
     if args.what == "privacy":
         _list_privacy(ALGORITHMS)
         return 0
+    if args.what == "secure-aggregation":
+        _list_secure_aggregation(ALGORITHMS, ENGINES)
+        return 0
     for kind, registry in registries.items():
         if args.what and args.what != kind:
             continue
@@ -213,6 +216,25 @@ def _list_privacy(algorithms: Any) -> None:
             shown = f"depends on its options: {NOT_COVERED.get(name, 'docs/privacy.md says which are covered')}"
         else:
             shown = f"refused: {NOT_COVERED.get(name, 'it does not say what its upload is (dp_upload)')}"
+        print(f"  {name:{width}s}  {shown}")
+
+
+def _list_secure_aggregation(algorithms: Any, engines: Any) -> None:
+    """The engines that can run ``flower.secure_aggregation`` and, per algorithm, whether it covers its
+    rounds (docs/privacy.md, "Secure aggregation")."""
+    from fedfew.flower.secure_aggregation import COVERED, NOT_COVERED
+
+    able = [n for n in engines.names() if getattr(engines.get(n), "honours_secure_aggregation", False)]
+    print(f"secure aggregation (flower.secure_aggregation, Flower's SecAgg+; docs/privacy.md) on: {', '.join(able)}")
+    print("algorithms under secure aggregation (the server sees only the sum of a round's updates):")
+    names = algorithms.names()
+    width = max((len(n) for n in names), default=0)
+    for name in names:
+        if name in COVERED:
+            shown = "covered: its aggregate is a weighted mean of the uploaded models" + (
+                f"; {COVERED[name]} (refused otherwise: {NOT_COVERED[name]})" if COVERED[name] else "")
+        else:
+            shown = f"refused: {NOT_COVERED.get(name, 'not known to aggregate a weighted mean of its uploads')}"
         print(f"  {name:{width}s}  {shown}")
 
 
@@ -369,11 +391,13 @@ def build_parser() -> argparse.ArgumentParser:
     common(sw)
     sw.set_defaults(func=_cmd_sweep)
 
-    ls = sub.add_parser("list", help="list algorithms, datasets, engines, models, partitions, privacy",
+    ls = sub.add_parser("list", help="list algorithms, datasets, engines, models, partitions, privacy, "
+                        "secure-aggregation",
                         description="List what a config may name. `fedfew list algorithms NAME` prints one "
                                     "algorithm's options with their types, defaults, bounds and meaning; -v "
                                     "prints them for every algorithm.")
-    ls.add_argument("what", nargs="?", choices=["algorithms", "datasets", "engines", "models", "partitions", "privacy"])
+    ls.add_argument("what", nargs="?", choices=["algorithms", "datasets", "engines", "models", "partitions", "privacy",
+                                                 "secure-aggregation"])
     ls.add_argument("name", nargs="?", help="an algorithm: print its options (algorithm.options)")
     ls.add_argument("-v", "--options", dest="show_options", action="store_true",
                     help="also print every algorithm's options and what each means")

@@ -235,6 +235,57 @@ class FlowerSimConfig(Section):
     init_args: dict[str, Any] = Field(default_factory=dict)
 
 
+class SecureAggregationConfig(Section):
+    """Secure aggregation on the Flower engines (runtime.engine: flower or flower-sim): Flower's SecAgg+
+    (Bell et al. 2020), so that the server learns only the sum of a round's client updates, never one
+    client's (docs/privacy.md, "Secure aggregation"). Off by default. The other keys are the protocol's
+    (Flower's ``SecAggPlusWorkflow`` names) and the quantisation's: each coordinate is clipped to
+    [-clipping_range, clipping_range] (a coordinate beyond it stops the run) and rounded to one of
+    ``quantization_range`` levels, so the sum is exact to 2 clipping_range / quantization_range per client
+    and coordinate."""
+
+    enabled: bool = False
+    #: With how many of the round's clients each client shares its secrets: a fraction of them (a float in
+    #: (0, 1]; 1.0: every client, classic SecAgg) or a count (an integer > 2).
+    num_shares: int | float = Field(default=1.0, gt=0)
+    #: How many of a client's shares unmask it: a fraction of num_shares (a float in (0, 1]) or a count
+    #: (an integer below num_shares). The round completes while every client keeps at least this many
+    #: live neighbours; higher resists more colluding clients, lower more dropouts.
+    reconstruction_threshold: int | float = Field(default=0.67, gt=0)
+    #: The largest aggregation weight a client may have (by the algorithm's aggregation: 1, its episodes
+    #: per round or its samples): each update is scaled by weight / max_weight before it is quantised, so
+    #: a bound close to the real largest weight keeps the precision. None: the largest this run's clients
+    #: can have (1; local_steps x meta_batch; the largest client's samples in the run's partition).
+    max_weight: float | None = Field(default=None, gt=0)
+    #: c: every coordinate of a client's (weighted) update must lie in [-c, c].
+    clipping_range: float = Field(default=8.0, gt=0)
+    #: T: the number of quantisation levels of [-c, c] (at most 2^30).
+    quantization_range: int = Field(default=2**22, ge=2, le=2**30)
+    #: M: masks are drawn modulo M, a power of 2 above clients per round x T (at most 2^32).
+    modulus_range: int = Field(default=2**32, ge=4, le=2**32)
+
+    @model_validator(mode="after")
+    def _protocol(self) -> SecureAggregationConfig:
+        key = "flower.secure_aggregation"
+        if not self.enabled:
+            changed = [k for k, f in type(self).model_fields.items() if k != "enabled" and getattr(self, k) != f.default]
+            if changed:
+                raise ValueError(f"{key}.{changed[0]} is set but {key}.enabled is false: set enabled: true, or remove it")
+            return self
+        for name, least in (("num_shares", 3), ("reconstruction_threshold", 2)):
+            value = getattr(self, name)
+            if isinstance(value, float) and value > 1:
+                raise ValueError(f"{key}.{name}={value:g}: a fraction must be in (0, 1]; give a count as an integer")
+            if isinstance(value, int) and value < least:
+                raise ValueError(f"{key}.{name}={value}: a count must be at least {least} (a fraction such as 1.0 "
+                                 "means all of them)")
+        m = self.modulus_range
+        if m & (m - 1) or m <= self.quantization_range:
+            raise ValueError(f"{key}.modulus_range={m} must be a power of 2 above quantization_range="
+                             f"{self.quantization_range}")
+        return self
+
+
 class FlowerConfig(Section):
     """Flower's deployment runtime (runtime.engine: flower) and Simulation Engine (flower.sim)."""
 
@@ -249,6 +300,8 @@ class FlowerConfig(Section):
     #: SuperNode authentication: only SuperNodes whose key was registered may join.
     node_auth: bool = True
     sim: FlowerSimConfig = Field(default_factory=FlowerSimConfig)
+    #: Flower's SecAgg+: the server sees only the masked sum of a round's updates (off by default).
+    secure_aggregation: SecureAggregationConfig = Field(default_factory=SecureAggregationConfig)
 
 
 class AdaptiveClipConfig(Section):
@@ -408,6 +461,7 @@ class ExperimentConfig(Section):
             raise ValueError("federation.clients_per_round as a fraction must be in (0, 1]")
         self._check_replies()
         self._check_privacy()
+        self._check_secure_aggregation()
         return self
 
     def engine_options(self) -> BaseModel:
@@ -457,6 +511,54 @@ class ExperimentConfig(Section):
                 raise ValueError(f"privacy.adaptive_clip.count_noise={count_noise:g} must exceed privacy.noise_multiplier"
                                  f" / 2 = {p.noise_multiplier / 2:g}: the count's noise spends part of the budget "
                                  "(Andrew et al. 2021, Theorem 1); raise it or the clients per round")
+
+    def _check_secure_aggregation(self) -> None:
+        """What ``flower.secure_aggregation`` needs of the engine, the algorithm, the rounds and privacy
+        (the protocol's own values are checked by :class:`SecureAggregationConfig`)."""
+        s = self.flower.secure_aggregation
+        if not s.enabled:
+            return
+        from fedfew.engine.engines import Faults
+        from fedfew.engine.simulator import round_size
+        from fedfew.engines import ENGINES
+        from fedfew.flower.secure_aggregation import protocol_sizes, refusal
+
+        key = "flower.secure_aggregation"
+        if not getattr(ENGINES.get(self.runtime.engine), "honours_secure_aggregation", False):
+            raise ValueError(f"{key}: runtime.engine={self.runtime.engine} cannot honour it (its server would see each "
+                             "client's upload): use runtime.engine: flower or flower-sim")
+        reason = refusal(self.algorithm.name, self.algorithm_options())
+        if reason is not None:
+            raise ValueError(f"{key}: algorithm {self.algorithm.name} cannot run with secure aggregation: {reason}")
+        f = self.federation
+        if f.stragglers > 0:
+            raise ValueError(f"{key}: federation.stragglers={f.stragglers} drops replies after they arrive, but a masked "
+                             "sum cannot drop one client's part: set federation.stragglers: 0")
+        asked = round_size(self.partition.num_clients, f.clients_per_round)
+        summed = asked - Faults(f.dropout, f.stragglers).counts(asked)[0]
+        if summed < 2:
+            raise ValueError(f"{key}: a round sums {summed} client(s) (federation.clients_per_round, federation.dropout); "
+                             "secure aggregation needs at least 2")
+        if isinstance(s.num_shares, int) and s.num_shares > asked:
+            raise ValueError(f"{key}.num_shares={s.num_shares} exceeds the {asked} clients of a round")
+        shares, threshold = protocol_sizes(summed, s.num_shares, s.reconstruction_threshold)
+        if threshold > shares:
+            raise ValueError(f"{key}.reconstruction_threshold={s.reconstruction_threshold} asks {threshold} shares of "
+                             f"the {shares} each client makes in a round of {summed}: lower it")
+        if asked * s.quantization_range >= s.modulus_range:
+            raise ValueError(f"{key}.quantization_range={s.quantization_range}: the sum of {asked} clients' quantised "
+                             f"values would wrap around modulus_range={s.modulus_range}: lower it or raise modulus_range")
+        p = self.privacy
+        if p.enabled and p.client_metrics:
+            raise ValueError(f"{key}: privacy.client_metrics sends each client's training metrics beside the masked "
+                             "sum: set it to false")
+        if p.enabled and p.clip is not None and p.clip > s.clipping_range:
+            raise ValueError(f"{key}.clipping_range={s.clipping_range:g} is below privacy.clip={p.clip:g}: a clipped "
+                             "update's coordinates reach the clip; raise it")
+        if p.adaptive_clip is not None and not float(s.quantization_range / (2 * s.clipping_range)).is_integer():
+            raise ValueError(f"{key}: with privacy.adaptive_clip, quantization_range / (2 clipping_range) must be an "
+                             "integer, so that each client's within-the-clip bit is summed exactly (e.g. the defaults "
+                             "2^22 and 8)")
 
     def algorithm_options(self) -> BaseOptions:
         from fedfew.engine import ALGORITHMS

@@ -6,6 +6,9 @@
 * :mod:`fedfew.flower.apps`, :mod:`fedfew.flower.node`: the ServerApp and ClientApp, a SuperNode's side;
 * :mod:`fedfew.flower.records`, :mod:`fedfew.flower.security`: the state form as Flower records; TLS
   certificates and node keys.
+* :mod:`fedfew.flower.secagg`, :mod:`fedfew.flower.secure_aggregation`: secure aggregation (Flower's
+  SecAgg+; ``flower.secure_aggregation``): the protocol's rounds, and which algorithms it covers (the
+  latter imports no flwr: the config checks use it).
 
 This package's ``__init__`` and :mod:`~fedfew.flower.launch` import no flwr: registering the engine
 costs nothing when Flower is not installed. No module outside this package imports flwr.

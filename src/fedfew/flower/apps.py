@@ -7,7 +7,9 @@ ClientApp answers its three messages on a SuperNode:
 * ``query``: the run's config arrives; the node stores it in ``context.state``, builds (or reads from
   its cache) its algorithm and its own data, and answers with its client id;
 * ``train``: a client task; the node runs it on its own data with its private state from
-  ``context.state``, keeps the new state there, and replies with the upload and metrics only;
+  ``context.state``, keeps the new state there, and replies with the upload and metrics only (in a
+  secure round, ``flower.secure_aggregation``, Flower's ``secaggplus_mod`` answers the protocol's
+  stages and masks the vector this handler makes of the result: :mod:`fedfew.flower.secagg`);
 * ``evaluate``: a personalised method's client scores its own model on the split's tasks.
 
 Run configuration (``flwr run ... --run-config``): ``fedfew-config`` (the experiment config as
@@ -46,6 +48,7 @@ from fedfew.flower.node import (
     write_state,
 )
 from fedfew.flower.records import from_records, to_records
+from fedfew.flower.secagg import SECURE_KEY, secure_aggregation_mod, secure_input
 
 
 def _process_started() -> float:
@@ -124,7 +127,7 @@ def hello(msg: Message, context: Context, prepare: bool = True) -> Message:
         return _error_reply(msg, cid, err)
 
 
-@client_app.train()
+@client_app.train(mods=[secure_aggregation_mod])  # Flower's SecAgg+ on the rounds that ask for it
 def train(msg: Message, context: Context) -> Message:
     cid: Any = context.node_config.get("client-id")
     started = time.time()
@@ -141,6 +144,12 @@ def train(msg: Message, context: Context) -> Message:
         with setup.compute.scope():
             result = run_client_task(setup.algorithm, task, setup.client, payload, state, setup.config.seed)
         write_state(context.state, task.namespace, task.round, result.state)  # stays on this node
+        if SECURE_KEY in msg.content:  # a secure round: the vector for secaggplus_mod to mask, nothing else
+            content = secure_input(json.loads(str(msg.content[SECURE_KEY]["json"])), payload, result, static.keys())
+            where = {"where": where_this_runs(), "timing": {"process": PROCESS_STARTED, "imported": IMPORTED_AT,
+                                                            "started": started, "finished": time.time()}}
+            content["result"] = ConfigRecord({"json": json.dumps(where)})
+            return Message(content, reply_to=msg)
         arrays, meta = to_records(result.upload, static)
         summary = {**result.summary(), "where": where_this_runs(),
                    "timing": {"process": PROCESS_STARTED, "imported": IMPORTED_AT, "started": started,

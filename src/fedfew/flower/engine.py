@@ -9,6 +9,9 @@ score its own model (``evaluate``). Bytes are counted from the arrays the messag
 A node that does not reply within ``flower.round_timeout`` seconds counts as failed for that round
 (the round aggregates the replies that arrived); a node that replies with an error stops the run with
 that error.
+
+With ``flower.secure_aggregation`` a round is Flower's SecAgg+ protocol (:mod:`fedfew.flower.secagg`):
+the server receives masked vectors and learns only their sum, from which the round's results are made.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import logging
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
@@ -31,6 +34,9 @@ from fedfew.engine.store import ClientStates, RemoteClientStates
 from fedfew.engine.tasks import ClientTask
 from fedfew.flower.errors import FlowerRunError as FlowerRunError
 from fedfew.flower.records import array_bytes, from_records, to_records
+
+if TYPE_CHECKING:
+    from fedfew.flower.secure_aggregation import SecureSettings
 
 logger = logging.getLogger(__name__)
 
@@ -48,10 +54,17 @@ class FlowerEngine(Engine):
 
     def __init__(self, grid: Grid, algorithm: Algorithm, seed: int, config: dict[str, Any], num_clients: int,
                  faults: Faults | None = None, compute: Compute = CPU_FP32, round_timeout: float = 600.0,
-                 startup_timeout: float = 300.0, message_log: Path | None = None) -> None:
+                 startup_timeout: float = 300.0, message_log: Path | None = None,
+                 secure: SecureSettings | None = None) -> None:
         super().__init__(algorithm, seed, None, faults, compute)
         self.grid, self.round_timeout = grid, round_timeout
         self.message_log = message_log
+        #: Secure aggregation's rounds (``flower.secure_aggregation``), or None.
+        self.secure = None
+        if secure is not None:
+            from fedfew.flower.secagg import SecureRounds
+
+            self.secure = SecureRounds(secure, algorithm)  # refuses an algorithm it does not cover
         self.node_of = self._connect(config, num_clients, startup_timeout)
 
     # -- setting up -------------------------------------------------------------------------------
@@ -118,6 +131,8 @@ class FlowerEngine(Engine):
 
     # -- client tasks ---------------------------------------------------------------------------------
     def deliver(self, task: ClientTask, payloads: Mapping[int, dict[str, Any]]) -> Delivery:
+        if self.secure is not None:  # the server sees the masked sum only
+            return self.secure.deliver(self, task, payloads)
         messages, down = [], 0
         for cid in sorted(payloads):
             arrays, meta = to_records(payloads[cid], static_tensors(self.algorithm))

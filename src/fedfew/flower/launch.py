@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from fedfew.engine.engines import ENGINES, Engine, EngineSetup, Launch
+from fedfew.engine.engines import ENGINES, Engine, EngineSetup, InProcessEngine, Launch
 from fedfew.errors import ConfigError, RunInterrupted
 from fedfew.flower.errors import FlowerRunError
 from fedfew.progress import progress_bar
@@ -52,6 +52,8 @@ class FlowerLaunch(Engine):
     holds_states = False
     runs_elsewhere = True
     honours_privacy = True
+    #: Its rounds can be Flower's SecAgg+ (``flower.secure_aggregation``): the server sees the masked sum.
+    honours_secure_aggregation = True
 
     @classmethod
     def launch(cls, run: Launch) -> dict[str, Any]:
@@ -66,9 +68,12 @@ class FlowerSimLaunch(Engine):
     name = "flower-sim"
     holds_states = False
     honours_privacy = True
+    honours_secure_aggregation = True
 
     @classmethod
     def build(cls, setup: EngineSetup, options: BaseModel) -> Engine:
+        if setup.experiment is None:  # new clients an algorithm makes (FRL's deployment groups): in this
+            return InProcessEngine.build(setup, options)  # process, as on flower (experiment.federation_factory)
         if importlib.util.find_spec("ray") is None or importlib.util.find_spec("flwr") is None:
             raise ConfigError("runtime.engine=flower-sim needs Flower's simulation extra: "
                               "pip install 'fedfew[flower-sim]'")

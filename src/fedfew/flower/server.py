@@ -16,6 +16,7 @@ from fedfew.engine.engines import Faults
 from fedfew.engine.store import ClientStates
 from fedfew.experiment import Experiment
 from fedfew.flower.engine import FlowerEngine
+from fedfew.flower.secure_aggregation import SecureSettings
 from fedfew.runfolder import RunFolder
 from fedfew.runner import _train, new_run
 
@@ -35,7 +36,8 @@ def run_on_flower(grid: Grid, config_data: dict[str, Any], run_dir: str | None) 
 
     def engine(experiment: Experiment, states: ClientStates, faults: Faults, compute: Compute) -> FlowerEngine:
         return FlowerEngine(grid, experiment.algorithm, config.seed, config_data, len(experiment.clients), faults,
-                            compute, f.round_timeout, f.startup_timeout, folder.path / "flower" / "messages.jsonl")
+                            compute, f.round_timeout, f.startup_timeout, folder.path / "flower" / "messages.jsonl",
+                            SecureSettings.from_config(f.secure_aggregation, experiment))
 
     resume = folder.has_checkpoint()
     if resume:

@@ -47,6 +47,8 @@ from fedfew.errors import UsageError
 from fedfew.flower import apps
 from fedfew.flower.engine import FlowerEngine, FlowerRunError
 from fedfew.flower.node import cache_client
+from fedfew.flower.secagg import secure_aggregation_mod
+from fedfew.flower.secure_aggregation import SecureSettings
 from fedfew.processes import descendant_pids, end
 
 log = logging.getLogger(__name__)
@@ -81,7 +83,7 @@ def _query(msg: Message, context: Context) -> Message:
     return apps.hello(msg, _as_fedfew_node(context), prepare=False)  # type: ignore[call-arg]  # the query decorator hides it
 
 
-@sim_client_app.train()
+@sim_client_app.train(mods=[secure_aggregation_mod])  # Flower's SecAgg+ on the rounds that ask for it
 def _train(msg: Message, context: Context) -> Message:
     return apps.train(msg, _as_fedfew_node(context))
 
@@ -248,7 +250,8 @@ class FlowerSimEngine(FlowerEngine):
                 log_path = run_dir / "flower" / "messages.jsonl"
             f = config.flower
             super().__init__(simulation.grid, experiment.algorithm, config.seed, config.model_dump(mode="json"),
-                             len(experiment.clients), faults, compute, f.round_timeout, f.startup_timeout, log_path)
+                             len(experiment.clients), faults, compute, f.round_timeout, f.startup_timeout, log_path,
+                             SecureSettings.from_config(f.secure_aggregation, experiment))
         except BaseException:
             self.close()
             raise

@@ -10,7 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from fedfew.config import ConfigError, ExperimentConfig, PrivacyConfig, load_config
+from fedfew.config import ConfigError, ExperimentConfig, PrivacyConfig, SecureAggregationConfig, load_config
 from fedfew.study.schema import CONTROL, Study, StudyError
 
 #: Config values that change how fast or where a run goes (or when a diverging run stops: a stopped run
@@ -24,7 +24,9 @@ NOT_IN_KEY = {"dataset": ("root",), "runtime": ("threads", "output_dir", "progre
 #: field at that value is left out of the key, so every stored cell keeps its key; any other value
 #: (the new behaviour, opt-in) is part of it.
 NEUTRAL_DEFAULTS: dict[tuple[str, ...], Any] = {("eval", "per_class"): False,
-                                                ("privacy",): PrivacyConfig().model_dump(mode="json")}
+                                                ("privacy",): PrivacyConfig().model_dump(mode="json"),
+                                                ("flower", "secure_aggregation"):
+                                                    SecureAggregationConfig().model_dump(mode="json")}
 
 
 @dataclass(frozen=True)
