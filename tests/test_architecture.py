@@ -1,13 +1,20 @@
-"""The package's shape: every module imports, the module graph has no cycle (function-level imports
-count: a cycle hidden inside a function is still a cycle), flwr is imported only by fedfew.flower, and
-the public surface of ``import fedfew`` is what its ``__all__`` says."""
+"""The package's shape: the layers docs/architecture.md declares hold, every module imports, flwr is
+imported only by fedfew.flower, and the public surface of ``import fedfew`` is what its ``__all__`` says.
+
+The layers are read from the ```` ```layers ```` block of docs/architecture.md, top layer first, and the
+known violations from the table under its ``<!-- known layer violations -->`` marker. Every import
+counts, of every kind (:data:`KINDS`): one that goes up a layer, or that closes a cycle, fails the test
+unless that very import (importer, imported, kind) is in the table; and a row of the table that no
+longer matches a violating import fails it too, so the table only shrinks."""
 
 from __future__ import annotations
 
 import ast
 import importlib
+import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -15,6 +22,15 @@ import pytest
 import fedfew
 
 SRC = Path(fedfew.__file__).parent
+ARCHITECTURE = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
+
+#: How an import happens. ``module``: when the importer is imported (its top level, a class body, a
+#: try block); ``function``: inside a function, when it runs; ``type``: under ``if TYPE_CHECKING:``,
+#: annotations only, never run (still a dependency of the code's meaning); ``dynamic``:
+#: ``importlib.import_module`` with a literal name, or an f-string whose literal part names a package
+#: (every module directly in it); ``by-name``: a ``"fedfew.module:attr"`` string, or, in a module that
+#: calls ``import_module`` with a computed name, any string naming a fedfew module (its lazy table).
+KINDS = ("module", "function", "type", "dynamic", "by-name")
 
 
 def modules() -> dict[str, Path]:
@@ -27,39 +43,214 @@ def modules() -> dict[str, Path]:
     return found
 
 
-def imported_names(path: Path) -> list[str]:
-    """Every module name an import statement of ``path`` names, at any depth, except those under
-    ``if TYPE_CHECKING:`` (annotations only, never executed)."""
-    tree = ast.parse(path.read_text())
-    typing_only = {id(node) for block in ast.walk(tree)
-                   if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
-                   for child in block.body for node in ast.walk(child)}
-    names = []
-    for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
+@dataclass(frozen=True)
+class Import:
+    importer: str
+    imported: str  # a name as written; resolved to a module by import_graph
+    kind: str
+    line: int
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _import_module_call(node: ast.AST) -> ast.expr | None:
+    """The name argument of an ``import_module(...)`` / ``importlib.import_module(...)`` call."""
+    if isinstance(node, ast.Call) and node.args:
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+        if name == "import_module":
+            return node.args[0]
+    return None
+
+
+def _literal_prefix(arg: ast.expr, module: str) -> str | None:
+    """A literal name's text, or an f-string's literal start (``{__name__}`` read as the module's name)
+    up to its first other placeholder, ending in ``.*``; None for a computed name."""
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return arg.value
+    if isinstance(arg, ast.JoinedStr):
+        prefix = ""
+        for value in arg.values:
+            if isinstance(value, ast.Constant):
+                prefix += str(value.value)
+            elif isinstance(value, ast.FormattedValue) and isinstance(value.value, ast.Name) \
+                    and value.value.id == "__name__":
+                prefix += module
+            else:
+                return prefix + "*" if prefix.endswith(".") else None
+        return prefix
+    return None
+
+
+def imports_of(module: str, source: str, is_package: bool = False) -> list[Import]:
+    """Every import ``source`` (the module named ``module``) makes, of every kind in :data:`KINDS`."""
+    tree = ast.parse(source)
+    found: list[Import] = []
+    computed = False
+
+    def visit(node: ast.AST, kind: str) -> None:
+        nonlocal computed
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for statement in node.body:
+                visit(statement, "type")
+            for statement in node.orelse:
+                visit(statement, kind)
+            return
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and kind == "module":
+            body = [node.body] if isinstance(node, ast.Lambda) else node.body
+            for child in ast.iter_child_nodes(node):  # decorators and defaults run at the definition
+                if child not in body:
+                    visit(child, kind)
+            for statement in body:
+                visit(statement, "function")
+            return
         if isinstance(node, ast.Import):
-            names += [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names += [f"{node.module}.{alias.name}" for alias in node.names]
-    return names
+            found.extend(Import(module, alias.name, kind, node.lineno) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the module's package, up level - 1
+                package = module if is_package else module.rpartition(".")[0]
+                for _ in range(node.level - 1):
+                    package = package.rpartition(".")[0]
+                base = f"{package}.{base}" if base else package
+            found.extend(Import(module, f"{base}.{alias.name}", kind, node.lineno) for alias in node.names)
+        else:
+            arg = _import_module_call(node)
+            if arg is not None:
+                name = _literal_prefix(arg, module)
+                if name is None:
+                    computed = True
+                else:
+                    found.append(Import(module, name, "type" if kind == "type" else "dynamic", node.lineno))
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and re.fullmatch(r"fedfew(\.\w+)*:\w+", node.value):
+                found.append(Import(module, node.value.partition(":")[0], "by-name", node.lineno))
+        for child in ast.iter_child_nodes(node):
+            visit(child, kind)
+
+    visit(tree, "module")
+    if computed:  # a lazy table: every string naming a fedfew module may be imported by name
+        found.extend(Import(module, node.value, "by-name", node.lineno) for node in ast.walk(tree)
+                     if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                     and re.fullmatch(r"fedfew(\.\w+)+", node.value))
+    return found
 
 
-def module_graph() -> dict[str, set[str]]:
+def _resolve(name: str, known: dict[str, Path]) -> list[str]:
+    """The modules an imported name stands for: ``pkg.*`` every module directly in ``pkg``; else the
+    module itself, or for ``from module import name`` the module (else the package) it comes from."""
+    if name.endswith(".*"):
+        prefix = name[:-1]
+        return [m for m in known if m.startswith(prefix) and "." not in m[len(prefix):]]
+    while name and name not in known:
+        name = name.rpartition(".")[0]
+    return [name] if name else []
+
+
+@dataclass(frozen=True)
+class Edge:
+    importer: str
+    imported: str
+    kind: str
+    lines: tuple[int, ...]
+
+
+def import_graph() -> list[Edge]:
+    """Every import between fedfew's modules: one edge per (importer, imported, kind)."""
     known = modules()
-    graph: dict[str, set[str]] = {}
+    lines: dict[tuple[str, str, str], list[int]] = {}
     for name, path in known.items():
-        edges = set()
-        for target in imported_names(path):
-            while target and target not in known:  # `from pkg import name`: the module, else the package
-                target = target.rpartition(".")[0]
-            if target and target != name:
-                edges.add(target)
-        graph[name] = edges
-    return graph
+        for found in imports_of(name, path.read_text(), path.name == "__init__.py"):
+            for target in _resolve(found.imported, known):
+                if target != name:
+                    lines.setdefault((name, target, found.kind), []).append(found.line)
+    return [Edge(a, b, kind, tuple(sorted(set(at)))) for (a, b, kind), at in sorted(lines.items())]
 
 
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+# -- the declaration ----------------------------------------------------------------------------------------
+def path_of(module: str) -> str:
+    """A module as the declaration names it: its file relative to src/fedfew (``engine/engines.py``)."""
+    path = modules()[module]
+    return path.relative_to(SRC).as_posix()
+
+
+def declared_layers(text: str) -> list[tuple[str, list[str]]]:
+    """The ```` ```layers ```` block: ``name: entries`` lines, top layer first; a line that starts
+    with a space continues the layer above it; ``#`` starts a comment."""
+    block = re.search(r"^```layers\n(.*?)^```", text, re.S | re.M)
+    assert block, f"{ARCHITECTURE} has no ```layers block"
+    layers: list[tuple[str, list[str]]] = []
+    for raw in block.group(1).splitlines():
+        line = raw.split("#", 1)[0].rstrip()
+        if not line.strip():
+            continue
+        if line[0].isspace():
+            assert layers, f"a continuation line before any layer: {raw!r}"
+            layers[-1][1].extend(line.split())
+        else:
+            name, sep, entries = line.partition(":")
+            assert sep, f"a layer line is 'name: entries': {raw!r}"
+            layers.append((name.strip(), entries.split()))
+    return layers
+
+
+def layer_of(layers: list[tuple[str, list[str]]], known: dict[str, Path]) -> dict[str, tuple[int, str]]:
+    """Each module's (height, layer name): a file named in a layer is in it; else the layer naming the
+    nearest folder above it (``engine/``). Fails on a module in no layer, a file named twice and an
+    entry that names nothing."""
+    files: dict[str, tuple[int, str]] = {}
+    folders: dict[str, tuple[int, str]] = {}
+    for index, (name, entries) in enumerate(layers):
+        height = len(layers) - index
+        for entry in entries:
+            table = folders if entry.endswith("/") else files
+            assert entry not in table, f"{entry} is declared in two layers"
+            table[entry] = (height, name)
+    placed, used = {}, set()
+    for module, path in known.items():
+        relative = path.relative_to(SRC).as_posix()
+        if relative in files:
+            placed[module] = files[relative]
+            used.add(relative)
+            continue
+        parents = [p for p in folders if relative.startswith(p)]
+        assert parents, f"{relative} is in no layer of {ARCHITECTURE.name}'s ```layers block"
+        nearest = max(parents, key=len)
+        placed[module] = folders[nearest]
+        used.add(nearest)
+    stale = (set(files) | set(folders)) - used
+    assert not stale, f"{ARCHITECTURE.name}'s ```layers block names what is not there: {sorted(stale)}"
+    return placed
+
+
+@dataclass(frozen=True)
+class Known:
+    importer: str  # paths, as the table writes them
+    imported: str
+    kind: str
+    why: str
+
+
+def known_violations(text: str) -> list[Known]:
+    """The table after ``<!-- known layer violations -->``: | `importer` | `imported` | kind | why |."""
+    marker = "<!-- known layer violations -->"
+    assert marker in text, f"{ARCHITECTURE} has no {marker} table"
+    rows = []
+    for line in text.split(marker, 1)[1].lstrip("\n").splitlines():
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if set(cells[0]) <= {"-", ":", " "} or cells[0].lower() == "importer":
+            continue
+        assert len(cells) == 4 and cells[2] in KINDS and cells[3], f"a malformed row: {line!r}"
+        rows.append(Known(cells[0].strip("`"), cells[1].strip("`"), cells[2], cells[3]))
+    return rows
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
     """The strongly connected components with more than one module (Tarjan)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
@@ -71,7 +262,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         index[v] = low[v] = len(index)
         stack.append(v)
         on_stack.add(v)
-        for w in sorted(graph[v]):
+        for w in sorted(graph.get(v, ())):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -88,28 +279,162 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
             if len(component) > 1:
                 found.append(sorted(component))
 
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
     for v in sorted(graph):
         if v not in index:
             visit(v)
     return found
 
 
-def test_the_cycle_finder_finds_a_cycle() -> None:
-    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    assert cycles({"a": {"b"}, "b": set()}) == []
+@dataclass
+class Check:
+    """The import graph against the declaration: what goes up, what closes a cycle, and the table's
+    rows that match nothing."""
+
+    up: list[str]
+    cycles: list[str]
+    stale: list[str]
 
 
-def test_no_import_cycles() -> None:
-    assert cycles(module_graph()) == []
+def check(edges: list[Edge], placed: dict[str, tuple[int, str]], known: list[Known], paths: dict[str, str]) -> Check:
+    listed = {(k.importer, k.imported, k.kind) for k in known}
+
+    def key(e: Edge) -> tuple[str, str, str]:
+        return paths[e.importer], paths[e.imported], e.kind
+
+    def say(e: Edge) -> str:
+        (low, low_name), (high, high_name) = placed[e.importer], placed[e.imported]
+        where = f"{paths[e.importer]} -> {paths[e.imported]} ({e.kind} import, line {', '.join(map(str, e.lines))})"
+        if high > low:
+            return f"{where}: layer '{low_name}' imports layer '{high_name}' above it"
+        return f"{where}: within layer '{low_name}'" if high == low else f"{where}: down to layer '{high_name}'"
+
+    def within(e: Edge) -> bool:
+        return placed[e.imported][0] == placed[e.importer][0]
+
+    up = [say(e) for e in edges if placed[e.imported][0] > placed[e.importer][0] and key(e) not in listed]
+    # A cycle goes up a layer somewhere (reported above) or stays in one layer: the cycles to report here.
+    remaining: dict[str, set[str]] = {}
+    for e in edges:
+        if within(e) and key(e) not in listed:
+            remaining.setdefault(e.importer, set()).add(e.imported)
+    cycles = []
+    for component in strongly_connected(remaining):
+        inside = [say(e) for e in edges if within(e) and key(e) not in listed
+                  and e.importer in component and e.imported in component]
+        cycles.append(f"a cycle through {', '.join(paths[m] for m in component)}:\n    " + "\n    ".join(inside))
+    full: dict[str, set[str]] = {}
+    for e in edges:
+        if within(e):
+            full.setdefault(e.importer, set()).add(e.imported)
+    in_cycle = {m: i for i, component in enumerate(strongly_connected(full)) for m in component}
+    real = {key(e) for e in edges if placed[e.imported][0] > placed[e.importer][0]
+            or (within(e) and e.importer in in_cycle and in_cycle[e.importer] == in_cycle.get(e.imported))}
+    stale = [f"{k.importer} -> {k.imported} ({k.kind})" for k in known if (k.importer, k.imported, k.kind) not in real]
+    return Check(up, cycles, stale)
+
+
+@pytest.fixture(scope="module")
+def checked() -> Check:
+    text = ARCHITECTURE.read_text()
+    known = modules()
+    placed = layer_of(declared_layers(text), known)
+    paths = {m: p.relative_to(SRC).as_posix() for m, p in known.items()}
+    rows = known_violations(text)
+    assert len({(r.importer, r.imported, r.kind) for r in rows}) == len(rows), "a row is in the table twice"
+    return check(import_graph(), placed, rows, paths)
+
+
+def test_no_import_goes_up_a_layer(checked: Check) -> None:
+    """Each layer imports only the layers below it (docs/architecture.md), by any kind of import."""
+    assert not checked.up, "imports up a layer (move the code, or invert the dependency; docs/architecture.md):\n  " + \
+        "\n  ".join(checked.up)
+
+
+def test_no_import_cycle(checked: Check) -> None:
+    assert not checked.cycles, "\n".join(checked.cycles)
+
+
+def test_the_known_violations_are_exact(checked: Check) -> None:
+    """A row of the known-violations table whose import is gone (or no longer goes up or round a
+    cycle) must leave the table: it only shrinks."""
+    assert not checked.stale, "rows of the known-violations table that match no violating import (gone, or of another kind): update docs/architecture.md:\n  " + \
+        "\n  ".join(checked.stale)
+
+
+# -- the checker itself ---------------------------------------------------------------------------------------
+def test_the_import_finder_sees_every_kind() -> None:
+    source = '''
+import importlib
+from typing import TYPE_CHECKING
+from fedfew import errors
+from . import sibling
+if TYPE_CHECKING:
+    from fedfew.config import ExperimentConfig
+class A:
+    import fedfew.seeding
+    def method(self):
+        from fedfew.runner import run_experiment
+def f():
+    importlib.import_module("fedfew.flower.simulation")
+    importlib.import_module(f"{__name__}.{name}")
+TABLE = {"x": "fedfew.flower.launch:FlowerLaunch"}
+'''
+    found = {(i.imported, i.kind) for i in imports_of("fedfew.pkg", source, is_package=True)}
+    assert found == {("importlib", "module"), ("typing.TYPE_CHECKING", "module"), ("fedfew.errors", "module"),
+                     ("fedfew.pkg.sibling", "module"), ("fedfew.config.ExperimentConfig", "type"),
+                     ("fedfew.seeding", "module"), ("fedfew.runner.run_experiment", "function"),
+                     ("fedfew.flower.simulation", "dynamic"), ("fedfew.pkg.*", "dynamic"),
+                     ("fedfew.flower.launch", "by-name")}
+    lazy = imports_of("fedfew.x", 'import importlib\nT = {"a": ("fedfew.sweep", "f")}\n'
+                                  'def get(n):\n    return importlib.import_module(T[n][0])\n')
+    assert ("fedfew.sweep", "by-name") in {(i.imported, i.kind) for i in lazy}
+
+
+def test_the_checker_finds_what_goes_up_and_round() -> None:
+    placed = {"a": (1, "low"), "b": (2, "high"), "c": (1, "low"), "d": (1, "low")}
+    paths = {m: f"{m}.py" for m in placed}
+    edges = [Edge("a", "b", "type", (3,)), Edge("c", "d", "module", (1,)), Edge("d", "c", "function", (9,))]
+    got = check(edges, placed, [], paths)
+    assert got.up == ["a.py -> b.py (type import, line 3): layer 'low' imports layer 'high' above it"]
+    assert len(got.cycles) == 1 and "c.py, d.py" in got.cycles[0]
+    rows = [Known("a.py", "b.py", "type", "why"), Known("d.py", "c.py", "function", "why"),
+            Known("c.py", "a.py", "module", "gone")]
+    got = check(edges, placed, rows, paths)
+    assert got.up == [] and got.cycles == [] and got.stale == ["c.py -> a.py (module)"]
+    assert strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert strongly_connected({"a": {"b"}, "b": set()}) == []
+
+
+# -- the rest of the package's shape --------------------------------------------------------------------------
+def test_the_engine_registry_loads_the_engines_it_names_only_when_asked() -> None:
+    """``fedfew.engines`` names the built-in engines ("module:class") instead of importing them: the config
+    check and the experiment import it without Flower's package; asking for a name loads that one."""
+    code = ("import sys; import fedfew.engines; from fedfew.config import load_config; "
+            "load_config({'task': 'fewshot', 'dataset': {'name': 'digits'}, 'algorithm': {'name': 'fedavg'}}); "
+            "print(sorted(m for m in sys.modules if m.startswith(('fedfew.flower', 'fedfew.engine.workers'))))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+    from fedfew.engine.engines import ENGINES as REGISTERED
+    from fedfew.engines import BUILT_IN, ENGINES
+
+    for name, where in BUILT_IN.items():
+        module, _, attribute = where.partition(":")
+        assert ENGINES.get(name) is getattr(importlib.import_module(module), attribute) is REGISTERED.get(name)
+        assert ENGINES.describe(name)
+    assert set(BUILT_IN) | {"inprocess"} <= set(ENGINES.names()) == set(REGISTERED.names())
 
 
 def test_only_the_flower_package_imports_flwr() -> None:
-    outside = [name for name, path in modules().items() if not name.startswith("fedfew.flower")
-               and any(n == "flwr" or n.startswith("flwr.") for n in imported_names(path))]
+    runs = [e for name, path in modules().items()
+            for e in imports_of(name, path.read_text(), path.name == "__init__.py")]
+    outside = [(e.importer, e.imported) for e in runs if not e.importer.startswith("fedfew.flower")
+               and (e.imported == "flwr" or e.imported.startswith("flwr."))]
     assert outside == []
     # and the flower package's entry points import it only when a Flower run starts
     for name in ("fedfew.flower", "fedfew.flower.launch", "fedfew.flower.errors"):
-        assert not any(n.startswith("flwr") for n in imported_names(modules()[name])), name
+        assert not any(e.imported.startswith("flwr") for e in runs if e.importer == name and e.kind != "type"), name
 
 
 @pytest.mark.parametrize("name", sorted(modules()))

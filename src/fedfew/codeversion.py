@@ -35,6 +35,8 @@ NOT_NUMBERS = {
     "cli.py": "the command line",
     "config.py": "reads and checks configs: its output, the resolved config, is each cell's key (a changed "
                  "default changes the key, not the code version)",
+    "configschema.py": "the config's schema (sections, fields, defaults), which config.py checks against the "
+                       "registries: like config.py, what it decides is in each cell's key, the resolved config",
     "datarecord.py": "describes the data a run used (data.json)",
     "environment.py": "describes where a run computed (a study record's environment)",
     "engines.py": "the engines by name: runtime.engine is not in a cell's key, every engine giving the numbers "

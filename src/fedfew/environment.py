@@ -32,14 +32,18 @@ NOT_RECORDED = "environment not recorded"
 @cache
 def machine() -> dict[str, Any]:
     """The parts of the environment that are this process's, whatever the run: versions, platform, CPU."""
+    from importlib.metadata import PackageNotFoundError, version
+
     import numpy
     import torch
 
-    import fedfew
-
+    try:
+        fedfew_version = version("fedfew")
+    except PackageNotFoundError:  # a source tree never installed: what fedfew.__version__ says there
+        fedfew_version = "0+unknown"
     capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", None)
     return {"python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__,
-            "fedfew": fedfew.__version__, "platform": f"{platform.system()} {platform.machine()}",
+            "fedfew": fedfew_version, "platform": f"{platform.system()} {platform.machine()}",
             "cpu": cpu_model(), "cpu_capability": capability() if capability else None}
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fedfew.config import ExperimentConfig
+    from fedfew.configschema import ExperimentSchema
 
 
-def progress_bar(config: ExperimentConfig, label: str | None, done: int) -> Any:
+def progress_bar(config: ExperimentSchema, label: str | None, done: int) -> Any:
     from tqdm.auto import tqdm
 
     return tqdm(total=config.federation.rounds, initial=done, desc=label or config.algorithm.name, unit="round",

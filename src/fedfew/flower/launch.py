@@ -10,11 +10,11 @@ the engine is registered whether or not Flower is installed, and a run asks for 
 from __future__ import annotations
 
 import base64
-import importlib
 import importlib.util
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel
 
@@ -24,15 +24,25 @@ from fedfew.flower.errors import FlowerRunError
 from fedfew.progress import progress_bar
 
 if TYPE_CHECKING:
-    from fedfew.config import ExperimentConfig
-    from fedfew.runfolder import RunFolder
+    from fedfew.configschema import ExperimentSchema
 
 __all__ = ["FlowerLaunch", "FlowerRunError", "flower_settings", "run_local_flower", "run_on_federation"]
 
 logger = logging.getLogger(__name__)
 
 
-def flower_settings(config: ExperimentConfig) -> Any:
+class RunFolderView(Protocol):
+    """What the launcher uses of a run folder (:class:`fedfew.runfolder.RunFolder`, a layer above the
+    engines): where it is, and its status."""
+
+    path: Path
+
+    def read_status(self) -> dict[str, Any]: ...
+
+    def set_status(self, status: str, **info: Any) -> None: ...
+
+
+def flower_settings(config: ExperimentSchema) -> Any:
     """The ``flower:`` section as the local federation takes it (an error if Flower is missing)."""
     if importlib.util.find_spec("flwr") is None:
         raise ConfigError("runtime.engine=flower needs Flower: pip install 'fedfew[flower]'")
@@ -77,13 +87,14 @@ class FlowerSimLaunch(Engine):
         if importlib.util.find_spec("ray") is None or importlib.util.find_spec("flwr") is None:
             raise ConfigError("runtime.engine=flower-sim needs Flower's simulation extra: "
                               "pip install 'fedfew[flower-sim]'")
-        # Loaded by name, as Flower loads "module:attr" apps: the simulated nodes build experiments
-        # (fedfew.flower.node), a layer above this registry, which the config validation imports.
-        simulation = importlib.import_module("fedfew.flower.simulation")
+        # A known layer violation (docs/architecture.md): the simulated nodes build experiments
+        # (fedfew.flower.node), a layer above the engines; imported here, when a flower-sim run starts.
+        from fedfew.flower import simulation
+
         return simulation.start_simulation_engine(setup.experiment, setup.states, setup.faults, setup.compute, setup.states_dir)
 
 
-def run_local_flower(folder: RunFolder, config: ExperimentConfig, progress: bool | None, label: str | None,
+def run_local_flower(folder: RunFolderView, config: ExperimentSchema, progress: bool | None, label: str | None,
                      resume: bool = False) -> dict[str, Any]:
     """``runtime.engine: flower`` on this machine: a SuperLink and a SuperNode per client as separate
     processes, the ServerApp (started by the SuperLink) training in ``folder``; every process stopped
@@ -103,7 +114,7 @@ def run_local_flower(folder: RunFolder, config: ExperimentConfig, progress: bool
         raise RunInterrupted(folder.path, status.get("round", 0), config.federation.rounds) from None
 
 
-def run_on_federation(federation: Any, folder: RunFolder, config: ExperimentConfig, progress: bool | None = False,
+def run_on_federation(federation: Any, folder: RunFolderView, config: ExperimentSchema, progress: bool | None = False,
                       label: str | None = None, resume: bool = False) -> dict[str, Any]:
     """Run ``config`` in ``folder`` on a started :class:`~fedfew.flower.local.LocalFederation` (the
     ServerApp trains; this process follows the run folder) and return the summary."""

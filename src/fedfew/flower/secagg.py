@@ -26,7 +26,8 @@ import json
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 import torch
@@ -70,7 +71,25 @@ from fedfew.flower.secure_aggregation import (
 )
 
 if TYPE_CHECKING:
-    from fedfew.flower.engine import FlowerEngine
+    from fedfew.engine.algorithm import Algorithm
+
+
+class FlowerEngine(Protocol):
+    """What a secure round uses of :class:`fedfew.flower.engine.FlowerEngine` (a protocol, so that the
+    engine, which builds :class:`SecureRounds`, and this module do not import each other)."""
+
+    algorithm: Algorithm
+    node_of: dict[int, int]
+    round_timeout: float
+    message_log: Path | None
+
+    def _exchange(self, messages: list[tuple[int, Message]], timeout: float) -> list[tuple[int, Message]]: ...
+
+    def _failed_delivery(self, cid: int, reply: Message, doing: str) -> bool: ...
+
+    def _content(self, reply: Message, doing: str) -> RecordDict: ...
+
+    def _log(self, kind: str, key: str, cid: int, content: RecordDict, sent: float | None = None) -> None: ...
 
 __all__ = ["SECURE_KEY", "SecureRounds", "content_bytes", "secure_aggregation_mod", "secure_input"]
 
