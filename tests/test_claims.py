@@ -309,10 +309,12 @@ def test_a_reading_that_states_a_verdict_cites_the_claim() -> None:
 
 def test_the_sentences_issue_39_found_wrong_are_fixed() -> None:
     pages = {name: " ".join((REPO / "docs" / name).read_text().split()) for name in READING_PAGES}
-    # the untrained FL-MAML against every trained F2L: not resolved against the combination in IID
+    # the untrained FL-MAML against every trained F2L: each cell cited (the combination re-chosen on
+    # validation tasks is below it by the raw test in both, issue 39 item 3), no sweeping sentence
     for name in ("results.md", "f2l.md"):
         assert "is above every trained F2L" not in pages[name]
-        assert "#iid-1-shot:combination>fl-maml-untrained = not resolved]" in pages[name]
+        assert "#iid-1-shot:combination>fl-maml-untrained = reversed; Holm: not resolved]" in pages[name]
+        assert "#non-iid-1-shot:combination>fl-maml-untrained = reversed; Holm: not resolved]" in pages[name]
     assert "only the larger steps end above their own untrained start" not in pages["frl.md"]
     assert "gives the same picture" not in pages["adfl.md"]
     assert "FedFSL's adversarial MI-Adv is below plain FL-MAML on HuffPost" not in pages["benchmark.md"]
