@@ -20,7 +20,7 @@ from fedfew.schema import NoBoolNumbers
 
 __all__ = ["MAX_CLIENTS", "MAX_EPISODES", "MAX_ROUNDS", "AdaptiveClipConfig", "AlgorithmConfig", "ClassificationConfig",
            "DatasetConfig", "DivergenceConfig", "EpisodeConfig", "EvalConfig", "ExperimentSchema", "FederationConfig",
-           "FlowerConfig", "FlowerSimConfig", "HeldOutTest", "ModelConfig", "PartitionConfig", "PrivacyConfig",
+           "FlowerConfig", "FlowerSimConfig", "HeldOutTest", "MembershipInferenceConfig", "ModelConfig", "PartitionConfig", "PrivacyConfig",
            "RuntimeConfig", "Section", "SplitConfig", "allowed_keys", "format_errors"]
 
 #: The deprecation note of ``runtime.workers`` keeps the logger of :mod:`fedfew.config`, where the schema
@@ -135,6 +135,16 @@ class EpisodeConfig(Section):
     test_tasks: str | None = None
 
 
+class MembershipInferenceConfig(Section):
+    """The loss-threshold membership-inference attack on the released model (``eval.membership_inference``;
+    :mod:`fedfew.privacy.membership`, docs/privacy-study.md)."""
+
+    #: Member examples and as many non-member examples (query examples of episodes of the run's shape).
+    examples: int = Field(500, ge=10, le=100_000)
+    #: Bootstrap draws (over examples) for the advantage's 95% interval.
+    bootstrap: int = Field(1000, ge=100, le=100_000)
+
+
 class EvalConfig(Section):
     every: int = Field(5, ge=1)
     track_test: bool = False
@@ -146,6 +156,10 @@ class EvalConfig(Section):
     #: share classified correctly, pooled over the episodes (few-shot methods scored on the server's
     #: model). Off by default; computed after the score, drawing nothing the score draws.
     per_class: bool = False
+    #: Attack the selected model with the loss-threshold membership-inference attack and add
+    #: ``membership`` to the summary (few-shot methods scored on the server's model). Off by default
+    #: (None); computed after the score, from generators of its own, so the scores stay as without it.
+    membership_inference: MembershipInferenceConfig | None = None
 
 
 class DivergenceConfig(Section):

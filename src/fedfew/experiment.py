@@ -43,7 +43,7 @@ from fedfew.episodes import (
 from fedfew.models import FewShotModel, build_model
 from fedfew.models.base import ModelBuildError
 from fedfew.partition import PARTITIONS, PartitionError, partition
-from fedfew.privacy import PrivateAggregation
+from fedfew.privacy import PrivateAggregation, membership
 from fedfew.seeding import numpy_generator
 from fedfew.signature_options import options_schema
 
@@ -66,6 +66,9 @@ class Experiment:
     data_seconds: float = 0.0
     #: Client-level differential privacy (config ``privacy``), or None when it is off.
     privacy: PrivateAggregation | None = None
+    #: The rows of the dataset held out from every client as the membership-inference attack's
+    #: non-members (``eval.membership_inference``), or None when it is off.
+    membership_rows: torch.Tensor | None = None
 
     def simulator(self, states_dir: Path | None = None, engine_factory: EngineFactory | None = None) -> Simulator:
         """A simulator for this experiment. Client states are kept in memory, or spilled to files in
@@ -247,6 +250,7 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
 
 def _build(config: ExperimentConfig, device: torch.device) -> Experiment:
     seed = config.seed
+    membership_rows: torch.Tensor | None = None
     dataset, data_seconds = _load(config)
     dataset = dataset.to(device)
     episode = EpisodeShape(config.episodes.n_way, config.episodes.k_shot, config.episodes.q_query)
@@ -267,6 +271,13 @@ def _build(config: ExperimentConfig, device: torch.device) -> Experiment:
                                   "combined with held-out samples (splits.test: {classes, holdout})")
             train_idx = dataset.indices_of_classes(train_classes)
             pool = dataset.subset(train_idx[~torch.isin(train_idx, held_positions)])
+        attack = config.eval.membership_inference
+        if attack is not None:  # opt-in: its non-members, kept from every client
+            kept_out = torch.from_numpy(membership.hold_out(pool.labels, attack.examples, seed))
+            keep = torch.ones(len(pool), dtype=torch.bool)
+            keep[kept_out] = False
+            membership_rows = pool.subset(kept_out).positions
+            pool = pool.subset(torch.nonzero(keep).flatten())
         has_val = bool(config.splits.val and dataset.splits.get(config.splits.val))
         if config.splits.val and not has_val:
             _warn_once(
@@ -346,10 +357,12 @@ def _build(config: ExperimentConfig, device: torch.device) -> Experiment:
         raise ConfigError(f"eval.per_class: {config.algorithm.name} on a {config.task} task has no per-class "
                           "accuracy (it needs few-shot episodes scored on the server's model, e.g. fl-maml, "
                           "fedfsl-*); set eval.per_class: false")
+    if config.eval.membership_inference is not None:
+        membership.check(algorithm, config.task)
     context.new_federation = federation_factory(config)
     context.participant_positions = participant_positions(clients)
     privacy = private_aggregation(config, algorithm, len(clients))
-    return Experiment(config, dataset, clients, context, algorithm, val, test, data_seconds, privacy)
+    return Experiment(config, dataset, clients, context, algorithm, val, test, data_seconds, privacy, membership_rows)
 
 
 def private_aggregation(config: ExperimentConfig, algorithm: Algorithm, num_clients: int) -> PrivateAggregation | None:

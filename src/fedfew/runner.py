@@ -24,6 +24,7 @@ from fedfew.engines import ENGINES
 from fedfew.errors import FedfewError, RunFailedError, RunInterrupted
 from fedfew.experiment import EngineFactory, Experiment, build_experiment, dataset_cache
 from fedfew.model_check import check_model_runs
+from fedfew.privacy.membership import membership_inference
 from fedfew.progress import progress_bar
 from fedfew.results import (
     below_initial_message,
@@ -332,6 +333,11 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
         seconds = time.perf_counter() - start + (simulator.state.seconds if resume else 0.0)
         summary = summarise(config, outcome, seconds, experiment.context)
         summary["data_seconds"] = round(experiment.data_seconds, 2)
+        attack = config.eval.membership_inference  # opt-in: the selected model against its members
+        if attack is not None:
+            summary["membership"] = membership_inference(
+                simulator.algorithm, simulator.best_server, experiment.dataset, experiment.context.participant_positions,
+                experiment.membership_rows, config.episodes.n_way, config.episodes.k_shot, attack.bootstrap, config.seed)
         mixed = folder.read_status().get("other_version")  # resumed with --allow-other-version
         if mixed:
             summary["other_version"] = mixed

