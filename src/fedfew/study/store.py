@@ -174,9 +174,11 @@ class ResultStore:
 
 
 #: What a record keeps of a run's summary: the test metrics and the scores around them (the initial
-#: model's, on validation where the run has it; the selected and the last round's on the same split).
+#: model's, on validation where the run has it; the selected and the last round's on the same split);
+#: a private run's guarantee (``privacy``: epsilon, delta, ...; the report shows them beside its cells) and
+#: the membership-inference attack's numbers (``membership``, with ``eval.membership_inference``).
 KEPT_SUMMARY = ("test", "selected_round", "rounds", "seconds", "bytes_down", "bytes_up", "chance", "at_chance",
-                "rounds_without_training", "initial_score", "selected_score", "final_score")
+                "rounds_without_training", "initial_score", "selected_score", "final_score", "privacy", "membership")
 
 
 def make_record(study: str, budget: str, method: str, setting: str, seed: int, config_hash: str,
