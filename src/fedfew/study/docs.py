@@ -2,7 +2,8 @@
 ``<!-- study:NAME end -->`` in the docs pages (``study:NAME:claims`` for the verdicts alone, as
 docs/results.md shows them; ``study:NAME:winners`` for the best method per setting and
 those not separated from it; ``study:NAME:aggregate`` for the view over all settings
-(:mod:`fedfew.study.aggregate`, with its performance-profile figure); ``study:NAME:choice-KEY`` for a
+(:mod:`fedfew.study.aggregate`, with its performance-profile figure); ``study:NAME:epsilon`` for accuracy
+against the privacy budget (:mod:`fedfew.study.epsilon`, with its figure); ``study:NAME:choice-KEY`` for a
 choice the study makes on validation numbers (:mod:`fedfew.study.choose`); ``study:NAME@BUDGET`` for any of these at a budget other than the study's
 docs budget, such as a paper-budget cell; ``study:NAME@A+B`` for budgets side by side, as column groups; ``<!-- studies:compute begin -->`` for every study's progress
 and compute time), made from the committed store alone (no number in those blocks is typed by hand;
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from fedfew.study.aggregate import aggregate_markdown, profile_figure
 from fedfew.study.choose import choice_markdown, make_choice
+from fedfew.study.epsilon import epsilon_figure, epsilon_markdown
 from fedfew.study.report import (
     StudyResults,
     budgets_markdown,
@@ -29,7 +31,7 @@ from fedfew.study.schema import Study, StudyError, load_study
 
 #: A marker is a line of its own (a marker quoted inside a sentence, as in docs/studies.md, is not one).
 #: ``@a+b+c`` puts several budgets side by side (budgets as column groups; the table view only).
-MARKER = re.compile(r"^<!-- study:([A-Za-z0-9_.-]+)(@[A-Za-z0-9_.-]+(?:\+[A-Za-z0-9_.-]+)*)?(:claims|:winners|:aggregate|:choice-[A-Za-z0-9_.-]+)? "
+MARKER = re.compile(r"^<!-- study:([A-Za-z0-9_.-]+)(@[A-Za-z0-9_.-]+(?:\+[A-Za-z0-9_.-]+)*)?(:claims|:winners|:aggregate|:epsilon|:choice-[A-Za-z0-9_.-]+)? "
                     r"begin -->$", re.MULTILINE)
 #: The one block about all studies: cells in the store, seeds and compute time per study.
 COMPUTE = "studies:compute"
@@ -105,6 +107,13 @@ def render_pages(root: Path, store_base: Path | None = None, figures: bool = Fal
                 body = aggregate_markdown(results, str(path.relative_to(root)), f"studies/{stem}.png")
                 if figures:
                     profile_figure(results, root / "docs" / "studies" / f"{stem}.png")
+                text = marker_pattern(name + at + view).sub(_between(body), text)
+                continue
+            if view == ":epsilon":  # accuracy against the privacy budget (fedfew.study.epsilon)
+                stem = name + (f"-{budget}" if budget else "") + "-epsilon"
+                body = epsilon_markdown(results, f"studies/{stem}.png")
+                if figures:
+                    epsilon_figure(results, root, root / "docs" / "studies" / f"{stem}.png")
                 text = marker_pattern(name + at + view).sub(_between(body), text)
                 continue
             if view.startswith(":choice-"):

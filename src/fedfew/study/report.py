@@ -71,6 +71,9 @@ class StudyResults:
     #: (method, setting) -> the seeds whose run trained (rounds > 0) yet selected round 0: the untrained
     #: model scored best on validation, so the cell's selected-round numbers are the untrained model's
     round0: dict[tuple[str, str], set[int]] = field(default_factory=dict)
+    #: (method, setting) -> {seed: (epsilon, delta)} of the cells whose runs were private (their summary's
+    #: ``privacy``): the tables show each such cell's guarantee beside its number
+    privacy: dict[tuple[str, str], dict[int, tuple[float, float]]] = field(default_factory=dict)
 
     @property
     def seeds(self) -> list[int]:
@@ -129,6 +132,10 @@ def collect(study: Study, root: Path, store_base: Path, budget: str | None = Non
         results.sources[source] = results.sources.get(source, 0) + 1
         if record.get("history"):
             results.histories.setdefault((cell.method, cell.setting), {})[cell.seed] = record["history"]
+        guarantee = record["metrics"].get("privacy")
+        if isinstance(guarantee, dict) and isinstance(guarantee.get("epsilon"), (int, float)):
+            results.privacy.setdefault((cell.method, cell.setting), {})[cell.seed] = (
+                float(guarantee["epsilon"]), float(guarantee["delta"]))
         selected = record["metrics"].get("selected_round")
         if cell.config.federation.rounds > 0 and selected == 0 and not isinstance(selected, bool):
             results.round0.setdefault((cell.method, cell.setting), set()).add(cell.seed)
@@ -167,10 +174,29 @@ def round0_mark(results: StudyResults, method: str, setting: str, seeds: Iterabl
 
 
 def _cell(results: StudyResults, method: str, setting: str) -> str:
-    """A cell of the main table: mean [interval], marked when its runs selected round 0."""
+    """A cell of the main table: mean [interval], marked when its runs selected round 0, with its
+    guarantee (epsilon, delta) when its runs were private."""
     seeds = results.values.get((method, setting), {})
-    return _fmt_accuracy(results.interval(method, setting)) + round0_mark(results, method, setting, seeds,
-                                                                 results.study.metric_of(method, setting))
+    return (_fmt_accuracy(results.interval(method, setting))
+            + round0_mark(results, method, setting, seeds, results.study.metric_of(method, setting))
+            + privacy_mark(results, method, setting))
+
+
+def privacy_mark(results: StudyResults, method: str, setting: str) -> str:
+    """" (ε 3.99, δ 1e-05)" for a cell whose runs were private: the largest epsilon over its seeds (one
+    solved noise multiplier gives every seed the same) and its delta; "" for a cell without DP."""
+    budgets = results.privacy.get((method, setting))
+    if not budgets:
+        return ""
+    epsilon = max(e for e, _ in budgets.values())
+    deltas = sorted({d for _, d in budgets.values()})
+    return f" (ε {epsilon:.2f}, δ {'/'.join(f'{d:g}' for d in deltas)})"
+
+
+#: Under a table with a private cell: what its (ε, δ) is.
+PRIVACY_LEGEND = ("(ε, δ): the cell's client-level differential-privacy guarantee, from its runs' summaries (the "
+                  "accountant's epsilon after the rounds run, the largest over seeds; docs/privacy.md); a cell "
+                  "without it is not private. A round-0 row under DP has ε 0: it released nothing the clients made.")
 
 
 def _marked(results: StudyResults, method: str, setting: str) -> str:
@@ -181,8 +207,11 @@ def _marked(results: StudyResults, method: str, setting: str) -> str:
 
 
 def _legend(text: str) -> str:
-    """The round-0 legend line when ``text`` (a table) holds a marked cell."""
-    return f"\n{ROUND0_LEGEND}\n" if ROUND0 in text else ""
+    """The round-0 legend line when ``text`` (a table) holds a marked cell, and the privacy legend when it
+    holds a private one."""
+    lines = [ROUND0_LEGEND] if ROUND0 in text else []
+    lines += [PRIVACY_LEGEND] if " (ε " in text else []
+    return "".join(f"\n{line}\n" for line in lines)
 
 
 def _fmt(interval: Interval | None) -> str:
