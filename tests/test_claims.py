@@ -29,7 +29,8 @@ from fedfew.study.verdict import (
 from tests.test_study import DIGITS_STUDY, REPO, run_cli, write_study
 
 #: The docs pages whose prose reads the studies' results.
-READING_PAGES = ("adfl.md", "benchmark.md", "f2l.md", "fedfsl.md", "fml.md", "frl.md", "results.md")
+READING_PAGES = ("adfl.md", "benchmark.md", "f2l.md", "fedfsl.md", "fml.md", "frl.md", "privacy-study.md",
+                 "results.md")
 
 
 def _link(mean: float, p: float | None, verdict: str = NOT_RESOLVED) -> PairVerdict:

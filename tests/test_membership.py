@@ -130,3 +130,33 @@ def test_bad_attack_settings_are_one_line_errors(assignment: str, key: str, tmp_
     assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet", "--set", assignment]) == 2
     err = capsys.readouterr().err
     assert key in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+
+
+# -- the privacy study ----------------------------------------------------------------------------------
+def test_the_privacy_study_at_its_smoke_budget_reports_epsilon_delta_and_the_attack(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """studies/privacy_fewshot.yaml's smoke budget end to end (skipped without the Omniglot data): the
+    private cells show their (ε, δ), the membership table its advantage, and the ε figure is drawn."""
+    from fedfew.study.epsilon import epsilon_figure, setting_epsilons
+    from fedfew.study.report import collect
+    from fedfew.study.schema import load_study
+    from tests.test_study import run_cli
+
+    data = Path(__import__("os").environ.get("FEDFEW_DATA", REPO.parent / "shared" / "data"))
+    if not (data / "omniglot").exists():
+        pytest.skip(f"no omniglot data in {data}")
+    path = REPO / "studies" / "privacy_fewshot.yaml"
+    store = tmp_path / "store"
+    code, _, err = run_cli(["study", "run", str(path), "--budget", "smoke", "--store", str(store),
+                            "--runs", str(tmp_path / "runs")], capsys)
+    assert code == 0, err
+    code, out, _ = run_cli(["study", "report", str(path), "--budget", "smoke", "--store", str(store)], capsys)
+    assert code == 0 and "4/4 cells in the store" in out
+    private = [line for line in out.splitlines() if line.startswith("| FL-Proto |")]
+    assert len(private) == 2 and "(ε 3.9" in private[0] and "δ 1e-05)" in private[0]  # main table, then MIA's
+    assert "(ε, δ): the cell's client-level" in out and "`membership.advantage`" in out
+    study, root = load_study(path)
+    results = collect(study, root, store, "smoke")
+    assert {s: e for s, (_, e) in setting_epsilons(results, root).items()} == {
+        "Omniglot non-IID 1-shot, eps inf": float("inf"), "Omniglot non-IID 1-shot, eps 4": 4.0}
+    assert epsilon_figure(results, root, tmp_path / "eps.png") and (tmp_path / "eps.png").stat().st_size > 0
