@@ -108,6 +108,14 @@ def test_the_summary_has_the_attack_and_the_test_tasks_do_not_move(tmp_path: Pat
     assert m["ci95"][0] <= m["advantage"] <= m["ci95"][1]
 
 
+@pytest.mark.parametrize("name", ["fl-maml", "fedfsl-mi-adv"])
+def test_the_attack_scores_the_maml_family_through_its_own_adaptation(name: str) -> None:
+    config = load_config(tiny_config(name, federation={"rounds": 1},
+                                     eval={"every": 1, "membership_inference": {"examples": 30, "bootstrap": 100}}))
+    result = attack_run(config)
+    assert result["members"] == result["non_members"] > 0 and -1 <= result["advantage"] <= 1
+
+
 def test_off_by_default_and_neutral_in_the_study_key() -> None:
     record = json.loads(next(iter(sorted((REPO / "studies" / "store").glob("*/*.json")))).read_text())
     config = load_config(record["config"])
