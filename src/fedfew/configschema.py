@@ -20,8 +20,8 @@ from fedfew.schema import NoBoolNumbers
 
 __all__ = ["MAX_CLIENTS", "MAX_EPISODES", "MAX_ROUNDS", "AdaptiveClipConfig", "AlgorithmConfig", "ClassificationConfig",
            "DatasetConfig", "DivergenceConfig", "EpisodeConfig", "EvalConfig", "ExperimentSchema", "FederationConfig",
-           "FlowerConfig", "FlowerSimConfig", "HeldOutTest", "MembershipInferenceConfig", "ModelConfig", "PartitionConfig", "PrivacyConfig",
-           "RuntimeConfig", "Section", "SplitConfig", "allowed_keys", "format_errors"]
+           "FlowerConfig", "FlowerSimConfig", "HeldOutTest", "MembershipInferenceConfig", "ModelConfig", "PartitionConfig",
+           "PrivacyConfig", "RuntimeConfig", "Section", "SplitConfig", "allowed_keys", "format_errors"]
 
 #: The deprecation note of ``runtime.workers`` keeps the logger of :mod:`fedfew.config`, where the schema
 #: lived before (``fedfew study`` quietens that logger by name).
@@ -139,7 +139,8 @@ class MembershipInferenceConfig(Section):
     """The loss-threshold membership-inference attack on the released model (``eval.membership_inference``;
     :mod:`fedfew.privacy.membership`, docs/privacy-study.md)."""
 
-    #: Member examples and as many non-member examples (query examples of episodes of the run's shape).
+    #: Examples of the training classes held out from every client as the non-members, each attacked
+    #: beside one member example of its class (at most a quarter of the training examples).
     examples: int = Field(500, ge=10, le=100_000)
     #: Bootstrap draws (over examples) for the advantage's 95% interval.
     bootstrap: int = Field(1000, ge=100, le=100_000)
