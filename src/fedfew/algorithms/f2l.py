@@ -88,19 +88,29 @@ l2-normalised server-model features at meta-test).
 
 from __future__ import annotations
 
-import contextlib
 import copy
-from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import torch
 import torch.nn.functional as F
 from pydantic import Field, model_validator
-from torch import nn
 from torch.func import functional_call
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from fedfew.algorithms.common import label_map, local_sampler, per_client_table
+from fedfew.algorithms.f2l_eval import logistic_regression_accuracy
+from fedfew.algorithms.f2l_losses import (
+    adaptive_temperature,
+    infonce_loss,
+    mutual_information_loss,
+    partial_distillation_loss,
+)
+from fedfew.algorithms.f2l_models import (
+    F2LClientModel,
+    Params,
+    batched_linear,
+    finetune_head,
+    twice_differentiable,
+)
 from fedfew.engine.aggregation import weighted_average, weights_for
 from fedfew.engine.algorithm import (
     Algorithm,
@@ -112,159 +122,17 @@ from fedfew.engine.algorithm import (
     Options,
     register,
 )
-from fedfew.engine.state import get_state, load_state_
+from fedfew.engine.state import StateDict, get_state, load_state_
 from fedfew.episodes import Episode
 from fedfew.evaluation import accuracy, mean_ci95
 from fedfew.models.base import FewShotModel
-from fedfew.models.set_encoder import SetTransformerEncoder
 from fedfew.seeding import seed_torch_init
 
-Params = dict[str, torch.Tensor]
-
-
-# ---------------------------------------------------------------------------------------------
-# The losses (pure functions of tensors, tested against hand-computed values)
-# ---------------------------------------------------------------------------------------------
-def mutual_information_loss(
-    server_features: torch.Tensor, client_features: torch.Tensor, client_probs: torch.Tensor, labels: torch.Tensor,
-    normaliser: Literal["support", "class"] = "support",
-) -> torch.Tensor:
-    """L_MI of eq. 13 over a support set of D samples (see the module docstring for the formula).
-
-    server_features h_phi [D, k] (gradients flow), client_features h_psi [D, k] and client_probs
-    p_psi [D, N] (the client-model's class probabilities; treated as constants by the caller),
-    labels y [D] in 0..N-1. ``normaliser``: the softmax of p(h_psi^j | h_phi^i) (eq. 10) runs over
-    all D support samples ("support", ours) or over k in C(i) as eq. 10 and 13 write it ("class";
-    identically 0 with one shot)."""
-    d = len(labels)
-    h_phi = F.normalize(server_features, dim=1)
-    h_psi = F.normalize(client_features, dim=1)
-    same_class = labels.unsqueeze(1) == labels.unsqueeze(0)  # [i, j]: i in C(j), symmetric
-    # log p(h_psi^j | h_phi^i): row i is a softmax over j of the dot products (eq. 10-11).
-    similarity = h_phi @ h_psi.T
-    if normaliser == "class":
-        similarity = similarity.masked_fill(~same_class, float("-inf"))
-    log_p = torch.log_softmax(similarity, dim=1)
-    # w_i = p_psi^i(y_i) / sum_{k in C(i)} p_psi^k(y_i): eq. 9, zero outside C(j).
-    confidence = client_probs[torch.arange(d), labels]
-    class_total = torch.zeros(client_probs.shape[1], dtype=confidence.dtype).index_add_(0, labels, confidence)
-    weight = confidence / class_total[labels]
-    terms = torch.where(same_class, weight.unsqueeze(1) * log_p, torch.zeros((), dtype=log_p.dtype))
-    return -terms.sum() / d
-
-
-def infonce_loss(
-    server_features: torch.Tensor, client_features: torch.Tensor, labels: torch.Tensor, temperature: float
-) -> torch.Tensor:
-    """The authors' code in place of L_MI: for each shot s, a cosine InfoNCE at ``temperature`` whose
-    anchors are the client-model features of shot s of every class and whose candidates are the
-    server-model features of shot (s + 1) mod K of every class (positive: the same class).
-    Needs a support set with the same number of shots in every class."""
-    n_way = int(labels.max()) + 1
-    order = torch.argsort(labels, stable=True)
-    k_shot = len(labels) // n_way
-    if k_shot * n_way != len(labels) or not torch.equal(torch.bincount(labels), torch.full((n_way,), k_shot)):
-        raise ValueError("infonce_loss needs the same number of shots in every class")
-    anchors = F.normalize(client_features[order].reshape(n_way, k_shot, -1), dim=2)
-    candidates = F.normalize(server_features[order].reshape(n_way, k_shot, -1), dim=2)
-    targets = torch.arange(n_way)
-    total = torch.zeros(())
-    for s in range(k_shot):
-        similarity = anchors[:, s] @ candidates[:, (s + 1) % k_shot].T / temperature
-        total = total + F.cross_entropy(similarity, targets)
-    return total / k_shot
-
-
-def adaptive_temperature(teacher_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """T_i = sigmoid( max_{c != y_i} exp(z^i(c)) / exp(z^i(y_i)) ) (eq. 19) for logits z [n, N] over the
-    task's N classes; the ratio is computed as exp(max_c z(c) - z(y)) (the same number, no overflow
-    of exp(z) itself; an infinite ratio gives T = 1)."""
-    true_logit = teacher_logits.gather(1, labels.unsqueeze(1)).squeeze(1)
-    negatives = teacher_logits.masked_fill(F.one_hot(labels, teacher_logits.shape[1]).bool(), float("-inf"))
-    return torch.sigmoid(torch.exp(negatives.max(dim=1).values - true_logit))
-
-
-def partial_distillation_loss(
-    student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: torch.Tensor | float
-) -> torch.Tensor:
-    """L_KD of eq. 16-18: -1/|Q| sum_i sum_j q_teacher^i(c_j) log q_student^i(c_j), with
-    q^i = softmax(z^i / T_i) over the task's N classes only. ``temperature`` is one number or [n]."""
-    t = torch.as_tensor(temperature, dtype=student_logits.dtype)
-    t = t.unsqueeze(1) if t.dim() == 1 else t
-    soft_targets = torch.softmax(teacher_logits / t, dim=1)
-    return -(soft_targets * torch.log_softmax(student_logits / t, dim=1)).sum(dim=1).mean()
-
-
-# ---------------------------------------------------------------------------------------------
-# The client-model
-# ---------------------------------------------------------------------------------------------
-class F2LClientModel(nn.Module):
-    """psi = (q_psi, f_psi): a permutation-equivariant Transformer over server-model features of the
-    whole support set (eq. 22) and a linear N-way classifier (appendix C.1.3).
-
-    ``encode(support_features, query_features)`` gives (h_psi of the support set, query
-    representations); each query q is encoded in the set S u {q}. Inputs are one task ([D, k] and
-    [Q, k]) or a batch of E tasks of equal shape ([E, D, k] and [E, Q, k]).
-    ``forward`` adds the classifier: (h_psi [.., D, k], support logits, query logits or None)."""
-
-    def __init__(self, dim: int, n_way: int, heads: int = 4, layers: int = 1, dropout: float = 0.1,
-                 feedforward: int | None = None) -> None:
-        super().__init__()
-        self.encoder = SetTransformerEncoder(dim, heads, layers, dropout, feedforward)
-        self.head = nn.Linear(dim, n_way)
-
-    def encode_queries(self, support_features: torch.Tensor, query_features: torch.Tensor) -> torch.Tensor:
-        batched = support_features.dim() == 3
-        s = support_features if batched else support_features.unsqueeze(0)
-        q = query_features if batched else query_features.unsqueeze(0)
-        (e, d, k), n_query = s.shape, q.shape[1]
-        sets = torch.cat([s.unsqueeze(1).expand(e, n_query, d, k), q.unsqueeze(2)], dim=2)  # [E, Q, D + 1, k]
-        encoded = self.encoder(sets.reshape(e * n_query, d + 1, k))[:, -1].reshape(e, n_query, k)
-        return encoded if batched else encoded.squeeze(0)
-
-    def encode(self, support_features: torch.Tensor,
-               query_features: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        support_repr = self.encoder(support_features)
-        if query_features is None or query_features.shape[-2] == 0:
-            return support_repr, None
-        return support_repr, self.encode_queries(support_features, query_features)
-
-    def forward(
-        self, support_features: torch.Tensor, query_features: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        support_repr, query_repr = self.encode(support_features, query_features)
-        return support_repr, self.head(support_repr), None if query_repr is None else self.head(query_repr)
-
-
-@contextlib.contextmanager
-def twice_differentiable(enabled: bool = True) -> Iterator[None]:
-    """Attention by the plain (math) kernel, whose backward is itself differentiable: the second-order
-    meta-gradient (eq. 4 through eq. 3) differentiates the fine-tuning step's backward, and the fused
-    CPU kernel PyTorch picks without dropout (``client_dropout: 0``, eval mode) has no double backward."""
-    if not enabled:
-        yield
-        return
-    with sdpa_kernel(SDPBackend.MATH):
-        yield
-
-
-def batched_linear(features: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """features [.., n, k] times weight [.., N, k] (one classifier per leading index) plus bias [.., N]."""
-    return torch.einsum("...nk,...ck->...nc", features, weight) + bias.unsqueeze(-2)
-
-
-def finetune_head(weight: torch.Tensor, bias: torch.Tensor, support_repr: torch.Tensor, support_labels: torch.Tensor,
-                  n_way: int, lr: float, steps: int, create_graph: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """Eq. 3 restricted to the classifier f_psi: ``steps`` gradient steps of size ``lr`` on the mean
-    support cross-entropy over the first ``n_way`` outputs. Batched over leading task dimensions
-    (each task's classifier gets its own task's gradient: the loss is a sum of per-task means)."""
-    for _ in range(steps):
-        logits = batched_linear(support_repr, weight, bias)[..., :n_way]
-        loss = F.cross_entropy(logits.reshape(-1, n_way), support_labels.expand(logits.shape[:-1]).reshape(-1),
-                               reduction="sum") / (support_labels.shape[-1])
-        grad_w, grad_b = torch.autograd.grad(loss, (weight, bias), create_graph=create_graph)
-        weight, bias = weight - lr * grad_w, bias - lr * grad_b
-    return weight, bias
+# The losses, the client-model and the evaluation live in modules of their own; their names stay
+# importable from here, where tests and older code import them.
+__all__ = ["F2L", "F2LClientModel", "F2LOptions", "Params", "adaptive_temperature", "batched_linear",
+           "finetune_head", "infonce_loss", "logistic_regression_accuracy", "mutual_information_loss",
+           "partial_distillation_loss", "twice_differentiable"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -337,6 +205,28 @@ class F2LOptions(Options):
         return self
 
 
+class _ServerModel(TypedDict):
+    server: StateDict  # phi, the shared server-model
+
+
+class F2LServer(_ServerModel, total=False):
+    """The server state: the shared server-model phi and, in F2L\\M only, the one shared client-model
+    (a base class carries the required key: ``NotRequired`` needs Python 3.11)."""
+
+    client: StateDict
+
+
+class _ClientModel(TypedDict):
+    client: StateDict  # psi, the private client-model
+
+
+class F2LClientState(_ClientModel, total=False):
+    """A client's private state (F2L, decoupled): its client-model psi and, with
+    ``persist_client_optimizer``, its Adam moments. It never leaves the client."""
+
+    client_optimizer: dict[str, Any]  # torch's optimizer state_dict, as torch types it
+
+
 @register("f2l", help="F2L: shared server-model + private client-models, L_MI transfer and partial KD")
 class F2L(Algorithm):
     Options = F2LOptions
@@ -374,29 +264,32 @@ class F2L(Algorithm):
         return model.to(next(self.server_model.parameters()).device)  # where make_model puts models
 
     # -- server ---------------------------------------------------------------------------
-    def init_server(self, generator: torch.Generator) -> dict[str, Any]:
+    def init_server(self, generator: torch.Generator) -> F2LServer:
         seed_torch_init(generator)
-        server: dict[str, Any] = {"server": get_state(self.context.make_model(len(self.context.train_classes)))}
+        server: F2LServer = {"server": get_state(self.context.make_model(len(self.context.train_classes)))}
         if not self.options.decoupled:  # F2L\M: one client-model, aggregated like phi
             server["client"] = get_state(self.new_client_model())
         return server
 
-    def broadcast(self, server: dict[str, Any], client_id: int) -> dict[str, Any]:
-        return {k: server[k] for k in ("server", "client") if k in server}
+    def broadcast(self, server: F2LServer, client_id: int) -> dict[str, Any]:
+        payload: dict[str, Any] = {"server": server["server"]}
+        if "client" in server:
+            payload["client"] = server["client"]
+        return payload
 
-    def aggregate(self, server: dict[str, Any], results: dict[int, ClientResult],
-                  generator: torch.Generator) -> dict[str, Any]:
+    def aggregate(self, server: F2LServer, results: dict[int, ClientResult],
+                  generator: torch.Generator) -> F2LServer:
         sent = [r for r in results.values() if "server" in r.upload]
         if not sent:
             return server
         weights = weights_for("uniform", [r.num_samples for r in sent], [r.num_episodes for r in sent])  # eq. 2
-        new = {**server, "server": weighted_average([r.upload["server"] for r in sent], weights)}
+        new: F2LServer = {**server, "server": weighted_average([r.upload["server"] for r in sent], weights)}
         if not self.options.decoupled:
             new["client"] = weighted_average([r.upload["client"] for r in sent], weights)
         return new
 
     # -- client ---------------------------------------------------------------------------
-    def init_client_state(self, client: ClientData, generator: torch.Generator) -> dict[str, Any] | None:
+    def init_client_state(self, client: ClientData, generator: torch.Generator) -> F2LClientState | None:
         if not self.options.decoupled:
             return None
         seed_torch_init(generator)
@@ -419,7 +312,7 @@ class F2L(Algorithm):
         server, client = self.server_model, self.client_model
         n, d = episode.n_way, len(episode.support_labels)
         inputs = torch.cat([episode.support, episode.query])
-        args = (inputs,) if episode.support_lengths is None else (
+        args = (inputs,) if episode.support_lengths is None or episode.query_lengths is None else (
             inputs, torch.cat([episode.support_lengths, episode.query_lengths]))
         features = server.features(*args)  # h_phi of S u Q, one forward for both updates
         logits_all = server.head(features)
@@ -440,6 +333,7 @@ class F2L(Algorithm):
             support_repr, query_repr = client.encode(support_features, query_features)
             weight, bias = finetune_head(client.head.weight, client.head.bias, support_repr, episode.support_labels,
                                          n, o.finetune_lr, o.finetune_steps, create_graph=not o.first_order)
+            assert query_repr is not None  # an episode has queries: encode gives their representations
             support_logits = batched_linear(support_repr, weight, bias)
             query_logits = batched_linear(query_repr, weight, bias)
         support_logits, query_logits = support_logits[:, :n], query_logits[:, :n]
@@ -467,8 +361,9 @@ class F2L(Algorithm):
         if o.distill:
             teacher = logits_all[d:, task_classes].detach()  # z_phi on the N classes only (partial KD)
             if o.kd_temperature == "adaptive":
-                temperature: torch.Tensor | float = adaptive_temperature(teacher, episode.query_labels)
-                metrics["kd_temperature"] = float(temperature.mean())
+                adaptive = adaptive_temperature(teacher, episode.query_labels)
+                metrics["kd_temperature"] = float(adaptive.mean())
+                temperature: torch.Tensor | float = adaptive
             else:
                 temperature = float(o.kd_temperature)
             l_kd = partial_distillation_loss(query_logits, teacher, temperature)
@@ -478,7 +373,7 @@ class F2L(Algorithm):
         metrics["server_accuracy"] = accuracy(logits_all[:d].detach(), task_classes[episode.support_labels])
         return loss_phi, loss_psi, metrics
 
-    def client_update(self, payload: dict[str, Any], state: dict[str, Any] | None, data: ClientData,
+    def client_update(self, payload: dict[str, Any], state: F2LClientState | None, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         o = self.options
         sampler = local_sampler(data.train, self.train_shape)
@@ -486,14 +381,15 @@ class F2L(Algorithm):
             return ClientResult.sat_out(state, data.num_samples)
         seed_torch_init(generator)  # dropout reads torch's global RNG: seed it from this update's generator
         server = load_state_(self.server_model, payload["server"])
-        client = load_state_(self.client_model, state["client"] if o.decoupled else payload["client"])
+        private = state if o.decoupled else None  # F2L keeps psi on the client; F2L\M receives it
+        client = load_state_(self.client_model, private["client"] if private is not None else payload["client"])
         server.train()
         client.train()
         opt_phi = torch.optim.Adam(server.parameters(), lr=o.lr_server, weight_decay=o.weight_decay)
         opt_psi = torch.optim.Adam(client.parameters(), lr=o.lr_client, weight_decay=o.weight_decay)
-        if o.decoupled and o.persist_client_optimizer and state.get("client_optimizer") is not None:
+        if private is not None and o.persist_client_optimizer and private.get("client_optimizer") is not None:
             # deep copy: the optimizer updates its moments in place; the incoming state stays untouched
-            opt_psi.load_state_dict(copy.deepcopy(state["client_optimizer"]))
+            opt_psi.load_state_dict(copy.deepcopy(private["client_optimizer"]))
         sums: dict[str, float] = {}
         for _ in range(o.local_steps):
             with twice_differentiable(not o.first_order):
@@ -507,7 +403,7 @@ class F2L(Algorithm):
             for k, v in metrics.items():
                 sums[k] = sums.get(k, 0.0) + v
         upload: dict[str, Any] = {"server": get_state(server)}
-        new_state: dict[str, Any] | None = state
+        new_state: F2LClientState | None = state
         if o.decoupled:
             new_state = {"client": get_state(client)}
             if o.persist_client_optimizer:
@@ -526,7 +422,7 @@ class F2L(Algorithm):
         for episode in episodes:
             d = len(episode.support_labels)
             inputs = torch.cat([episode.support, episode.query])
-            args = (inputs,) if episode.support_lengths is None else (
+            args = (inputs,) if episode.support_lengths is None or episode.query_lengths is None else (
                 inputs, torch.cat([episode.support_lengths, episode.query_lengths]))
             features = self.server_model.features(*args)
             supports.append(features[:d])
@@ -550,6 +446,7 @@ class F2L(Algorithm):
             with torch.enable_grad():
                 weight, bias = finetune_head(weight, bias, support_repr, support_labels, n, o.finetune_lr, steps,
                                              create_graph=False)
+            assert query_repr is not None  # meta-test tasks have queries
             with torch.no_grad():
                 logits = batched_linear(query_repr, weight, bias)[..., :n]
             return (logits.argmax(-1) == query_labels).float().mean(-1).tolist()
@@ -588,14 +485,14 @@ class F2L(Algorithm):
         o = self.options
         return o.test_classifier == "client" and o.decoupled and o.test_client_model in ("each", "average")
 
-    def evaluate_client(self, payload: dict[str, Any], state: dict[str, Any], client: ClientData, data: EvalData,
+    def evaluate_client(self, payload: dict[str, Any], state: F2LClientState, client: ClientData, data: EvalData,
                         generator: torch.Generator) -> dict[str, Any]:
         if self.options.test_client_model == "average":
             return {"client": state["client"]}
         support, support_labels, query, query_labels = self.stacked_tasks(payload["server"], data)
         return {"scores": self.client_accuracies(state["client"], support, support_labels, query, query_labels)}
 
-    def combine_evaluations(self, server: dict[str, Any], scores: dict[int, dict[str, Any]], data: EvalData,
+    def combine_evaluations(self, server: F2LServer, scores: dict[int, dict[str, Any]], data: EvalData,
                             generator: torch.Generator) -> dict[str, float]:
         if self.options.test_client_model == "average":
             states = [s["client"] for s in scores.values()]
@@ -605,7 +502,7 @@ class F2L(Algorithm):
             return {"accuracy": score.mean, "ci95": score.ci95}
         return per_client_table({cid: s["scores"] for cid, s in scores.items()})
 
-    def evaluate(self, server: dict[str, Any], data: EvalData, generator: torch.Generator) -> dict[str, float]:
+    def evaluate(self, server: F2LServer, data: EvalData, generator: torch.Generator) -> dict[str, float]:
         """Meta-test with one client-model (``fresh``, F2L\\M) or the authors' logistic regression;
         ``each`` and ``average`` go through :meth:`evaluate_client` on the clients."""
         o = self.options
@@ -623,15 +520,3 @@ class F2L(Algorithm):
             raise ValueError(f"f2l: test_client_model={o.test_client_model} evaluates on the clients (evaluate_client)")
         score = mean_ci95(self.client_accuracies(single, support, support_labels, query, query_labels))
         return {"accuracy": score.mean, "ci95": score.ci95}
-
-
-def logistic_regression_accuracy(support: torch.Tensor, support_labels: torch.Tensor, query: torch.Tensor,
-                                 query_labels: torch.Tensor) -> float:
-    """The authors' code's meta-test: multinomial logistic regression (C = 1, lbfgs) on l2-normalised
-    server-model features of the support set, scored on the query set."""
-    from sklearn.linear_model import LogisticRegression
-
-    classifier = LogisticRegression(C=1.0, max_iter=1000, random_state=0)
-    classifier.fit(F.normalize(support, dim=1).cpu().numpy(), support_labels.cpu().numpy())
-    predicted = classifier.predict(F.normalize(query, dim=1).cpu().numpy())
-    return float((torch.from_numpy(predicted) == query_labels.cpu()).float().mean())
