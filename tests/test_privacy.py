@@ -250,7 +250,8 @@ ADAPTIVE = {**CENTRAL, "adaptive_clip": {"count_noise": 1.0}}
 LOCAL = {"mechanism": "local-dp", "clip": 0.5, "noise_multiplier": 0.8, "delta": 1e-3}
 
 
-@pytest.mark.parametrize("name,privacy", [("fl-proto", ADAPTIVE), ("fedavg", CENTRAL), ("fedfsl-prox", LOCAL)])
+@pytest.mark.parametrize("name,privacy", [("fl-proto", ADAPTIVE), ("fedavg", CENTRAL), ("fedfsl-prox", LOCAL),
+                                          ("f2l", ADAPTIVE), ("fml", CENTRAL), ("fml", LOCAL)])
 def test_workers_equal_one_process_with_privacy_on(name: str, privacy: dict[str, Any]) -> None:
     config = private(name, privacy, federation={"rounds": 2, "clients_per_round": 3, "dropout": 0.34})
     inprocess = simulated(config)
@@ -305,6 +306,62 @@ def test_resume_equals_uninterrupted_with_privacy_on(tmp_path: Path, monkeypatch
     assert resumed["test"] == whole["test"] and resumed["privacy"] == whole["privacy"]
 
 
+@pytest.mark.parametrize("name", ["f2l", "fml"])
+def test_resume_equals_uninterrupted_with_privacy_on_for_private_models(name: str, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """F2L (its shared server-model) and FML (its meme) under central DP with an adaptive clip: interrupted
+    in round 2 and resumed, the noise, the clip and the private models carry on as in the run never stopped."""
+    from fedfew.algorithms.f2l import F2L
+    from fedfew.algorithms.fml import FML
+
+    cls: Any = {"f2l": F2L, "fml": FML}[name]
+    config = load_config(private(name, ADAPTIVE, federation={"rounds": 3, "clients_per_round": 2}))
+    whole = run_experiment(config, tmp_path / "whole", progress=False)
+    calls = {"n": 0}
+    original = cls.client_update
+
+    def client_update(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 3:  # the first client of round 2
+            raise KeyboardInterrupt
+        return original(self, *args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(cls, "client_update", client_update)
+        with pytest.raises(RunInterrupted) as info:
+            run_experiment(config, tmp_path / "cut", progress=False)
+    assert info.value.round_done == 1
+    resumed = resume_run(info.value.folder, progress=False)
+    rows = [{k: v for k, v in json.loads(line).items() if k != "seconds"}
+            for line in (info.value.folder / "metrics.jsonl").read_text().splitlines()]
+    whole_rows = [{k: v for k, v in json.loads(line).items() if k != "seconds"}
+                  for line in (Path(whole["folder"]) / "metrics.jsonl").read_text().splitlines()]
+    assert rows == whole_rows and len({r["dp_clip"] for r in rows}) == 3
+    assert resumed["test"] == whole["test"] and resumed["privacy"] == whole["privacy"]
+    assert "server-model" in whole["privacy"]["covers"] or "meme" in whole["privacy"]["covers"]
+
+
+def test_f2l_sends_only_its_clipped_server_model_and_fml_keeps_counting_rounds() -> None:
+    """F2L's private client-model stays in its state and never in the upload; FML's round counter (its
+    dynamic weights' clock) moves under the noised average that replaces its aggregation."""
+    experiment = build_experiment(load_config(private("f2l", federation={"rounds": 1, "clients_per_round": 2})))
+    algorithm, client = experiment.algorithm, experiment.clients[0]
+    generator = torch.Generator().manual_seed(0)
+    server = algorithm.init_server(generator)
+    state = algorithm.init_client_state(client, generator)
+    payload = algorithm.broadcast(server, 0)
+    result = algorithm.client_update(payload, state, client, generator)
+    assert experiment.privacy is not None
+    sent = privatize(result, payload, experiment.privacy.client_spec(experiment.privacy.init_server(server)), 0, "0", 0)
+    assert set(sent.upload) == {DELTA} and set(sent.upload[DELTA]) <= set(server["server"])
+    assert l2_norm(sent.upload[DELTA]) <= CENTRAL["clip"] and "client" in sent.state
+    fml = build_experiment(load_config(private("fml", federation={"rounds": 2, "clients_per_round": 2})))
+    assert fml.privacy is not None
+    start = fml.privacy.init_server(fml.algorithm.init_server(generator))
+    after, _ = fml.privacy.aggregate(start, {}, 0, "0")
+    assert (start["round"], after["round"]) == (0, 1)
+
+
 def test_the_guarantee_is_reported_everywhere(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "dp.yaml"
     path.write_text(yaml.safe_dump(private("fl-proto")))
@@ -336,7 +393,8 @@ BAD = [
     (["privacy.mechanism=local-dp", "privacy.adaptive_clip={}"], "privacy.adaptive_clip"),
     (["privacy.adaptive_clip={count_noise: 0.1}"], "privacy.adaptive_clip.count_noise"),
     (["privacy.accountant=moments"], "privacy.accountant"),
-    (["algorithm.name=f2l"], "f2l"),
+    (["algorithm.name=f2l", "algorithm.options.decoupled=false"], "f2l"),
+    (["algorithm.name=f2l", "algorithm.options.test_client_model=average"], "f2l"),
     (["algorithm.name=fedfsl-mi", "algorithm.options.reference=exclusive"], "reference: exclusive"),
 ]
 
@@ -354,7 +412,18 @@ def test_bad_privacy_settings_are_one_line_errors(assignments: list[str], key: s
 
 
 #: The built-in algorithms whose upload DP does not cover (with their tiny configs' options).
-REFUSED = ["f2l", "fml", "frl", "frl-scratch", "local", "oneshot", "adfl"]
+REFUSED = ["frl", "frl-scratch", "local", "oneshot", "adfl"]
+
+
+@pytest.mark.parametrize("name", ["adfl", "local"])
+def test_an_upload_not_covered_is_one_line_and_exit_2(name: str, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "dp.yaml"
+    path.write_text(yaml.safe_dump(private(name, federation={"rounds": 1, "clients_per_round": 2})))
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert name in err and NOT_COVERED[name] in err and len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err
 
 
 @pytest.mark.parametrize("name", REFUSED)

@@ -485,6 +485,16 @@ class F2L(Algorithm):
         o = self.options
         return o.test_classifier == "client" and o.decoupled and o.test_client_model in ("each", "average")
 
+    @property
+    def dp_upload(self) -> str | None:  # type: ignore[override]
+        """What differential privacy clips: the update of the shared server-model phi, F2L's only upload when
+        decoupled (the private client-models never leave the clients). Refused for F2L\\M (the client-model is
+        uploaded too) and ``test_client_model: average`` (every client-model goes to the server for evaluation)."""
+        o = self.options
+        if not o.decoupled or (o.test_classifier == "client" and o.test_client_model == "average"):
+            return None
+        return "server-model-delta"
+
     def evaluate_client(self, payload: dict[str, Any], state: F2LClientState, client: ClientData, data: EvalData,
                         generator: torch.Generator) -> dict[str, Any]:
         if self.options.test_client_model == "average":

@@ -344,6 +344,14 @@ class FML(Algorithm):
         alpha, beta = self.options.weights_at(server["round"])
         return {"model": server["model"], "alpha": alpha, "beta": beta}
 
+    #: Differential privacy clips the meme's update; the private local models never leave the clients, and
+    #: their scores (evaluate_client) are reported outside the guarantee (fedfew.privacy.coverage).
+    dp_upload = "meme-model-delta"
+
+    def dp_advance(self, server: dict[str, Any]) -> dict[str, Any]:
+        """Under DP the noised average replaces :meth:`aggregate`: the round counter still moves."""
+        return {**server, "round": server["round"] + 1}
+
     def aggregate(self, server: dict[str, Any], results: dict[int, ClientResult],
                   generator: torch.Generator) -> dict[str, Any]:
         memes = [r.upload["model"] for r in results.values() if "model" in r.upload]

@@ -244,8 +244,16 @@ class Algorithm:
     #: What differential privacy (config ``privacy``, :mod:`fedfew.privacy`) clips of this algorithm's
     #: upload: "model-delta" when ``upload["model"]`` is a model the server averages into
     #: ``server["model"]`` and nothing else of the round leaves the clients (DP-FedAvg clips the change
-    #: and replaces the average by its noised one); None (default): private runs are refused.
+    #: and replaces the average by its noised one); "server-model-delta" (F2L's shared server-model,
+    #: ``upload["server"]``) and "meme-model-delta" (FML's meme) for the shared model of an algorithm
+    #: that keeps private models (:mod:`fedfew.privacy.coverage`); None (default): private runs are refused.
     dp_upload: str | None = None
+
+    def dp_advance(self, server: Any) -> Any:
+        """The server state after a private round, from the one DP's noised average made (which
+        replaced :meth:`aggregate` and set only the model): what else a round moves in the state
+        (FML: its round counter). Default: nothing else moves."""
+        return server
 
     def __init__(self, options: BaseOptions, context: Context) -> None:
         """Called once per process that runs the algorithm (the server, each worker, each Flower

@@ -8,7 +8,8 @@ JSON-able :class:`ClientSpec` made by the server from its state each round: the 
 clip changes). The server side (noise, averaging, accounting) is :mod:`fedfew.privacy.mechanism`.
 
 For an algorithm whose upload is a model the server averages (``dp_upload = "model-delta"``), the
-vector clipped is the update Delta = upload["model"] - payload["model"] over the model's floating-point
+vector clipped is the update Delta = upload["model"] - payload["model"] (F2L: ``"server"``, the
+shared server-model; :data:`fedfew.privacy.coverage.UPLOAD_KEYS`) over the model's floating-point
 tensors (parameters and floating buffers), frozen parameters left out (they never change and never
 cross; :mod:`fedfew.engine.static`). Integer buffers (BatchNorm's batch counter) stay at the server's.
 """
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fedfew.privacy.coverage import UPLOAD_KEYS
 from fedfew.seeding import torch_generator
 
 if TYPE_CHECKING:  # fedfew.privacy sits below the engine, which calls it (fedfew.engine.tasks)
@@ -45,7 +47,7 @@ _MARGIN = 1.0 - 2.0**-20
 class ClientSpec:
     """What the server tells each client about this round's privacy (``ClientTask.privacy``)."""
 
-    upload: str  # what is clipped: "model-delta"
+    upload: str  # what is clipped: a kind of fedfew.privacy.coverage.UPLOAD_KEYS ("model-delta")
     clip: float  # C this round
     local_noise: float = 0.0  # the standard deviation each client adds itself (local-dp), else 0
     adaptive: bool = False  # report whether the update was within the clip (adaptive clipping)
@@ -96,13 +98,14 @@ def privatize(result: ClientResult, payload: Mapping[str, Any], spec: ClientSpec
     or episode counts (the server divides by the expected clients per round, never by the clients'
     sizes). Its private state stays as the update left it. A client that sat the round out sends
     nothing (whether a client took part is not covered: docs/privacy.md)."""
-    if spec.upload != "model-delta":
+    if spec.upload not in UPLOAD_KEYS:
         raise ValueError(f"unknown private upload {spec.upload!r}")
+    key = UPLOAD_KEYS[spec.upload]  # "model"; F2L's shared server-model is "server"
     metrics = dict(result.metrics) if spec.metrics else {}
-    if result.skipped or "model" not in result.upload:
+    if result.skipped or key not in result.upload:
         return dataclasses.replace(result, upload={}, metrics=metrics, num_samples=0, num_episodes=0)
-    model = result.upload["model"]
-    delta, norm = clip_to(model_delta(model, payload["model"], frozen), spec.clip)
+    model = result.upload[key]
+    delta, norm = clip_to(model_delta(model, payload[key], frozen), spec.clip)
     if spec.local_noise > 0:
         generator = torch_generator(seed, LOCAL_NOISE_KEY, round_key, client_id)
         for name in sorted(delta):  # a fixed order: every engine draws the same noise

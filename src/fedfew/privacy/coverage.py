@@ -4,7 +4,11 @@ An algorithm says what its upload is with the capability :attr:`fedfew.engine.Al
 (a property where it depends on the options): ``"model-delta"`` when ``upload["model"]`` is a model the
 server averages into ``server["model"]`` and nothing else of the round leaves the clients. For these
 DP-FedAvg clips the change (upload - the round's global model) and the server replaces the average by
-the noised one. ``None`` (the default, so a plugin is refused until it says what it uploads): private
+the noised one. Two more kinds clip the shared model of an algorithm that also keeps private models
+on the clients: ``"server-model-delta"`` (F2L: ``upload["server"]``, the shared server-model phi, into
+``server["server"]``) and ``"meme-model-delta"`` (FML: its meme model, ``upload["model"]``); the guarantee
+covers that shared model alone, and the scores of the private models these algorithms report are named
+outside it. ``None`` (the default, so a plugin is refused until it says what it uploads): private
 rounds are refused with the reason below, never run with part of the upload unprotected.
 """
 
@@ -17,20 +21,36 @@ from fedfew.errors import ConfigError
 if TYPE_CHECKING:
     from fedfew.engine.algorithm import Algorithm
 
-__all__ = ["COVERED_UPLOADS", "NOT_COVERED", "PrivacyConfigError", "check_algorithm", "what_is_covered"]
+__all__ = ["COVERED_UPLOADS", "NOT_COVERED", "PRIVATE_SCORES_OUTSIDE", "UPLOAD_KEYS", "PrivacyConfigError",
+           "check_algorithm", "upload_key", "what_is_covered"]
 
-#: The upload kinds :mod:`fedfew.privacy` can clip, with what is clipped.
+#: The upload kinds :mod:`fedfew.privacy` can clip, with what is clipped (and, for an algorithm with
+#: private models, what the guarantee leaves out).
 COVERED_UPLOADS = {
     "model-delta": "each client's model update (its upload minus the round's global model)",
+    "server-model-delta": (
+        "each client's update of F2L's shared server-model phi (its upload minus the round's phi); only the "
+        "server-model is covered: the private client-models never leave the clients, and the scores of them that "
+        "test_client_model: each reports are outside the guarantee"),
+    "meme-model-delta": (
+        "each client's update of FML's meme model (its meme minus the round's global model); only the meme (global) "
+        "model is covered: the private local models never leave the clients, and their accuracies on the clients' "
+        "own validation sets (and a newcomer's curves) are reported outside the guarantee"),
 }
+
+#: The upload key and the server state key each kind's model lives under.
+UPLOAD_KEYS = {"model-delta": "model", "server-model-delta": "server", "meme-model-delta": "model"}
+
+#: Kinds whose algorithm scores the clients' private models (``evaluates_clients``): allowed, the scores
+#: named outside the guarantee in :data:`COVERED_UPLOADS`.
+PRIVATE_SCORES_OUTSIDE = frozenset({"server-model-delta", "meme-model-delta"})
+
 
 #: Why each built-in algorithm that refuses DP does (what its upload is, and what would leak).
 NOT_COVERED = {
-    "f2l": ("F2L's private client-models never leave the clients, but its uploads are the shared server-model "
-            "phi (and, in F2L\\M, the client-model) under its own aggregation, and its scores may come from the "
-            "private client-models: not covered yet"),
-    "fml": ("FML uploads its meme model, but the accuracy it reports comes from the private local models "
-            "scored on the clients' own data, and its server counts rounds in its aggregation: not covered yet"),
+    "f2l": ("F2L is covered with decoupled: true (its upload is then the shared server-model phi alone) unless "
+            "test_client_model: average, which sends every private client-model to the server to be averaged for "
+            "evaluation; decoupled: false (F2L\\M) uploads the client-model too under its own aggregation"),
     "frl": ("FRL's rounds nest R rounds of FL and a meta-update, and GPAL uploads prototypes (class means of "
             "a few examples): clipping and noising them is not implemented yet"),
     "frl-scratch": "frl-scratch trains nothing in its rounds (it learns only at deployment): nothing to protect",
@@ -73,10 +93,16 @@ def check_algorithm(algorithm: Algorithm) -> str:
     if type(algorithm).play_round is not Base.play_round:
         raise PrivacyConfigError(f"privacy: algorithm {name} plays its own rounds (play_round): DP-FedAvg covers "
                                  "rounds of one broadcast, update and average")
-    if algorithm.evaluates_clients:
+    if algorithm.evaluates_clients and kind not in PRIVATE_SCORES_OUTSIDE:
         raise PrivacyConfigError(f"privacy: algorithm {name} reports scores of the clients' own models on their own "
                                  "data, which the guarantee does not cover")
     return kind
+
+
+def upload_key(kind: str) -> str:
+    """The key of the clipped model in an upload, the payload and the server state (``"model"``; F2L's
+    shared server-model is ``"server"``)."""
+    return UPLOAD_KEYS[kind]
 
 
 def what_is_covered(mechanism: str, kind: str) -> str:

@@ -44,7 +44,7 @@ import torch
 
 from fedfew.privacy.accounting import ACCOUNTANTS, accountant_name, epsilon, solve_noise_multiplier
 from fedfew.privacy.clipping import DELTA, WITHIN, ClientSpec
-from fedfew.privacy.coverage import PrivacyConfigError, check_algorithm, what_is_covered
+from fedfew.privacy.coverage import PrivacyConfigError, check_algorithm, upload_key, what_is_covered
 from fedfew.seeding import torch_generator
 
 if TYPE_CHECKING:
@@ -72,6 +72,8 @@ class PrivateAggregation:
         if not config.enabled or config.clip is None or config.delta is None:
             raise ValueError("PrivateAggregation needs a complete privacy section (mechanism, clip, delta)")
         self.kind = check_algorithm(algorithm)
+        self.key = upload_key(self.kind)  # where the clipped model lives: "model" (F2L: "server")
+        self.advance = algorithm.dp_advance  # the rest of the server state a round moves (FML: its round)
         self.mechanism = config.mechanism
         self.central = config.mechanism == "central-dp"
         self.clip, self.delta, self.accountant = config.clip, config.delta, config.accountant
@@ -153,7 +155,7 @@ class PrivateAggregation:
         """What this round's clients are told (it travels in the task)."""
         clip = self.current_clip(server)
         local = 0.0 if self.central else (self.noise_multiplier or 0.0) * clip
-        return ClientSpec("model-delta", clip, local, self.adaptive is not None, self.metrics)
+        return ClientSpec(self.kind, clip, local, self.adaptive is not None, self.metrics)
 
     def aggregate(self, server: dict[str, Any], results: Mapping[int, ClientResult], seed: int,
                   round_key: str) -> tuple[dict[str, Any], dict[str, float]]:
@@ -161,7 +163,7 @@ class PrivateAggregation:
         updates added to the global model, in place of the algorithm's aggregation, and the next clip."""
         clip = self.current_clip(server)
         sent = [results[c].upload for c in sorted(results) if DELTA in results[c].upload]
-        model = server["model"]
+        model = server[self.key]
         generator = torch_generator(seed, NOISE_KEY, round_key)
         denominator = self.per_round if self.central else max(len(sent), 1)
         std = self.update_noise * clip if self.central else 0.0
@@ -187,5 +189,5 @@ class PrivateAggregation:
             share = (within + draw * self.count_noise) / self.per_round + 0.5
             next_clip = clip * math.exp(-self.adaptive.lr * (share - self.adaptive.target_quantile))
             record["dp_within_clip"] = share
-        next_server = {**server, "model": {name: new[name] for name in model}, STATE_KEY: {"clip": next_clip}}
-        return next_server, record
+        next_server = {**server, self.key: {name: new[name] for name in model}, STATE_KEY: {"clip": next_clip}}
+        return self.advance(next_server), record
