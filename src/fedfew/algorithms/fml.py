@@ -51,7 +51,7 @@ epoch, mean over newcomers) and ``newcomer_{init}_{by}_by_epoch`` ({"0": on join
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal, get_args
+from typing import Any, Literal, TypedDict, get_args
 
 import torch
 import torch.nn.functional as F
@@ -62,7 +62,7 @@ from fedfew.algorithms.common import TrainOptions, local_scores, make_optimizer,
 from fedfew.data.dataset import LabelledDataset
 from fedfew.engine.aggregation import weighted_average
 from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, Context, EvalData, Options, register
-from fedfew.engine.state import get_state, load_state_
+from fedfew.engine.state import StateDict, get_state, load_state_
 from fedfew.evaluation import dataset_accuracy
 from fedfew.models import MODELS, FewShotModel
 from fedfew.seeding import seed_torch_init, torch_generator
@@ -278,6 +278,23 @@ class FMLOptions(TrainOptions):
 # -- the algorithm ------------------------------------------------------------------------------
 
 
+class FMLServer(TypedDict):
+    """The server state: the global model (the average of the memes) and the rounds done (the clock of
+    the dynamic weights and of the newcomer phase)."""
+
+    model: StateDict
+    round: int
+
+
+class FMLClientState(TypedDict):
+    """A client's private state, which never leaves it: its local model, the zoo name of its
+    architecture (None: the global one) and the rounds it trained."""
+
+    model: StateDict
+    architecture: str | None
+    rounds: int
+
+
 @register("fml", help="FML: deep mutual learning between a private local model and a meme of the global model")
 class FML(Algorithm):
     Options = FMLOptions
@@ -331,12 +348,12 @@ class FML(Algorithm):
         return self._local_workspaces[key]
 
     # -- server ---------------------------------------------------------------------------------
-    def init_server(self, generator: torch.Generator) -> dict[str, Any]:
+    def init_server(self, generator: torch.Generator) -> FMLServer:
         # Same construction as fedavg's init_server: identical global initialisation for one seed.
         seed_torch_init(generator)
         return {"model": get_state(self.new_global_model()), "round": 0}
 
-    def broadcast(self, server: dict[str, Any], client_id: int) -> dict[str, Any]:
+    def broadcast(self, server: FMLServer, client_id: int) -> dict[str, Any]:
         if client_id in self.options.newcomers:
             # Nothing while the others train; the final global model when the newcomer joins (only
             # an evaluation of the last round's model asks for it: training rounds are 0 .. R-1).
@@ -348,24 +365,24 @@ class FML(Algorithm):
     #: their scores (evaluate_client) are reported outside the guarantee (fedfew.privacy.coverage).
     dp_upload = "meme-model-delta"
 
-    def dp_advance(self, server: dict[str, Any]) -> dict[str, Any]:
+    def dp_advance(self, server: FMLServer) -> FMLServer:
         """Under DP the noised average replaces :meth:`aggregate`: the round counter still moves."""
         return {**server, "round": server["round"] + 1}
 
-    def aggregate(self, server: dict[str, Any], results: dict[int, ClientResult],
-                  generator: torch.Generator) -> dict[str, Any]:
+    def aggregate(self, server: FMLServer, results: dict[int, ClientResult],
+                  generator: torch.Generator) -> FMLServer:
         memes = [r.upload["model"] for r in results.values() if "model" in r.upload]
         # Plain average, no n_k weights (sections 3.3 and 6).
         model = weighted_average(memes, [1.0] * len(memes)) if memes else server["model"]
         return {**server, "model": model, "round": server["round"] + 1}
 
     # -- client ---------------------------------------------------------------------------------
-    def init_client_state(self, client: ClientData, generator: torch.Generator) -> dict[str, Any]:
+    def init_client_state(self, client: ClientData, generator: torch.Generator) -> FMLClientState:
         architecture = self.local_architecture(client.client_id)
         seed_torch_init(generator)
         return {"model": get_state(self.new_local_model(architecture)), "architecture": architecture, "rounds": 0}
 
-    def client_update(self, payload: dict[str, Any], state: dict[str, Any], data: ClientData,
+    def client_update(self, payload: dict[str, Any], state: FMLClientState, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         if data.client_id in self.options.newcomers:
             return ClientResult.sat_out(state)
@@ -380,7 +397,7 @@ class FML(Algorithm):
                             num_samples=data.num_samples)
 
     # -- evaluation -----------------------------------------------------------------------------
-    def local_accuracy(self, state: dict[str, Any] | None, client: ClientData) -> float | None:
+    def local_accuracy(self, state: FMLClientState | None, client: ClientData) -> float | None:
         """A trained client's local model on its own private validation set (None: nothing to score)."""
         if client.val is None or len(client.val) == 0 or state is None or state["rounds"] == 0:
             return None
@@ -394,11 +411,11 @@ class FML(Algorithm):
 
     evaluates_clients = True
 
-    def newcomers_join(self, server: dict[str, Any]) -> bool:
+    def newcomers_join(self, server: FMLServer) -> bool:
         """True for the server state after the last round when the run has the newcomer phase."""
         return self.options.adapt_newcomers is not None and server["round"] == self.context.num_rounds
 
-    def evaluate_client(self, payload: dict[str, Any], state: dict[str, Any], client: ClientData, data: EvalData,
+    def evaluate_client(self, payload: dict[str, Any], state: FMLClientState, client: ClientData, data: EvalData,
                         generator: torch.Generator) -> dict[str, Any]:
         if client.client_id in self.options.newcomers:
             return {"newcomer": self.newcomer_curves(payload, client)} if "model" in payload else {}
@@ -420,7 +437,7 @@ class FML(Algorithm):
                 curves[f"{init}_{by}"] = [row["local_accuracy"] for row in curve]
         return curves
 
-    def combine_evaluations(self, server: dict[str, Any], scores: dict[int, dict[str, Any]], data: EvalData,
+    def combine_evaluations(self, server: FMLServer, scores: dict[int, dict[str, Any]], data: EvalData,
                             generator: torch.Generator) -> dict[str, Any]:
         """The global model on the labelled test set (on the server), and the clients' local models on
         their private validation sets (each on its client)."""
