@@ -56,9 +56,11 @@ from fedfew.engine.state import StateDict, load_state_
 class AdFLOptions(OneShotOptions):
     """AdFL's options: the client step of :class:`OneShotOptions`, MI-FGSM and the combination."""
 
-    selection: Literal["coherence"] = Field("coherence", description=(
+    # A pydantic subclass may redeclare a field with its own values; AdFL's selection and combine differ
+    # from the one-shot baselines' (mypy reads the narrower Literal as an incompatible override).
+    selection: Literal["coherence"] = Field("coherence", description=(  # type: ignore[assignment]
         "the models kept: the top ensemble_size by coherence score CS = WP + PO (eq. 3-5)"))
-    combine: Literal["ensemble", "vote", "weighted"] = Field("ensemble", description=(
+    combine: Literal["ensemble", "vote", "weighted"] = Field("ensemble", description=(  # type: ignore[assignment]
         "ensemble (argmax of the kept models' mean softmax), vote (majority of their argmaxes) or weighted "
         "(one model: every model's parameters averaged with weights CS)"))
     attack_steps: int = Field(30, ge=0, description="MI-FGSM iterations per adversarial sample (paper: 30)")
@@ -161,7 +163,7 @@ class AdFL(OneShot):
                        scores: dict[str, torch.Tensor], generator: torch.Generator) -> dict[str, Any]:
         """Step 4: the top-n ensemble by coherence, or the coherence-weighted average."""
         coherence = scores["coherence"]
-        record = {key: dict(zip(ids, scores[key].tolist())) for key in ("coherence", "was_predicted", "predicted_others")}
+        record: dict[str, dict[int, float] | float] = {key: dict(zip(ids, scores[key].tolist())) for key in ("coherence", "was_predicted", "predicted_others")}
         # The fraction of samples their own source model classifies as their target.
         record["own_success"] = float(scores["own_success"])
         if self.options.combine == "weighted":

@@ -244,7 +244,7 @@ class OneShot(Algorithm):
         if data.dataset is None:
             raise ValueError(f"no {data.split} data to evaluate on")
         probabilities = member_probabilities(self.model, server["members"], data.dataset.inputs)
-        rule = "vote" if self.options.combine == "vote" else "ensemble"
+        rule: Literal["ensemble", "vote"] = "vote" if self.options.combine == "vote" else "ensemble"
         predictions = ensemble_predictions(probabilities, rule)
         members = (probabilities.argmax(-1) == data.dataset.labels).double().mean(1)
         return {"accuracy": float((predictions == data.dataset.labels).double().mean()),

@@ -53,7 +53,8 @@ def flatten(obj: Any, dedup: bool = True) -> tuple[dict[str, torch.Tensor], Any]
     once unless ``dedup`` is False. Raises :class:`StateFormatError` naming the path of a value of any
     other type."""
     tensors: dict[str, torch.Tensor] = {}
-    seen: dict[tuple[int, int, tuple[int, ...], tuple[int, ...], torch.dtype], str] = {}
+    # (storage, offset, shape, stride, dtype): the storage offset is an int or, under torch.compile, a SymInt.
+    seen: dict[tuple[int, int | torch.SymInt, tuple[int, ...], tuple[int, ...], torch.dtype], str] = {}
 
     def walk(value: Any, path: str) -> Any:
         if isinstance(value, torch.Tensor):

@@ -387,6 +387,7 @@ class Simulator:
                 "accuracy is reported. Check the partition and episodes settings"
             )
         selected_round = st.round
+        states: Mapping[int, Any]
         server, states = st.server, self.states
         if st.best is not None:
             selected_round, server, states = st.best.round, st.best.server, self.states.view(st.best.states)
