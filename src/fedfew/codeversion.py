@@ -42,6 +42,7 @@ NOT_NUMBERS = {
     "engines.py": "the engines by name: runtime.engine is not in a cell's key, every engine giving the numbers "
                   "of engine/ and algorithms/",
     "errors.py": "exception classes",
+    "jsontypes.py": "type aliases of JSON values, read by annotations only",
     "flower": "the Flower engine (launch, SuperNodes, records): like engines.py, it runs the clients of engine/ "
               "and algorithms/ elsewhere",
     "plugins.py": "loads a user's plugin files (outside the package)",

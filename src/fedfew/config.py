@@ -239,7 +239,7 @@ class ExperimentConfig(ExperimentSchema):
 class DuplicateKeyError(yaml.YAMLError):
     """A mapping in YAML text names the same key twice (plain YAML keeps the last one silently)."""
 
-    def __init__(self, key: Any, line: int) -> None:
+    def __init__(self, key: object, line: int) -> None:
         super().__init__(f"key {key!r} appears twice in one mapping (line {line})")
         self.key, self.line = key, line
 
@@ -248,7 +248,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     """yaml.safe_load's loader, refusing a key given twice in the same mapping."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
+        seen: set[object] = set()
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` may repeat what it merges
                 continue
@@ -377,7 +377,7 @@ REQUIRED_KEYS = ("task", "dataset.name", "algorithm.name")
 def _check_required(data: dict[str, Any], path: Path) -> None:
     missing = []
     for key in REQUIRED_KEYS:
-        node: Any = data
+        node: object = data
         for part in key.split("."):
             node = node.get(part) if isinstance(node, dict) else None
         if node is None:
@@ -393,7 +393,7 @@ _CHOICES = {"partition": ("name", "options"), "model": ("name", "options"), "alg
             "runtime": ("engine", "engine_options")}
 
 
-def _name_and_options(data: dict[str, Any], section: str) -> tuple[Any, Any]:
+def _name_and_options(data: dict[str, Any], section: str) -> tuple[object, object]:
     node = data.get(section)
     if not isinstance(node, dict):
         return None, None
@@ -426,7 +426,7 @@ def _accepted_options(section: str, name: str) -> set[str] | None:
         return None
 
 
-def _drop_stale_options(data: dict[str, Any], section: str, old_name: Any, old_options: Any) -> None:
+def _drop_stale_options(data: dict[str, Any], section: str, old_name: object, old_options: object) -> None:
     """The rule for changing a choice from the command line (``--set partition.name=iid``): when an
     override changed ``SECTION.name``, the options the file gave the old choice that the new one does not
     take are dropped, with a logged note. An option set by an override is kept and validated as usual,

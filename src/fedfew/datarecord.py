@@ -5,18 +5,39 @@ clients, which selected the model and which tested it."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 
 from fedfew.data.registry import BUNDLED, data_root
 
+if TYPE_CHECKING:
+    from fedfew.experiment import Experiment
+
+
+class ClientCounts(TypedDict):
+    """One client's row of ``data.json``'s ``clients``."""
+
+    client: int
+    samples: int
+    classes: dict[str, int]  # class name -> samples, for the classes the client holds
+
+
+class DataSource(TypedDict, total=False):
+    """Where the data came from (spread into the data record)."""
+
+    data_folder: str | None
+    bundled: bool
+    source: str | None
+    source_bytes: int | None  # only when the source exists
+
 #: A source folder larger than this many files is not walked to sum its size.
 MAX_FILES = 100_000
 
 
-def data_record(experiment: Any) -> dict[str, Any]:
+def data_record(experiment: Experiment) -> dict[str, Any]:
     """The data record of a built :class:`~fedfew.experiment.Experiment`."""
     config, dataset = experiment.config, experiment.dataset
     names = dataset.class_names
@@ -37,24 +58,25 @@ def data_record(experiment: Any) -> dict[str, Any]:
     return record
 
 
-def client_counts(client_id: int, labels: torch.Tensor, names: list[str]) -> dict[str, Any]:
+def client_counts(client_id: int, labels: torch.Tensor, names: list[str]) -> ClientCounts:
     """{"client", "samples", "classes": {class name: count}} (classes the client holds, by id order)."""
     counts = torch.bincount(labels.cpu(), minlength=len(names))
     held = torch.nonzero(counts).flatten().tolist()
     return {"client": client_id, "samples": int(counts.sum()), "classes": {names[c]: int(counts[c]) for c in held}}
 
 
-def source_of(name: str, root: str | None, options: dict[str, Any], extras: dict[str, Any]) -> dict[str, Any]:
+def source_of(name: str, root: str | None, options: Mapping[str, object], extras: Mapping[str, object]) -> DataSource:
     """The data folder, the most specific source path known (the loader's own file, a ``path``
     option under the data folder, or the folder named after the dataset) and its size in bytes."""
     folder, _ = data_root(root)
-    source = extras.get("source") if isinstance(extras.get("source"), str) else None
-    if source is None and isinstance(options.get("path"), str):
-        source = str(folder / options["path"])
+    given, path_option = extras.get("source"), options.get("path")
+    source = given if isinstance(given, str) else None
+    if source is None and isinstance(path_option, str):
+        source = str(folder / path_option)
     if source is None and name not in BUNDLED:
         guess = folder / name
         source = str(guess) if guess.exists() else str(folder)
-    out: dict[str, Any] = {"data_folder": None if name in BUNDLED else str(folder.resolve()),
+    out: DataSource = {"data_folder": None if name in BUNDLED else str(folder.resolve()),
                            "bundled": name in BUNDLED, "source": source}
     if source is not None and Path(source).exists():
         out["source_bytes"] = size_of(Path(source))

@@ -30,7 +30,7 @@ NOT_RECORDED = "environment not recorded"
 
 
 @cache
-def machine() -> dict[str, Any]:
+def machine() -> dict[str, str | None]:
     """The parts of the environment that are this process's, whatever the run: versions, platform, CPU."""
     from importlib.metadata import PackageNotFoundError, version
 
@@ -68,7 +68,7 @@ def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
     return None
 
 
-def run_environment(config: ExperimentConfig) -> dict[str, Any]:
+def run_environment(config: ExperimentConfig) -> dict[str, str | int | None]:
     """The environment a run of ``config`` computes in here: :func:`machine`, the device it resolves to
     (with the GPU's name and CUDA version on a GPU), and its threads and precision."""
     import torch
@@ -86,13 +86,13 @@ def run_environment(config: ExperimentConfig) -> dict[str, Any]:
             "precision": config.runtime.precision}
 
 
-def same_environment(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
+def same_environment(a: Mapping[str, object] | None, b: Mapping[str, object] | None) -> bool:
     """Both recorded and equal in every :data:`COMPARED` field; an environment not recorded is never the
     same as another (it is unknown, not assumed)."""
     return isinstance(a, Mapping) and isinstance(b, Mapping) and all(a.get(k) == b.get(k) for k in COMPARED)
 
 
-def describe(environment: Mapping[str, Any] | None) -> str:
+def describe(environment: Mapping[str, object] | None) -> str:
     """One environment in words: the processor first (what most often differs), then versions, threads and
     precision."""
     if not isinstance(environment, Mapping):  # none (an older record), or not one that can be read

@@ -79,7 +79,7 @@ def dataset_accuracy(model: torch.nn.Module, inputs: torch.Tensor, labels: torch
     model.eval()
     correct = 0
     for start in range(0, len(labels), batch_size):
-        args = (inputs[start : start + batch_size],)
+        args: tuple[torch.Tensor, ...] = (inputs[start : start + batch_size],)
         if lengths is not None:
             args += (lengths[start : start + batch_size],)
         correct += int((model(*args).argmax(-1) == labels[start : start + batch_size]).sum())

@@ -307,7 +307,7 @@ def _build(config: ExperimentConfig, device: torch.device) -> Experiment:
                     config.episodes.test_episodes, seed, tag="test"))
             if has_val:
                 val = EvalData("val", episodes=fixed_episodes(
-                    dataset, dataset.splits[config.splits.val], episode.n_way, episode.k_shot, episode.q_query,
+                    dataset, dataset.splits[str(config.splits.val)], episode.n_way, episode.k_shot, episode.q_query,
                     config.episodes.val_episodes, seed, tag="val"))
         except EpisodeError as err:
             raise ConfigError(f"episodes: {err}") from None

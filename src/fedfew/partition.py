@@ -8,13 +8,16 @@ ones retry a bounded number of times and then raise, never loop forever.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Literal
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from fedfew.errors import UsageError
 from fedfew.registry import Registry
+
+if TYPE_CHECKING:
+    import torch
 
 
 class PartitionError(UsageError):
@@ -32,12 +35,12 @@ def _check_clients(num_clients: int, num_samples: int) -> None:
         raise PartitionError(f"cannot give {num_clients} clients a sample each from {num_samples} samples")
 
 
-def _finish(parts: list[np.ndarray | list[int]]) -> list[np.ndarray]:
+def _finish(parts: Sequence[np.ndarray | list[int]]) -> list[np.ndarray]:
     return [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
 
 
 @PARTITIONS.register("iid", help="shuffle and deal out equal shares")
-def iid(labels: np.ndarray, num_clients: int, rng: np.random.Generator, **_: Any) -> list[np.ndarray]:
+def iid(labels: np.ndarray, num_clients: int, rng: np.random.Generator, **_: object) -> list[np.ndarray]:
     """Shuffle all samples and split them into ``num_clients`` near-equal shares."""
     _check_clients(num_clients, len(labels))
     return _finish(np.array_split(rng.permutation(len(labels)), num_clients))
@@ -51,7 +54,7 @@ def dirichlet(
     alpha: float = 1.0,
     min_size: int = 1,
     max_tries: int = 100,
-    **_: Any,
+    **_: object,
 ) -> list[np.ndarray]:
     """For each class, split its samples among clients in proportions drawn from Dir(alpha).
 
@@ -94,7 +97,7 @@ def shards(
     distinct_classes: bool = False,
     single_class_shards: bool = False,
     max_tries: int = 100,
-    **_: Any,
+    **_: object,
 ) -> list[np.ndarray]:
     """The pathological non-IID split of McMahan et al.: sort samples by label, cut them into
     shards of ``shard_size`` (default: all samples / (clients x shards)), deal ``shards_per_client``
@@ -169,7 +172,7 @@ def label_skew(
     samples_per_client: int = 400,
     std: float = 1.0,
     reading: Literal["proportions", "paper"] = "proportions",
-    **_: Any,
+    **_: object,
 ) -> list[np.ndarray]:
     """AdFL's label skew (Fig. 1): each client holds ``classes_per_client`` distinct classes and
     ``samples_per_client`` samples, without replacement and disjoint from all other clients. The paper
@@ -262,7 +265,7 @@ def natural(
     num_clients: int,
     rng: np.random.Generator,
     groups: np.ndarray | None = None,
-    **_: Any,
+    **_: object,
 ) -> list[np.ndarray]:
     """One client per group (writer or user); with fewer clients than groups, a seeded choice of
     groups, and with more, an error."""
@@ -277,10 +280,10 @@ def natural(
 
 def partition(
     name: str,
-    labels: np.ndarray | Any,
+    labels: np.ndarray | torch.Tensor,
     num_clients: int,
     rng: np.random.Generator,
-    **options: Any,
+    **options: object,
 ) -> list[np.ndarray]:
     """Run partitioner ``name``; labels may be a tensor or an array."""
     labels = np.asarray(labels)
@@ -289,14 +292,14 @@ def partition(
     return PARTITIONS.get(name)(labels, num_clients, rng, **options)
 
 
-def count_matrix(parts: list[np.ndarray], labels: np.ndarray | Any, num_classes: int | None = None) -> np.ndarray:
+def count_matrix(parts: list[np.ndarray], labels: np.ndarray | torch.Tensor, num_classes: int | None = None) -> np.ndarray:
     """[clients, classes] sample counts."""
     labels = np.asarray(labels)
     width = num_classes or int(labels.max()) + 1
     return np.stack([np.bincount(labels[p], minlength=width) for p in parts])
 
 
-def summary(parts: list[np.ndarray], labels: np.ndarray | Any) -> str:
+def summary(parts: list[np.ndarray], labels: np.ndarray | torch.Tensor) -> str:
     """A printable table of client sizes and their class counts."""
     counts = count_matrix(parts, labels)
     lines = [f"{len(parts)} clients, sizes min {counts.sum(1).min()} / median {int(np.median(counts.sum(1)))} "
@@ -307,7 +310,7 @@ def summary(parts: list[np.ndarray], labels: np.ndarray | Any) -> str:
     return "\n".join(lines)
 
 
-def plot_counts(parts: list[np.ndarray], labels: np.ndarray | Any, path: str) -> None:
+def plot_counts(parts: list[np.ndarray], labels: np.ndarray | torch.Tensor, path: str) -> None:
     """Save a clients x classes heat map of sample counts to ``path`` (PNG)."""
     import matplotlib
 

@@ -9,7 +9,7 @@ from typing import Any
 from fedfew.config import ExperimentConfig
 
 
-def chance_level(config: ExperimentConfig, context: Any = None) -> float | None:
+def chance_level(config: ExperimentConfig, context: object = None) -> float | None:
     """Accuracy of guessing: 1/N for N-way tasks, 1/classes for classification."""
     if config.task == "fewshot":
         return 1.0 / config.episodes.n_way
@@ -26,7 +26,7 @@ def at_chance(test: dict[str, float], chance: float | None) -> bool:
     return test["accuracy"] - margin <= chance
 
 
-def summarise(config: ExperimentConfig, outcome: dict[str, Any], seconds: float, context: Any = None) -> dict[str, Any]:
+def summarise(config: ExperimentConfig, outcome: dict[str, Any], seconds: float, context: object = None) -> dict[str, Any]:
     comm = outcome["comm"]
     chance = chance_level(config, context)
     summary = {

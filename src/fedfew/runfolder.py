@@ -31,6 +31,7 @@ import shutil
 import socket
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,12 +66,12 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_close_inherited_locks)
 
 
-def strict_json(obj: Any, **kwargs: Any) -> str:
+def strict_json(obj: object, indent: int | None = None) -> str:
     """JSON that any parser reads: a non-finite float (NaN, inf) becomes null, never bare NaN."""
-    return json.dumps(_finite_or_none(obj), allow_nan=False, **kwargs)
+    return json.dumps(_finite_or_none(obj), allow_nan=False, indent=indent)
 
 
-def _finite_or_none(obj: Any) -> Any:
+def _finite_or_none(obj: object) -> object:
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
@@ -207,7 +208,7 @@ class RunFolder:
             path.unlink(missing_ok=True)
         return stale
 
-    def set_status(self, status: str, **info: Any) -> None:
+    def set_status(self, status: str, **info: object) -> None:
         assert status in STATUSES
         record = {**self.read_status(), **info, "status": status, "pid": os.getpid(), "host": socket.gethostname(),
                   "updated": time.strftime("%Y-%m-%dT%H:%M:%S"), "fedfew": package_version(), "code": numbers_version()}
@@ -225,10 +226,10 @@ class RunFolder:
     def write_config(self, config: ExperimentConfig) -> None:
         serialize.atomic_write_text(self.path / "config.yaml", dump_config(config))
 
-    def write_data(self, record: dict[str, Any]) -> None:
+    def write_data(self, record: Mapping[str, object]) -> None:
         serialize.atomic_write_text(self.path / "data.json", json.dumps(record, indent=1) + "\n")
 
-    def append_metrics(self, record: dict[str, Any]) -> None:
+    def append_metrics(self, record: Mapping[str, object]) -> None:
         """One line of strict JSON (non-finite numbers as null), flushed to disk."""
         path = self.path / "metrics.jsonl"
         try:
@@ -239,7 +240,7 @@ class RunFolder:
         except OSError as err:  # a full disk: the error names the file
             raise OSError(err.errno, err.strerror, str(path)) from None
 
-    def rewrite_metrics(self, history: list[dict[str, Any]]) -> None:
+    def rewrite_metrics(self, history: Sequence[Mapping[str, object]]) -> None:
         """metrics.jsonl exactly as the checkpoint's history (a resumed run drops rounds logged after
         its last checkpoint; they are run again)."""
         serialize.atomic_write_text(self.path / "metrics.jsonl", "".join(strict_json(r) + "\n" for r in history))

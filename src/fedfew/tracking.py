@@ -19,9 +19,11 @@ Both are optional extras (``pip install 'fedfew[tracking]'``). A tracker never c
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from fedfew.configschema import ExperimentSchema
 from fedfew.errors import ConfigError
 from fedfew.registry import Registry
 
@@ -29,10 +31,10 @@ from fedfew.registry import Registry
 class Tracker:
     """One logger of one run."""
 
-    def __init__(self, folder: Path, config: Any) -> None:
+    def __init__(self, folder: Path, config: ExperimentSchema) -> None:
         self.folder, self.config = folder, config
 
-    def log_round(self, round_index: int, record: dict[str, Any]) -> None:
+    def log_round(self, round_index: int, record: Mapping[str, object]) -> None:
         raise NotImplementedError
 
     def finish(self, summary: dict[str, Any]) -> None:
@@ -45,7 +47,7 @@ class Tracker:
 LOGGERS: Registry[type[Tracker]] = Registry("logger")
 
 
-def numeric(record: dict[str, Any], prefix: str = "") -> dict[str, float]:
+def numeric(record: Mapping[str, object], prefix: str = "") -> dict[str, float]:
     """The finite numbers of ``record`` (nested dicts flattened with '/'), bools and lists left out."""
     out: dict[str, float] = {}
     for key, value in record.items():
@@ -63,7 +65,7 @@ def final_step(summary: dict[str, Any]) -> int:
     return int(history[-1]["round"]) if history else int(summary.get("rounds") or 0)
 
 
-def flat_params(data: Any, prefix: str = "") -> dict[str, str]:
+def flat_params(data: object, prefix: str = "") -> dict[str, str]:
     if isinstance(data, dict):
         out: dict[str, str] = {}
         for key, value in data.items():
@@ -74,7 +76,7 @@ def flat_params(data: Any, prefix: str = "") -> dict[str, str]:
 
 @LOGGERS.register("tensorboard", help="TensorBoard event files in RUN/tensorboard (pip install 'fedfew[tracking]')")
 class TensorBoardTracker(Tracker):
-    def __init__(self, folder: Path, config: Any) -> None:
+    def __init__(self, folder: Path, config: ExperimentSchema) -> None:
         super().__init__(folder, config)
         try:
             from torch.utils.tensorboard import SummaryWriter
@@ -83,7 +85,7 @@ class TensorBoardTracker(Tracker):
                               "pip install 'fedfew[tracking]'") from None
         self.writer = SummaryWriter(log_dir=str(folder / "tensorboard"))
 
-    def log_round(self, round_index: int, record: dict[str, Any]) -> None:
+    def log_round(self, round_index: int, record: Mapping[str, object]) -> None:
         for key, value in numeric({k: v for k, v in record.items() if k != "round"}).items():
             self.writer.add_scalar(key, value, round_index)
         self.writer.flush()
@@ -100,7 +102,7 @@ class TensorBoardTracker(Tracker):
 
 @LOGGERS.register("mlflow", help="MLflow's local store RUN/mlflow.db (pip install 'fedfew[tracking]')")
 class MLflowTracker(Tracker):
-    def __init__(self, folder: Path, config: Any) -> None:
+    def __init__(self, folder: Path, config: ExperimentSchema) -> None:
         super().__init__(folder, config)
         try:
             from mlflow.tracking import MlflowClient
@@ -122,7 +124,7 @@ class MLflowTracker(Tracker):
         for i in range(0, len(items), 100):  # MLflow takes at most 100 parameters a batch
             self.client.log_batch(self.run_id, params=items[i:i + 100])
 
-    def log_round(self, round_index: int, record: dict[str, Any]) -> None:
+    def log_round(self, round_index: int, record: Mapping[str, object]) -> None:
         import time
 
         from mlflow.entities import Metric
@@ -172,7 +174,7 @@ def check_loggers(names: list[str]) -> list[str]:
 class Trackers:
     """Every logger the config names, for one run."""
 
-    def __init__(self, folder: Path, config: Any) -> None:
+    def __init__(self, folder: Path, config: ExperimentSchema) -> None:
         self.trackers: list[Tracker] = []
         try:
             for name in config.runtime.loggers:
@@ -181,7 +183,7 @@ class Trackers:
             self.close(failed=True)
             raise
 
-    def log_round(self, round_index: int, record: dict[str, Any]) -> None:
+    def log_round(self, round_index: int, record: Mapping[str, object]) -> None:
         for tracker in self.trackers:
             tracker.log_round(round_index, record)
 

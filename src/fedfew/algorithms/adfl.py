@@ -47,7 +47,7 @@ from pydantic import Field, model_validator
 from torch import nn
 
 from fedfew.adversarial import mi_fgsm
-from fedfew.algorithms.oneshot import OneShot, OneShotOptions, member_probabilities, top_n
+from fedfew.algorithms.oneshot import OneShot, OneShotOptions, OneShotServer, member_probabilities, top_n
 from fedfew.engine.aggregation import weighted_average
 from fedfew.engine.algorithm import ClientResult, EvalData, register
 from fedfew.engine.state import StateDict, load_state_
@@ -56,9 +56,11 @@ from fedfew.engine.state import StateDict, load_state_
 class AdFLOptions(OneShotOptions):
     """AdFL's options: the client step of :class:`OneShotOptions`, MI-FGSM and the combination."""
 
-    selection: Literal["coherence"] = Field("coherence", description=(
+    # A pydantic subclass may redeclare a field with its own values; AdFL's selection and combine differ
+    # from the one-shot baselines' (mypy reads the narrower Literal as an incompatible override).
+    selection: Literal["coherence"] = Field("coherence", description=(  # type: ignore[assignment]
         "the models kept: the top ensemble_size by coherence score CS = WP + PO (eq. 3-5)"))
-    combine: Literal["ensemble", "vote", "weighted"] = Field("ensemble", description=(
+    combine: Literal["ensemble", "vote", "weighted"] = Field("ensemble", description=(  # type: ignore[assignment]
         "ensemble (argmax of the kept models' mean softmax), vote (majority of their argmaxes) or weighted "
         "(one model: every model's parameters averaged with weights CS)"))
     attack_steps: int = Field(30, ge=0, description="MI-FGSM iterations per adversarial sample (paper: 30)")
@@ -125,21 +127,21 @@ class AdFL(OneShot):
     Options = AdFLOptions
     options: AdFLOptions
 
-    def aggregate(self, server: dict[str, Any], results: dict[int, ClientResult],
-                  generator: torch.Generator) -> dict[str, Any]:
+    def aggregate(self, server: OneShotServer, results: dict[int, ClientResult],
+                  generator: torch.Generator) -> OneShotServer:
         ids = sorted(results)
         states = [results[i].upload["model"] for i in ids]
         scores = self.score(states, generator)
         return self.with_clients(self.combine_scored(server, ids, states, scores, generator), ids, results)
 
-    def client_scores(self, server: dict[str, Any]) -> dict[int, float] | None:
+    def client_scores(self, server: OneShotServer) -> dict[int, float] | None:
         """The coherence scores (eq. 5) the selection ranks by."""
         return server.get("coherence") or None
 
-    def returned_ids(self, server: dict[str, Any]) -> list[int]:
+    def returned_ids(self, server: OneShotServer) -> list[int]:
         return sorted(server.get("coherence", {}))
 
-    def selection_report(self, server: dict[str, Any], data: EvalData) -> dict[str, Any]:
+    def selection_report(self, server: OneShotServer, data: EvalData) -> dict[str, Any]:
         """:meth:`OneShot.selection_report`, plus the fraction of adversarial samples their own model
         classifies as their target (``own_success``: the method needs it high; docs/adfl.md's alpha)."""
         out = super().selection_report(server, data)
@@ -157,11 +159,13 @@ class AdFL(OneShot):
         return {"coherence": coherence, "was_predicted": was_predicted, "predicted_others": predicted_others,
                 "own_success": own_success}
 
-    def combine_scored(self, server: dict[str, Any], ids: list[int], states: list[StateDict],
-                       scores: dict[str, torch.Tensor], generator: torch.Generator) -> dict[str, Any]:
+    def combine_scored(self, server: OneShotServer, ids: list[int], states: list[StateDict],
+                       scores: dict[str, torch.Tensor], generator: torch.Generator) -> OneShotServer:
         """Step 4: the top-n ensemble by coherence, or the coherence-weighted average."""
         coherence = scores["coherence"]
-        record = {key: dict(zip(ids, scores[key].tolist())) for key in ("coherence", "was_predicted", "predicted_others")}
+        record: OneShotServer = {"coherence": dict(zip(ids, scores["coherence"].tolist())),
+                                 "was_predicted": dict(zip(ids, scores["was_predicted"].tolist())),
+                                 "predicted_others": dict(zip(ids, scores["predicted_others"].tolist()))}
         # The fraction of samples their own source model classifies as their target.
         record["own_success"] = float(scores["own_success"])
         if self.options.combine == "weighted":

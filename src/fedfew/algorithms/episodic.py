@@ -60,7 +60,7 @@ class EpisodicFedAvg(Algorithm):
     Options = EpisodicOptions
     options: EpisodicOptions
     #: The model is averaged: differential privacy clips its change (fedfew.privacy).
-    dp_upload = "model-delta"
+    dp_upload: str | None = "model-delta"
 
     def __init__(self, options: EpisodicOptions, context: Context) -> None:
         super().__init__(options, context)

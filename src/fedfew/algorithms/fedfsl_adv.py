@@ -114,8 +114,9 @@ class FedFSLMIAdv(FedFSLMI):
             if opts.second_classifier == "fresh":
                 seed_torch_init(generator)
                 for module in self.second_head.modules():
-                    if hasattr(module, "reset_parameters"):
-                        module.reset_parameters()
+                    reset_parameters = getattr(module, "reset_parameters", None)
+                    if reset_parameters is not None:
+                        reset_parameters()
                 return
             for theta, theta2 in zip(self.model.head.parameters(), self.second_head.parameters()):
                 rms = theta.pow(2).mean().sqrt()

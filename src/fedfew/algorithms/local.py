@@ -31,7 +31,7 @@ class LocalOptions(MAMLOptions):
 class Local(EpisodicFedAvg):
     Options = LocalOptions
     options: LocalOptions
-    dp_upload = None  # nothing is averaged: the clients' models are their own (fedfew.privacy.coverage)
+    dp_upload: str | None = None  # nothing is averaged: the clients' models are their own (fedfew.privacy.coverage)
 
     def __init__(self, options: LocalOptions, context: Any) -> None:
         super().__init__(options, context)

@@ -25,7 +25,7 @@ An ensemble is not one state dict: the server keeps its members' states (``serve
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import torch
 import torch.nn.functional as F
@@ -134,6 +134,27 @@ def cross_validation_score(model: nn.Module, initial: StateDict, data: LabelledD
     return float(sum(scores) / len(scores))
 
 
+class OneShotServer(TypedDict, total=False):
+    """The server state of the one-shot family (checkpointed as this dict): the combined model or
+    ensemble, and what the selection recorded."""
+
+    #: The combined model (the initial one until aggregation; the weighted average for ``average``).
+    model: StateDict
+    #: The ensemble's models (empty for one combined model).
+    members: list[StateDict]
+    member_ids: list[int]
+    #: Each returned model's selection score (OneShot's selections).
+    selection_scores: dict[int, float]
+    #: With ``report_clients``: every returned model and its label counts.
+    client_states: dict[int, StateDict]
+    label_counts: dict[int, torch.Tensor]
+    #: AdFL's scores of each returned model (eqs. 3-5) and its own-target success rate.
+    coherence: dict[int, float]
+    was_predicted: dict[int, float]
+    predicted_others: dict[int, float]
+    own_success: float
+
+
 @register("oneshot", help="One-shot FL: one round; FedAvg, random / CV / data-size ensembles (Guha et al.)")
 class OneShot(Algorithm):
     """One round of local training, then selection and combination on the server (module docstring)."""
@@ -152,7 +173,7 @@ class OneShot(Algorithm):
         return self.context.make_model(self.context.num_classes)
 
     # -- server ------------------------------------------------------------------------------
-    def init_server(self, generator: torch.Generator) -> dict[str, Any]:
+    def init_server(self, generator: torch.Generator) -> OneShotServer:
         seed_torch_init(generator)
         return {"model": get_state(self.new_model()), "members": [], "member_ids": []}
 
@@ -171,8 +192,8 @@ class OneShot(Algorithm):
             return torch.tensor([float(results[i].upload["cv_score"]) for i in ids], dtype=torch.float64)
         raise ValueError(f"unknown selection {selection!r}")
 
-    def aggregate(self, server: dict[str, Any], results: dict[int, ClientResult],
-                  generator: torch.Generator) -> dict[str, Any]:
+    def aggregate(self, server: OneShotServer, results: dict[int, ClientResult],
+                  generator: torch.Generator) -> OneShotServer:
         ids = sorted(results)
         scores = self.selection_scores(ids, results, generator)
         if self.options.selection == "all":
@@ -184,7 +205,7 @@ class OneShot(Algorithm):
             chosen = top_n(scores, self.options.ensemble_size, generator)
         return self.with_clients(self.combine(server, ids, results, chosen, scores), ids, results)
 
-    def with_clients(self, server: dict[str, Any], ids: list[int], results: dict[int, ClientResult]) -> dict[str, Any]:
+    def with_clients(self, server: OneShotServer, ids: list[int], results: dict[int, ClientResult]) -> OneShotServer:
         """With ``report_clients``: ``server`` plus every returned model and label counts, for the
         per-client test metrics (oneshot_report.py); otherwise ``server`` itself."""
         if not self.options.report_clients:
@@ -192,22 +213,22 @@ class OneShot(Algorithm):
         return {**server, "client_states": {i: results[i].upload["model"] for i in ids},
                 "label_counts": {i: results[i].upload["label_counts"] for i in ids if "label_counts" in results[i].upload}}
 
-    def client_scores(self, server: dict[str, Any]) -> dict[int, float] | None:
+    def client_scores(self, server: OneShotServer) -> dict[int, float] | None:
         """Each returned model's score by this selection (None before aggregation, and for the
         selections that score nothing: ``all``, ``random``)."""
         if self.options.selection in ("all", "random"):
             return None
         return server.get("selection_scores") or None
 
-    def returned_ids(self, server: dict[str, Any]) -> list[int]:
+    def returned_ids(self, server: OneShotServer) -> list[int]:
         """The clients whose models the server combined from ([] before aggregation)."""
         return sorted(server.get("selection_scores", {}))
 
-    def combine(self, server: dict[str, Any], ids: list[int], results: dict[int, ClientResult],
-                chosen: list[int], scores: torch.Tensor) -> dict[str, Any]:
+    def combine(self, server: OneShotServer, ids: list[int], results: dict[int, ClientResult],
+                chosen: list[int], scores: torch.Tensor) -> OneShotServer:
         states = [results[ids[j]].upload["model"] for j in chosen]
         member_ids = [ids[j] for j in chosen]
-        record = {"member_ids": member_ids, "selection_scores": dict(zip(ids, scores.tolist()))}
+        record: OneShotServer = {"member_ids": member_ids, "selection_scores": dict(zip(ids, scores.tolist()))}
         if self.options.combine == "average":
             weights = [results[ids[j]].num_samples for j in chosen]
             return {**server, **record, "model": weighted_average(states, weights), "members": []}
@@ -234,23 +255,23 @@ class OneShot(Algorithm):
         return ClientResult(upload=upload, state=state, metrics=metrics, num_samples=data.num_samples)
 
     # -- evaluation --------------------------------------------------------------------------
-    def evaluate(self, server: dict[str, Any], data: EvalData, generator: torch.Generator) -> dict[str, Any]:
+    def evaluate(self, server: OneShotServer, data: EvalData, generator: torch.Generator) -> dict[str, Any]:
         return {**self.evaluate_combination(server, data), **self.selection_report(server, data)}
 
-    def evaluate_combination(self, server: dict[str, Any], data: EvalData) -> dict[str, float]:
+    def evaluate_combination(self, server: OneShotServer, data: EvalData) -> dict[str, float]:
         """The combined model's (or ensemble's) scores on ``data``."""
         if not server.get("members"):
             return evaluate_model(load_state_(self.model, server["model"]), data)
         if data.dataset is None:
             raise ValueError(f"no {data.split} data to evaluate on")
         probabilities = member_probabilities(self.model, server["members"], data.dataset.inputs)
-        rule = "vote" if self.options.combine == "vote" else "ensemble"
+        rule: Literal["ensemble", "vote"] = "vote" if self.options.combine == "vote" else "ensemble"
         predictions = ensemble_predictions(probabilities, rule)
         members = (probabilities.argmax(-1) == data.dataset.labels).double().mean(1)
         return {"accuracy": float((predictions == data.dataset.labels).double().mean()),
                 "member_accuracy_mean": float(members.mean()), "member_accuracy_max": float(members.max())}
 
-    def selection_report(self, server: dict[str, Any], data: EvalData) -> dict[str, Any]:
+    def selection_report(self, server: OneShotServer, data: EvalData) -> dict[str, Any]:
         """What the selection did (oneshot_report.py): the scores, the corrupted clients' ranks and,
         with ``report_clients``, every returned model's own accuracy. Draws nothing."""
         ids = self.returned_ids(server)

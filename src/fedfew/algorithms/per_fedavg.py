@@ -195,12 +195,16 @@ class PerFedAvgFL(LinearFL):
     def client_update(self, payload: dict[str, Any], state: Any, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         model = load_state_(self.model, payload["model"])
-        metrics = per_fedavg_local(model, data.train, data.train.labels, self.options, generator)
+        # LinearDeployment hands this group model FRLPerFedAvg's PerFedAvgOptions; LinearFL types its
+        # options as the TrainOptions most deployments get.
+        metrics = per_fedavg_local(model, data.train, data.train.labels, self.options,  # type: ignore[arg-type]
+                                   generator)
         return ClientResult(upload={"model": get_state(model)}, state=state, metrics=metrics,
                             num_samples=data.num_samples)
 
 
-class PerFedAvgMetaHeadFL(MetaHeadStart, PerFedAvgFL):
+# MetaHeadStart (algorithms/frl.py) types its model nn.Module, LinearFL a FewShotModel: the same object.
+class PerFedAvgMetaHeadFL(MetaHeadStart, PerFedAvgFL):  # type: ignore[misc]
     """Deployment from the meta-learned head (``head_init: meta``): the prepared model, head cut to tau rows."""
 
 
@@ -208,8 +212,9 @@ class PerFedAvgMetaHeadFL(MetaHeadStart, PerFedAvgFL):
 class FRLPerFedAvg(FedAvg):
     """Per-FedAvg preparation of a |C_b|-way classifier (FedAvg's model, targets and aggregation)."""
 
-    Options = PerFedAvgOptions
-    options: PerFedAvgOptions
+    # FedAvg's model, targets and aggregation with Per-FedAvg's own options (not a FedAvgOptions).
+    Options = PerFedAvgOptions  # type: ignore[assignment]
+    options: PerFedAvgOptions  # type: ignore[assignment]
 
     def __init__(self, options: PerFedAvgOptions, context: Context) -> None:
         if context.task != "fewshot":

@@ -86,11 +86,14 @@ class LabelledDataset:
         """The same samples with their tensors on ``device`` (itself when they already are)."""
         if self.inputs.device == torch.device(device):
             return self
-        def move(tensor: torch.Tensor | None) -> torch.Tensor | None:
-            return None if tensor is None else tensor.to(device)
+        def move(tensor: torch.Tensor) -> torch.Tensor:
+            return tensor.to(device)
 
-        return replace(self, inputs=move(self.inputs), labels=move(self.labels), groups=move(self.groups),
-                       lengths=move(self.lengths))
+        def move_optional(tensor: torch.Tensor | None) -> torch.Tensor | None:
+            return None if tensor is None else move(tensor)
+
+        return replace(self, inputs=move(self.inputs), labels=move(self.labels), groups=move_optional(self.groups),
+                       lengths=move_optional(self.lengths))
 
     def subset(self, indices: torch.Tensor | list[int]) -> LabelledDataset:
         """The samples at ``indices``; labels keep their global class ids, ``positions`` their rows

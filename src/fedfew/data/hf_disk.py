@@ -55,7 +55,7 @@ def _open(folder: Path, splits: Sequence[str] | str | None) -> list[tuple[str, A
     return [(s, loaded[s]) for s in wanted]
 
 
-def _column(part: Any, field: str, folder: Path, split: str) -> list[Any]:
+def _column(part: Any, field: str | None, folder: Path, split: str) -> list[Any]:
     if field not in part.column_names:
         where = f"{folder} split {split!r}" if split else str(folder)
         raise DataError(
@@ -148,13 +148,13 @@ def load_hf_disk(
     if any(is_test) and not all(is_test):
         extras["is_test"] = torch.tensor(is_test, dtype=torch.bool)
     groups = encode_groups(raw_groups if group_field is not None else None, f"{NAME}: {folder}", extras)
-    split = default_split(len(class_names))
+    class_split = default_split(len(class_names))
     if text_field is not None:
         bad = next((i for i, t in enumerate(inputs) if not isinstance(t, str)), None)
         if bad is not None:
             raise DataError(f"{NAME}: {folder} row {bad} {text_field!r} is {type(inputs[bad]).__name__}, not a string")
         return text_dataset(
-            inputs, labels, class_names, NAME, split, max_len, min_freq, vocab_size, groups=groups, extras=extras,
+            inputs, labels, class_names, NAME, class_split, max_len, min_freq, vocab_size, groups=groups, extras=extras,
             glove=glove, sentence_encoder=sentence_encoder, vocab_split="base",
         )
     images = _images(inputs, folder, str(image_field), image_size_pair(image_size, NAME), channels)

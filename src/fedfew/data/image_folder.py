@@ -51,7 +51,7 @@ def _walk(folder: Path, layout: str) -> list[tuple[Path, str, str | None]]:
         raise DataError(f"{NAME}: {folder} holds no sub-folders; expected {folder}/<class>/<images>{loose}")
     for first in top:
         if layout == "class":
-            leaves = [(first, first.name, None)]
+            leaves: list[tuple[Path, str, str | None]] = [(first, first.name, None)]
         else:
             seconds = _folders(first)
             if not seconds:
@@ -179,7 +179,7 @@ def load_image_folder(
     entries = _walk(folder, layout)
     files = [f for f, _, _ in entries]
     labels, class_names = encode_labels([c for _, c, _ in entries], f"{NAME}: {folder}")
-    group_values = [g for _, _, g in entries] if layout != "class" else None
+    group_values: Sequence[str | None] | None = [g for _, _, g in entries] if layout != "class" else None
     if groups_csv is not None:
         csv_path = resolve_path(root, groups_csv, NAME, "a CSV file with columns file,group")
         group_values = _read_groups_csv(csv_path, folder, files)

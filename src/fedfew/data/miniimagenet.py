@@ -68,7 +68,8 @@ def _read_pickle(path: Path, how: str) -> tuple[np.ndarray, dict[str, list[int]]
 
 
 def _load_pickles(folder: Path, image_size: int | None, how: str):
-    images, labels, names, splits = [], [], [], {}
+    images, labels, splits = [], [], {}
+    names: list[str] = []
     for file in FILES:
         data, classes = _read_pickle(folder / f"mini-imagenet-cache-{file}.pkl", how)
         split = []
@@ -106,7 +107,8 @@ def _load_jpgs(folder: Path, image_size: int | None, how: str):
     image_module = require_pillow("miniimagenet")
     size = 84 if image_size is None else image_size
     rows = {file: _read_csv(folder / f"{file}.csv", how) for file in FILES}
-    images, labels, names, splits = [], [], [], {}
+    images, labels, splits = [], [], {}
+    names: list[str] = []
     for file in FILES:
         by_class: dict[str, list[str]] = {}
         for filename, wnid in rows[file]:

@@ -177,10 +177,10 @@ def _load_half(folder: Path, half: str, image_size: int | None, invert: bool):
         images = to_float_images(raw[:, None], image_size, invert=invert)
         return images, torch.from_numpy(labels.astype(np.int64).reshape(-1)), names, "npz"
     if tree.is_dir():
-        arrays, labels, names = _read_png_tree(tree)
+        arrays, label_list, names = _read_png_tree(tree)
         stacked = np.stack(arrays)[:, None]
         images = to_float_images(stacked, image_size, invert=invert, scale=255.0)
-        return images, torch.tensor(labels, dtype=torch.long), names, "png"
+        return images, torch.tensor(label_list, dtype=torch.long), names, "png"
     raise DataNotFoundError(
         f"{npz} (or the folder {tree}/<alphabet>/<character>/*.png)",
         "omniglot",

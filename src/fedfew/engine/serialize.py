@@ -31,6 +31,7 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from fedfew.errors import UsageError
+from fedfew.jsontypes import JSONValue
 
 _META_KEY = "fedfew"
 FORMAT = "fedfew-state/1"
@@ -44,18 +45,19 @@ def _escape(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-def _is_plain_key(key: Any) -> bool:
+def _is_plain_key(key: object) -> bool:
     return isinstance(key, str) and not key.startswith("$")
 
 
-def flatten(obj: Any, dedup: bool = True) -> tuple[dict[str, torch.Tensor], Any]:
+def flatten(obj: object, dedup: bool = True) -> tuple[dict[str, torch.Tensor], JSONValue]:
     """(tensors, skeleton) of ``obj``; see the module docstring. A tensor that occurs twice is stored
     once unless ``dedup`` is False. Raises :class:`StateFormatError` naming the path of a value of any
     other type."""
     tensors: dict[str, torch.Tensor] = {}
-    seen: dict[tuple[int, int, tuple[int, ...], tuple[int, ...], torch.dtype], str] = {}
+    # (storage, offset, shape, stride, dtype): the storage offset is an int or, under torch.compile, a SymInt.
+    seen: dict[tuple[int, int | torch.SymInt, tuple[int, ...], tuple[int, ...], torch.dtype], str] = {}
 
-    def walk(value: Any, path: str) -> Any:
+    def walk(value: object, path: str) -> JSONValue:
         if isinstance(value, torch.Tensor):
             tensor = value.detach()
             if tensor.device.type != "cpu":
@@ -80,7 +82,7 @@ def flatten(obj: Any, dedup: bool = True) -> tuple[dict[str, torch.Tensor], Any]
         if isinstance(value, Mapping):
             if all(_is_plain_key(k) for k in value):
                 return {k: walk(v, f"{path}/{_escape(k)}" if path else _escape(k)) for k, v in value.items()}
-            items = []
+            items: list[JSONValue] = []
             for i, (k, v) in enumerate(value.items()):
                 items.append([walk(k, f"{path}/$k{i}"), walk(v, f"{path}/{_escape(str(k))}" if path else _escape(str(k)))])
             return {"$map": items}
@@ -95,7 +97,7 @@ def flatten(obj: Any, dedup: bool = True) -> tuple[dict[str, torch.Tensor], Any]
     return tensors, skeleton
 
 
-def unflatten(tensors: Mapping[str, torch.Tensor], skeleton: Any) -> Any:
+def unflatten(tensors: Mapping[str, torch.Tensor], skeleton: JSONValue) -> Any:
     """The object :func:`flatten` was given, from its tensors and skeleton."""
 
     def build(node: Any) -> Any:
@@ -137,7 +139,7 @@ def _storable(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
-def to_bytes(obj: Any, meta: Mapping[str, Any] | None = None) -> bytes:
+def to_bytes(obj: object, meta: Mapping[str, object] | None = None) -> bytes:
     """``obj`` as safetensors bytes; the skeleton (and ``meta``) travel in the header."""
     tensors, skeleton = flatten(obj)
     header = {"format": FORMAT, "skeleton": skeleton, "meta": dict(meta or {})}
@@ -164,7 +166,7 @@ def from_bytes(data: bytes, what: str = "state") -> tuple[Any, dict[str, Any]]:
         raise StateFormatError(f"{what} has a corrupt state header ({err})") from None
 
 
-def save(path: str | Path, obj: Any, meta: Mapping[str, Any] | None = None) -> None:
+def save(path: str | Path, obj: object, meta: Mapping[str, object] | None = None) -> None:
     """Write ``obj`` to ``path`` atomically (a temporary file in the same folder, then a rename)."""
     path = Path(path)
     atomic_write_bytes(path, to_bytes(obj, meta))
@@ -199,13 +201,13 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode())
 
 
-def nbytes(obj: Any) -> int:
+def nbytes(obj: object) -> int:
     """Bytes of the tensors in ``obj`` as the flat form holds them (each distinct tensor once)."""
     tensors, _ = flatten(obj)
     return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
-def mismatch(saved: Any, expected: Any) -> str | None:
+def mismatch(saved: object, expected: object) -> str | None:
     """Where the state ``saved`` differs in form from ``expected`` (another key, tensor shape or
     dtype), as ``path: what``; None when every tensor sits where ``expected`` has one of the same shape.
     Numbers and strings may differ: only the form decides whether one can stand for the other."""

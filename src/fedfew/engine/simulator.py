@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -387,6 +387,7 @@ class Simulator:
                 "accuracy is reported. Check the partition and episodes settings"
             )
         selected_round = st.round
+        states: Mapping[int, Any]
         server, states = st.server, self.states
         if st.best is not None:
             selected_round, server, states = st.best.round, st.best.server, self.states.view(st.best.states)
@@ -475,7 +476,7 @@ def non_finite(outcome: RoundOutcome) -> str | None:
     return None
 
 
-def _first_non_finite(obj: Any, path: str = "") -> str | None:
+def _first_non_finite(obj: object, path: str = "") -> str | None:
     """The path of the first floating-point tensor or number in ``obj`` (nested dicts, lists,
     tuples) that is not finite."""
     if isinstance(obj, torch.Tensor):
@@ -485,7 +486,7 @@ def _first_non_finite(obj: Any, path: str = "") -> str | None:
     if isinstance(obj, float):
         return None if math.isfinite(obj) else (path or "value")
     if isinstance(obj, Mapping):
-        items: Any = obj.items()
+        items: Iterable[tuple[object, object]] = obj.items()
     elif isinstance(obj, (list, tuple)):
         items = enumerate(obj)
     else:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -72,13 +72,13 @@ class ClientStates(Mapping[int, Any]):
             self.entries[cid] = Entry(entry.version, state, entry.file)
         return state
 
-    def put(self, cid: int, state: Any, version: int) -> None:
+    def put(self, cid: int, state: object, version: int) -> None:
         if self.spill and state is not None:
             self.entries[cid] = Entry(version, None, self.write_file(cid, version, state))
         else:
             self.entries[cid] = Entry(version, state, None)
 
-    def write_file(self, cid: int, version: int, state: Any) -> str:
+    def write_file(self, cid: int, version: int, state: object) -> str:
         """Write one state to its file in the folder (once: a (client, version) never changes)."""
         assert self.folder is not None
         name = self.file_name(cid, version)
@@ -148,7 +148,7 @@ class RemoteClientStates(ClientStates):
         super().__init__(client_ids, self.refuse)
 
     @staticmethod
-    def refuse(cid: int) -> Any:
+    def refuse(cid: int) -> NoReturn:
         raise RemoteStateError(f"client {cid}'s private state stays on its Flower node and is never sent; this "
                                "evaluation needs it on the server (e.g. f2l test_client_model=average): use an "
                                "evaluation each client runs itself, or runtime.engine=inprocess")

@@ -33,7 +33,7 @@ from fedfew.engine.static import static_tensors
 from fedfew.engine.store import ClientStates, RemoteClientStates
 from fedfew.engine.tasks import ClientTask
 from fedfew.flower.errors import FlowerRunError as FlowerRunError
-from fedfew.flower.records import array_bytes, from_records, to_records
+from fedfew.flower.records import array_bytes, from_records, record_int, to_records
 
 if TYPE_CHECKING:
     from fedfew.flower.secure_aggregation import SecureSettings
@@ -81,7 +81,7 @@ class FlowerEngine(Engine):
         node_of: dict[int, int] = {}
         for node, reply in self._exchange(messages, max(deadline - time.monotonic(), 60.0)):
             content = self._content(reply, "setting up")
-            cid = int(content["fedfew"]["client-id"])
+            cid = record_int(content["fedfew"]["client-id"])
             if cid in node_of:
                 raise FlowerRunError(f"two SuperNodes say they are client {cid} (check their --node-config)")
             node_of[cid] = node
@@ -125,8 +125,10 @@ class FlowerEngine(Engine):
             raise FlowerRunError(f"a SuperNode failed while {doing}: {reply.error.reason}")
         content = reply.content
         if "error" in content:
-            raise FlowerRunError(f"client {content['error'].get('client')} failed while {doing}: "
-                                 f"{content['error']['message']}")
+            # str(): the error record's entries are strings, typed as any record value (bytes included).
+            error = content["error"]
+            raise FlowerRunError(f"client {str(error.get('client'))} failed while {doing}: "
+                                 f"{str(error['message'])}")
         return content
 
     # -- client tasks ---------------------------------------------------------------------------------

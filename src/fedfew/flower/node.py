@@ -21,7 +21,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from flwr.app import ConfigRecord, RecordDict
 
@@ -32,7 +32,7 @@ from fedfew.engine.algorithm import Algorithm, ClientData
 from fedfew.engine.compute import Compute
 from fedfew.engine.protocol import MAIN
 from fedfew.errors import UsageError
-from fedfew.flower.records import from_records, to_records
+from fedfew.flower.records import from_records, record_int, to_records
 
 CONFIG_KEY = "fedfew.config"
 EPHEMERAL_KEY = "fedfew.ephemeral"
@@ -98,7 +98,7 @@ def write_state(state: RecordDict, namespace: str, round_index: int, value: Any)
 
 def _drop_stale_ephemeral(state: RecordDict, round_index: int) -> None:
     """Namespaces other than the persistent one live for one top-level round (FRL's episode)."""
-    if EPHEMERAL_KEY not in state or int(state[EPHEMERAL_KEY]["round"]) == round_index:
+    if EPHEMERAL_KEY not in state or record_int(state[EPHEMERAL_KEY]["round"]) == round_index:
         return
     for namespace in json.loads(str(state[EPHEMERAL_KEY]["namespaces"])):
         for key in _keys(namespace):
@@ -127,6 +127,10 @@ def _dataset_dict(data: LabelledDataset | None) -> dict[str, Any] | None:
             "groups": data.groups, "lengths": data.lengths, "splits": data.splits}
 
 
+@overload
+def _dataset_from(d: dict[str, Any]) -> LabelledDataset: ...
+@overload
+def _dataset_from(d: None) -> None: ...
 def _dataset_from(d: dict[str, Any] | None) -> LabelledDataset | None:
     if d is None:
         return None

@@ -14,10 +14,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from flwr.app import Array, ArrayRecord, ConfigRecord
+from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord
 
 from fedfew.engine.serialize import flatten, unflatten
 from fedfew.engine.static import StaticMismatchError, digest, is_static, leaf_name
+
+#: What a RecordDict's item is typed as: fedfew's payloads use the ArrayRecord and ConfigRecord kinds.
+Record = ArrayRecord | MetricRecord | ConfigRecord
 
 STYPE = "fedfew.raw"
 _DTYPES = {str(d).removeprefix("torch."): d for d in (
@@ -54,7 +57,10 @@ def to_records(obj: Any, static: Mapping[str, torch.Tensor] | None = None) -> tu
     return arrays, ConfigRecord(meta)
 
 
-def from_records(arrays: ArrayRecord, meta: ConfigRecord, static: Mapping[str, torch.Tensor] | None = None) -> Any:
+def from_records(arrays: Record, meta: Record, static: Mapping[str, torch.Tensor] | None = None) -> Any:
+    if not isinstance(arrays, ArrayRecord) or not isinstance(meta, ConfigRecord):
+        raise TypeError(f"a payload is an ArrayRecord and a ConfigRecord, not {type(arrays).__name__} and "
+                        f"{type(meta).__name__}")
     tensors = {key: array_to_tensor(array) for key, array in arrays.items()}
     if "static" in meta:
         for key, sent_digest in json.loads(str(meta["static"])).items():
@@ -67,6 +73,15 @@ def from_records(arrays: ArrayRecord, meta: ConfigRecord, static: Mapping[str, t
     return unflatten(tensors, json.loads(str(meta["skeleton"])))
 
 
-def array_bytes(arrays: ArrayRecord) -> int:
+def array_bytes(arrays: Record) -> int:
     """Bytes of tensor data carried by ``arrays``."""
+    if not isinstance(arrays, ArrayRecord):
+        raise TypeError(f"tensor data travels in an ArrayRecord, not a {type(arrays).__name__}")
     return sum(len(array.data) for array in arrays.values())
+
+
+def record_int(value: object) -> int:
+    """An int read from a record entry (a ConfigRecord's values are typed as every kind a record holds)."""
+    if not isinstance(value, (int, float, str)):
+        raise TypeError(f"expected a number, got a {type(value).__name__}")
+    return int(value)

@@ -35,9 +35,12 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.client.mod import secaggplus_mod
 from flwr.common import (
     Code,
+    EvaluateIns,
+    EvaluateRes,
     FitIns,
     FitRes,
     Parameters,
+    Scalar,
     Status,
     bytes_to_ndarray,
     ndarrays_to_parameters,
@@ -45,6 +48,8 @@ from flwr.common import (
 )
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
 from flwr.compat.common import recorddict_compat as compat
+from flwr.server.client_manager import ClientManager
+from flwr.server.client_proxy import ClientProxy
 from flwr.server.compat.legacy_context import LegacyContext
 from flwr.server.strategy import Strategy
 from flwr.server.workflow import SecAggPlusWorkflow
@@ -61,6 +66,7 @@ from fedfew.flower.records import to_records
 from fedfew.flower.secure_aggregation import (
     SecureAggregationError,
     SecureSettings,
+    SecureSpec,
     SecureSum,
     check_algorithm,
     client_vector,
@@ -71,7 +77,7 @@ from fedfew.flower.secure_aggregation import (
 )
 
 if TYPE_CHECKING:
-    from fedfew.engine.algorithm import Algorithm
+    from fedfew.engine.algorithm import Algorithm, ClientResult
 
 
 class FlowerEngine(Protocol):
@@ -135,7 +141,7 @@ def secure_aggregation_mod(msg: Message, ctxt: Context, call_next: Callable[[Mes
         return Message(RecordDict({"error": record}), reply_to=msg)
 
 
-def secure_input(spec: Mapping[str, Any], payload: Mapping[str, Any], result: Any, frozen: Collection[str]) -> RecordDict:
+def secure_input(spec: SecureSpec, payload: Mapping[str, Any], result: ClientResult, frozen: Collection[str]) -> RecordDict:
     """What fedfew's train handler replies in a secure round: the client's vector as the ``FitRes`` that
     ``secaggplus_mod`` masks (weight 1: fedfew's weights are inside the vector), and whether it sat the
     round out (the one thing of its result that travels in the clear). Its metrics, sample counts and
@@ -175,20 +181,25 @@ class _Round(Strategy):
         self.nodes = nodes
         self.summed: list[tuple[Any, FitRes]] | None = None
 
-    def configure_fit(self, server_round: int, parameters: Parameters, client_manager: Any) -> list[tuple[Any, FitIns]]:
+    # The fit side's client is a _Proxy (a node id), not the ClientProxy Strategy names: Any there.
+    def configure_fit(self, server_round: int, parameters: Parameters,
+                      client_manager: ClientManager) -> list[tuple[Any, FitIns]]:
         return [(_Proxy(n), FitIns(Parameters(tensors=[], tensor_type=""), {})) for n in self.nodes]
 
-    def aggregate_fit(self, server_round: int, results: Any, failures: Any) -> tuple[None, dict[str, Any]]:
+    def aggregate_fit(self, server_round: int, results: list[tuple[Any, FitRes]],
+                      failures: list[tuple[Any, FitRes] | BaseException]) -> tuple[None, dict[str, Scalar]]:
         self.summed = list(results)
         return None, {}
 
-    def initialize_parameters(self, client_manager: Any) -> None:
+    def initialize_parameters(self, client_manager: ClientManager) -> None:
         return None
 
-    def configure_evaluate(self, server_round: int, parameters: Parameters, client_manager: Any) -> list[Any]:
+    def configure_evaluate(self, server_round: int, parameters: Parameters,
+                           client_manager: ClientManager) -> list[tuple[ClientProxy, EvaluateIns]]:
         return []
 
-    def aggregate_evaluate(self, server_round: int, results: Any, failures: Any) -> tuple[None, dict[str, Any]]:
+    def aggregate_evaluate(self, server_round: int, results: list[tuple[ClientProxy, EvaluateRes]],
+                           failures: list[tuple[ClientProxy, EvaluateRes] | BaseException]) -> tuple[None, dict[str, Scalar]]:
         return None, {}
 
     def evaluate(self, server_round: int, parameters: Parameters) -> None:
@@ -233,7 +244,7 @@ class _Exchange:
 class SecureRounds:
     """A Flower engine's rounds under secure aggregation (``FlowerEngine.secure``)."""
 
-    def __init__(self, settings: SecureSettings, algorithm: Any) -> None:
+    def __init__(self, settings: SecureSettings, algorithm: Algorithm) -> None:
         self.settings = settings
         self.weight = check_algorithm(algorithm)
         self.frozen = frozenset(static_tensors(algorithm))
@@ -244,10 +255,10 @@ class SecureRounds:
         #: and the unmasked sum.
         self.last: dict[str, Any] = {}
 
-    def spec(self, task: ClientTask, shapes: list[tuple[str, tuple[int, ...]]]) -> tuple[dict[str, Any], ClientTask, float]:
+    def spec(self, task: ClientTask, shapes: list[tuple[str, tuple[int, ...]]]) -> tuple[SecureSpec, ClientTask, float]:
         """(what the nodes are told to send, the task they run, the central-dp clip margin)."""
         s = self.settings
-        spec: dict[str, Any] = {"mode": "mean", "weight": self.weight, "max_weight": s.max_weight,
+        spec: SecureSpec = {"mode": "mean", "weight": self.weight, "max_weight": s.max_weight,
                                 "clipping_range": s.clipping_range}
         margin = 0.0
         if task.privacy is not None:
@@ -322,7 +333,7 @@ class SecureRounds:
                 f"(flower.secure_aggregation.reconstruction_threshold={self.settings.reconstruction_threshold}, "
                 f"num_shares={self.settings.num_shares}): the round's sum cannot be recovered")
 
-    def _results(self, engine: FlowerEngine, task: ClientTask, spec: dict[str, Any], model: Mapping[str, Any],
+    def _results(self, engine: FlowerEngine, task: ClientTask, spec: SecureSpec, model: Mapping[str, Any],
                  summed: list[tuple[Any, FitRes]], exchange: _Exchange, margin: float, asked: list[int],
                  flow: WorkflowState) -> Delivery:
         client_of = {node: cid for cid, node in engine.node_of.items()}
@@ -342,7 +353,7 @@ class SecureRounds:
         return Delivery(out.results, bytes_up={cid: exchange.up.get(cid, 0) for cid in cids},
                         bytes_down=exchange.down)
 
-    def _record(self, engine: FlowerEngine, task: ClientTask, spec: dict[str, Any], out: SecureSum, asked: list[int],
+    def _record(self, engine: FlowerEngine, task: ClientTask, spec: SecureSpec, out: SecureSum, asked: list[int],
                 exchange: _Exchange, flow: WorkflowState, margin: float) -> None:
         summed = sorted(out.results)
         entry = {"round": task.round + 1, "mode": spec["mode"], "asked": asked, "summed": summed,

@@ -28,12 +28,17 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 
 import numpy as np
 import torch
 
 from fedfew.errors import ConfigError
+
+if TYPE_CHECKING:
+    from fedfew.configschema import SecureAggregationConfig
+    from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult
+    from fedfew.privacy.mechanism import PrivateAggregation
 
 __all__ = ["COVERED", "NOT_COVERED", "SecureAggregationError", "SecureSettings", "check_algorithm", "client_vector",
            "largest_weight", "layout", "protocol_sizes", "refusal", "server_results"]
@@ -76,6 +81,29 @@ NOT_COVERED: dict[str, str] = {
 WEIGHTS = ("samples", "episodes", "uniform")
 
 
+class SecureSpec(TypedDict, total=False):
+    """What the nodes of a secure round are told to send (:meth:`fedfew.flower.secagg.SecureRounds.spec`)."""
+
+    #: ``mean``: the weighted update and r_k; ``dp``: the clipped delta (and the within bit).
+    mode: Literal["mean", "dp"]
+    weight: str  # the aggregation weighting: samples, episodes or uniform
+    max_weight: float
+    clipping_range: float
+    within: bool  # dp with adaptive clipping: the within-clip bit is the vector's last coordinate
+    size: int  # the vector's coordinates
+
+
+class BuiltExperiment(Protocol):
+    """What :meth:`SecureSettings.from_config` reads of a built experiment (``fedfew.experiment``)."""
+
+    @property
+    def algorithm(self) -> Algorithm: ...
+    @property
+    def clients(self) -> Collection[ClientData]: ...
+    @property
+    def privacy(self) -> PrivateAggregation | None: ...
+
+
 class SecureAggregationError(ConfigError):
     """Secure aggregation asked of an algorithm, engine or setting that cannot honour it (exit 2)."""
 
@@ -101,7 +129,7 @@ def refusal(name: str, options: Any) -> str | None:
     return None
 
 
-def check_algorithm(algorithm: Any) -> str:
+def check_algorithm(algorithm: Algorithm) -> str:
     """The weighting (``samples``, ``episodes``, ``uniform``) of a built algorithm that secure aggregation
     covers; otherwise :class:`SecureAggregationError`. Beside the table, what the algorithm itself says:
     one broadcast / update / average per round (no ``play_round``), no evaluation of the clients' own
@@ -130,10 +158,10 @@ class SecureSettings:
     clipping_range: float
     quantization_range: int
     modulus_range: int
-    privacy: Any = None  # fedfew.privacy.PrivateAggregation
+    privacy: PrivateAggregation | None = None
 
     @classmethod
-    def from_config(cls, section: Any, experiment: Any) -> SecureSettings | None:
+    def from_config(cls, section: SecureAggregationConfig, experiment: BuiltExperiment) -> SecureSettings | None:
         """The settings of ``flower.secure_aggregation`` for a built experiment (None when it is off), its
         ``max_weight`` resolved: :func:`largest_weight` when the config leaves it out."""
         if not section.enabled:
@@ -149,7 +177,7 @@ class SecureSettings:
         return 2 * self.clipping_range / self.quantization_range
 
 
-def largest_weight(kind: str, algorithm: Any, clients: Collection[Any]) -> float:
+def largest_weight(kind: str, algorithm: Algorithm, clients: Collection[ClientData]) -> float:
     """The largest aggregation weight a client of the run can have, from what the config fixes: 1
     (uniform), the episodes a client trains per round (local_steps x meta_batch), or the largest
     client's training samples in the run's partition (which the server builds from the config too)."""
@@ -191,18 +219,18 @@ def _size(shapes: list[tuple[str, tuple[int, ...]]]) -> int:
     return sum(math.prod(shape) for _, shape in shapes)
 
 
-def vector_size(spec: Mapping[str, Any], shapes: list[tuple[str, tuple[int, ...]]]) -> int:
+def vector_size(spec: SecureSpec, shapes: list[tuple[str, tuple[int, ...]]]) -> int:
     """Coordinates of the round's vector: the update's, then r_k (``mean``) or the within bit (``dp``,
     adaptive clipping)."""
     return _size(shapes) + (1 if spec["mode"] == "mean" or spec.get("within") else 0)
 
 
-def weight_of(kind: str, result: Any) -> float:
+def weight_of(kind: str, result: ClientResult) -> float:
     """w_k: what the algorithm's aggregation weights client ``result`` by."""
     return float(result.num_samples if kind == "samples" else result.num_episodes if kind == "episodes" else 1)
 
 
-def client_vector(spec: Mapping[str, Any], payload_model: Mapping[str, torch.Tensor], result: Any,
+def client_vector(spec: SecureSpec, payload_model: Mapping[str, torch.Tensor], result: ClientResult,
                   frozen: Collection[str] = ()) -> tuple[np.ndarray, bool]:
     """(the vector client ``result`` contributes to the round's masked sum, whether it sat the round out:
     zeros then). Raises :class:`SecureAggregationError` when a coordinate lies outside the clipping range
@@ -244,13 +272,13 @@ class SecureSum:
     """What a round's server learned (the unmasked sum) and what it made of it."""
 
     total: np.ndarray  # the sum of the summed clients' vectors (with the quantisation's error)
-    results: dict[int, Any]  # cid -> ClientResult for every client whose vector is in the sum
+    results: dict[int, ClientResult]  # every client whose vector is in the sum
     trained: list[int]
     weight_sum: float | None = None  # sum_k r_k (mean rounds)
     error_bound: float = 0.0  # per coordinate of the next global model, against the individual uploads
 
 
-def server_results(spec: Mapping[str, Any], payload_model: Mapping[str, torch.Tensor], total: np.ndarray,
+def server_results(spec: SecureSpec, payload_model: Mapping[str, torch.Tensor], total: np.ndarray,
                    summed: list[int], skipped: Collection[int], step: float, frozen: Collection[str] = (),
                    denominator: float | None = None, margin: float = 0.0) -> SecureSum:
     """The results the algorithm's (or DP-FedAvg's) aggregation gets from the unmasked sum ``total`` of
@@ -269,7 +297,7 @@ def server_results(spec: Mapping[str, Any], payload_model: Mapping[str, torch.Te
     if total.shape != (size,):
         raise ValueError(f"the unmasked sum has shape {total.shape}, the round's vector ({size},)")
     trained = [cid for cid in summed if cid not in skipped]
-    results: dict[int, Any] = {cid: ClientResult.sat_out(None) for cid in summed if cid in skipped}
+    results: dict[int, ClientResult] = {cid: ClientResult.sat_out(None) for cid in summed if cid in skipped}
     out = SecureSum(total, results, trained)
     if not trained:
         return out

@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -77,7 +77,7 @@ class MAML(EpisodicLearner):
     def loss(self, model: nn.Module, episode: Episode) -> tuple[torch.Tensor, torch.Tensor]:
         """Query loss at the adapted parameters (eq. 6); its gradient is the meta-gradient (eq. 7)."""
         # Frozen parameters (e.g. fixed word vectors) are not adapted: functional_call takes them from the model.
-        params = {name: p for name, p in model.named_parameters() if p.requires_grad}
+        params: Params = {name: p for name, p in model.named_parameters() if p.requires_grad}
         adapted = self.adapt(model, params, episode, self.inner_steps, create_graph=not self.first_order)
         logits = functional_call(model, adapted, episode.query_args())
         return F.cross_entropy(logits, episode.query_labels), logits
@@ -114,10 +114,13 @@ class ProtoNet(EpisodicLearner):
         differently and put the prototypes off the queries' scale."""
         n_support = len(episode.support_labels)
         inputs = torch.cat([episode.support, episode.query])
-        if episode.support_lengths is None:
-            features = model.features(inputs)
+        # The learners' interface takes an nn.Module; ProtoNet's is always a FewShotModel (an encoder with
+        # ``features``), which nn.Module's attribute typing (Tensor | Module) cannot say.
+        encoder = cast(FewShotModel, model)
+        if episode.support_lengths is None or episode.query_lengths is None:
+            features = encoder.features(inputs)
         else:
-            features = model.features(inputs, torch.cat([episode.support_lengths, episode.query_lengths]))
+            features = encoder.features(inputs, torch.cat([episode.support_lengths, episode.query_lengths]))
         support, query = features[:n_support], features[n_support:]
         prototypes = class_prototypes(support, episode.support_labels, episode.n_way)
         return prototype_logits(query, prototypes)

@@ -37,7 +37,7 @@ class CodeVersion:
     def describe(self) -> str:
         return f"fedfew {self.package}, sources {self.source}" + (f", git {self.commit[:10]}" if self.commit else "")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, str | None]:
         return {"package": self.package, "source": self.source, "commit": self.commit}
 
     @classmethod
@@ -223,7 +223,7 @@ def _history_rounds(record: dict[str, Any]) -> dict[str, Any]:
     return rounds
 
 
-def _at(value: Any, parts: list[str]) -> Any:
+def _at(value: object, parts: list[str]) -> object:
     """The number (as a float) or mapping at ``parts`` of ``value``; None where there is none."""
     for part in parts:
         if not isinstance(value, dict) or part not in value:

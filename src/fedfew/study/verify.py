@@ -9,7 +9,7 @@ import logging
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from fedfew.errors import FedfewError
 from fedfew.study.cell import cell_record, run_noted
@@ -31,7 +31,7 @@ class CodeDiffers(FedfewError):
     exit_code = 1
 
 
-def same_numbers(before: Any, now: Any) -> bool:
+def same_numbers(before: object, now: object) -> bool:
     """Every number of the stored ``before`` is in ``now``, exactly. Keys that ``now`` adds (a metric
     the older code did not report) do not count against equality: they are new, not different."""
     if isinstance(before, dict) and isinstance(now, dict):
@@ -147,7 +147,7 @@ def drift_table(drifts: list[Drift], labels: dict[str, tuple[str, dict[str, Any]
 
 
 def verify_study(study: Study, root: Path, budget: str, store_base: Path, runs_base: Path, per_method: int = 1,
-                 extra: list[str] | None = None, table_out: Any = None) -> dict[str, Any]:
+                 extra: list[str] | None = None, table_out: TextIO | None = None) -> dict[str, Any]:
     """Re-run ``per_method`` stored cells of each method (the first settings and seeds that have a record)
     with this code and compare each with its record of the older code that holds most of the budget's
     cells, like with like (:class:`Drift`): in the record's environment every stored test number must be
