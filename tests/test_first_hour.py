@@ -210,7 +210,7 @@ def test_help_examples_are_accepted(command: str, tmp_path: Path, capsys: pytest
     """The --set example each command's help gives is one that command takes."""
     import re
 
-    from fedfew.runner import EVALUATE_KEYS
+    from fedfew.rescore import EVALUATE_KEYS
 
     with pytest.raises(SystemExit):
         main([command, "--help"])

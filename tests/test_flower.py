@@ -29,11 +29,12 @@ from fedfew.config import load_config  # noqa: E402
 from fedfew.engine.state import payload_bytes  # noqa: E402
 from fedfew.engine.tasks import MAIN  # noqa: E402
 from fedfew.experiment import build_experiment  # noqa: E402
+from fedfew.flower.launch import run_on_federation  # noqa: E402
 from fedfew.flower.local import FlowerSettings, LocalFederation  # noqa: E402
 from fedfew.flower.node import read_state, write_state  # noqa: E402
 from fedfew.flower.records import array_bytes, from_records, to_records  # noqa: E402
 from fedfew.flower.security import make_node_key, make_tls  # noqa: E402
-from fedfew.runner import new_run, run_experiment, run_on_federation  # noqa: E402
+from fedfew.runner import new_run, run_experiment  # noqa: E402
 from tests.tiny import ALGORITHM_SETUPS, tiny_config, wait_for_logged_round  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]

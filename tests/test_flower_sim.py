@@ -29,7 +29,7 @@ pytest.importorskip("ray")
 pytest.importorskip("flwr")
 
 from fedfew.config import load_config  # noqa: E402
-from fedfew.experiment import build_experiment  # noqa: E402
+from fedfew.experiment import NODE_BUILDER, build_experiment  # noqa: E402
 from fedfew.flower.simulation import FlowerSimEngine, Simulation  # noqa: E402
 from fedfew.processes import descendant_pids  # noqa: E402
 from tests.raycluster import MARKER, RayCluster, marked_pids, pids_using  # noqa: E402
@@ -56,7 +56,7 @@ def simulation(cluster: RayCluster) -> Any:
     actors hold the cluster's CPUs until the class is done)."""
     before = descendant_pids(os.getpid())
     settings = load_config({}, [f"flower.sim.address={cluster.address}"]).flower.sim
-    with Simulation(4, settings, None, startup_timeout=300) as sim:
+    with Simulation(4, settings, None, startup_timeout=300, builder=NODE_BUILDER) as sim:
         yield sim
     assert not (descendant_pids(os.getpid()) - before)
 

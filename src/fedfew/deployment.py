@@ -322,12 +322,10 @@ class LinearFL(DeploymentAlgorithm):
 
     def client_update(self, payload: dict[str, Any], state: Any, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
-        from fedfew.algorithms.common import train_epochs  # see the TYPE_CHECKING import
+        from fedfew.algorithms.common import model_update, train_epochs  # see the TYPE_CHECKING import
 
-        model = load_state_(self.model, payload["model"])
-        metrics = train_epochs(model, data.train, data.train.labels, self.options, generator)
-        return ClientResult(upload={"model": get_state(model)}, state=state, metrics=metrics,
-                            num_samples=data.num_samples)
+        return model_update(self.model, payload, state, data.num_samples,
+                            lambda model: train_epochs(model, data.train, data.train.labels, self.options, generator))
 
     def aggregate(self, server: dict[str, Any], results: dict[int, ClientResult],
                   generator: torch.Generator) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 import fedfew.algorithms  # noqa: F401  (registers the algorithms)
-from fedfew.config import ConfigError, ExperimentConfig, HeldOutTest
+from fedfew.config import ConfigError, ExperimentConfig, HeldOutTest, load_config
 from fedfew.corruption import corrupt_data, corrupted_ids, split_options
 from fedfew.corruption import parse as parse_corruption
 from fedfew.data import LabelledDataset, load_dataset
@@ -26,7 +26,7 @@ from fedfew.data.splits import class_id
 from fedfew.deployment import participant_positions
 from fedfew.engine import ALGORITHMS, Algorithm, ClientData, Context, EpisodeShape, EvalData, Simulator
 from fedfew.engine.compute import Compute
-from fedfew.engine.engines import Engine, EngineSetup, Faults, InProcessEngine
+from fedfew.engine.engines import Engine, EngineSetup, ExperimentBuilder, Faults, InProcessEngine
 from fedfew.engine.protocol import init_generator
 from fedfew.engine.simulator import round_size
 from fedfew.engine.static import static_tensors
@@ -96,7 +96,8 @@ class Experiment:
             engine = BatchedEngine(self.algorithm, by_id, seed, states, faults, compute)
         else:
             evals = {d.split: d for d in (self.val, self.test) if d is not None}
-            setup = EngineSetup(self.algorithm, by_id, seed, states, faults, compute, evals, self, run_states_dir)
+            setup = EngineSetup(self.algorithm, by_id, seed, states, faults, compute, evals, self, run_states_dir,
+                                NODE_BUILDER)
             engine = ENGINES.get(config.runtime.engine).build(setup, config.engine_options())
         if not engine.holds_states:  # the clients keep their states themselves (Flower nodes)
             states = RemoteClientStates([c.client_id for c in self.clients])
@@ -398,3 +399,9 @@ def federation_factory(config: ExperimentConfig) -> Callable[[Algorithm, list[Cl
         return kind.build(setup, options)
 
     return new_federation
+
+
+#: What an engine's own nodes need of this module (flower-sim's virtual SuperNodes, the ClientApp):
+#: handed to the engines in EngineSetup, which sit below this module and never import it.
+NODE_BUILDER = ExperimentBuilder(load_config, build_experiment, AlgorithmInputs, build_algorithm, text_model_options,
+                                 where=f"{__name__}:NODE_BUILDER")

@@ -1,7 +1,7 @@
 """``fedfew run`` and ``fedfew resume``: validation before any work, a live run folder, checkpoints,
 resume and interrupts. The other commands have their own modules: re-scoring a finished run
 (:mod:`fedfew.rescore`), sweeps and comparisons (:mod:`fedfew.sweep`), runs on Flower
-(:mod:`fedfew.flower`); their old names still import from here."""
+(:mod:`fedfew.flower`)."""
 
 from __future__ import annotations
 
@@ -38,26 +38,6 @@ from fedfew.runfolder import RunFolder, RunFolderError, check_output_base, new_r
 from fedfew.tracking import Trackers
 
 logger = logging.getLogger(__name__)
-
-
-#: Moved to their own modules (re-scoring: fedfew.rescore; sweeps: fedfew.sweep; Flower's
-#: orchestration: fedfew.flower); these names still import from here.
-_MOVED = {"evaluate_run": ("fedfew.rescore", "evaluate_run"), "EVALUATE_KEYS": ("fedfew.rescore", "EVALUATE_KEYS"),
-          "parse_grid": ("fedfew.sweep", "parse_grid"), "sweep_configs": ("fedfew.sweep", "sweep_configs"),
-          "sweep": ("fedfew.sweep", "sweep"), "write_comparison": ("fedfew.sweep", "write_comparison"),
-          "run_on_federation": ("fedfew.flower.launch", "run_on_federation"),
-          "run_on_flower": ("fedfew.flower.server", "run_on_flower"),
-          "_run_local_flower": ("fedfew.flower.launch", "run_local_flower"),
-          "_flower_settings": ("fedfew.flower.launch", "flower_settings")}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        import importlib
-
-        module, attribute = _MOVED[name]
-        return getattr(importlib.import_module(module), attribute)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class RunCrashedError(RunFailedError):

@@ -14,21 +14,54 @@ smaller N or Q, :func:`~fedfew.algorithms.common.local_sampler`) run in separate
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from fedfew.algorithms.common import local_sampler, make_optimizer
-from fedfew.engine.algorithm import ClientData, ClientResult
+from fedfew.engine.algorithm import ClientData, ClientResult, Context
 from fedfew.episodes import EpisodeSampler
 from fedfew.meta.learners import EpisodicLearner
 from fedfew.meta.stacked import StackedEpisodes, stack_states, unstack, why_not_stackable
-
-if TYPE_CHECKING:
-    from fedfew.algorithms.episodic import EpisodicFedAvg
+from fedfew.models.base import FewShotModel
 
 
-def why_not_batched(algorithm: EpisodicFedAvg) -> str | None:
+class EpisodicUpdateOptions(Protocol):
+    """The options of :class:`~fedfew.algorithms.episodic.EpisodicOptions` the batched update reads
+    (read-only, so that its ``Literal`` optimiser names fit)."""
+
+    @property
+    def local_steps(self) -> int: ...
+    @property
+    def meta_batch(self) -> int: ...
+    @property
+    def optimizer(self) -> str: ...
+    @property
+    def lr(self) -> float: ...
+    @property
+    def weight_decay(self) -> float: ...
+    @property
+    def mu(self) -> float: ...
+
+
+class EpisodicUpdater(Protocol):
+    """What the batched update reads of its algorithm (an
+    :class:`~fedfew.algorithms.episodic.EpisodicFedAvg`). A protocol rather than that class, whose
+    module imports this one: typing it by the class would close an import cycle."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def learner(self) -> EpisodicLearner: ...
+    @property
+    def model(self) -> FewShotModel: ...
+    @property
+    def options(self) -> EpisodicUpdateOptions: ...
+    @property
+    def context(self) -> Context: ...
+
+
+def why_not_batched(algorithm: EpisodicUpdater) -> str | None:
     """None when :func:`episodic_update_batch` computes the client update of ``algorithm`` (whose
     class keeps :class:`EpisodicFedAvg`'s update: :meth:`EpisodicFedAvg.batching_unsupported` checks it)."""
     if type(algorithm.learner).stacked_loss is EpisodicLearner.stacked_loss:
@@ -37,7 +70,7 @@ def why_not_batched(algorithm: EpisodicFedAvg) -> str | None:
     return None if reason is None else f"{algorithm.name}'s model cannot be stacked: {reason}"
 
 
-def episodic_update_batch(algorithm: EpisodicFedAvg, payloads: Sequence[dict[str, Any]], states: Sequence[Any],
+def episodic_update_batch(algorithm: EpisodicUpdater, payloads: Sequence[dict[str, Any]], states: Sequence[Any],
                           data: Sequence[ClientData], generators: Sequence[torch.Generator]) -> list[ClientResult]:
     results: list[ClientResult | None] = [None] * len(data)
     groups: dict[tuple[Any, ...], list[tuple[int, EpisodeSampler]]] = {}
@@ -59,7 +92,7 @@ def episodic_update_batch(algorithm: EpisodicFedAvg, payloads: Sequence[dict[str
     return [r for r in results if r is not None]
 
 
-def _train_group(algorithm: EpisodicFedAvg, payloads: list[dict[str, Any]], samplers: list[EpisodeSampler],
+def _train_group(algorithm: EpisodicUpdater, payloads: list[dict[str, Any]], samplers: list[EpisodeSampler],
                  generators: list[torch.Generator]) -> list[tuple[dict[str, torch.Tensor], dict[str, float]]]:
     """The sequential update's loop (episodic.py, ``client_update``) over stacked clients of one
     episode shape: per outer step ``meta_batch`` episodes per client, Adam on the summed losses."""

@@ -1,4 +1,5 @@
-"""Pieces shared by several algorithms: local episode sampling, minibatch training, evaluation."""
+"""Pieces shared by several algorithms: local episode sampling, minibatch training, FedAvg's client
+update, evaluation."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pydantic import Field
 from torch import nn
 
 from fedfew.data.dataset import LabelledDataset
-from fedfew.engine.algorithm import EpisodeShape, EvalData, Options
+from fedfew.engine.algorithm import ClientResult, EpisodeShape, EvalData, Options
+from fedfew.engine.state import get_state, load_state_
 from fedfew.episodes import Episode, EpisodeError, EpisodeSampler
 from fedfew.evaluation import dataset_accuracy, episode_scores, mean_ci95
 from fedfew.meta.learners import EpisodicLearner, ProtoNet
@@ -97,6 +99,17 @@ def train_epochs(
             correct += int((logits.argmax(-1) == targets[batch]).sum())
             seen += len(batch)
     return {"loss": total_loss / max(seen, 1), "accuracy": correct / max(seen, 1)}
+
+
+def model_update(model: nn.Module, payload: dict[str, Any], state: Any, num_samples: int,
+                 train: Callable[[nn.Module], dict[str, float]]) -> ClientResult:
+    """FedAvg's client update, shared by every algorithm whose clients train the one global model:
+    w = w^t (the payload's ``model`` copied into ``model``, this process's workspace model), ``train(w)``
+    on the client's own data (it returns the metrics), and w back as the upload. The private state
+    passes through; a caller that keeps or sends more adds it to the result."""
+    model = load_state_(model, payload["model"])
+    metrics = train(model)
+    return ClientResult(upload={"model": get_state(model)}, state=state, metrics=metrics, num_samples=num_samples)
 
 
 def evaluate_episodes(model: nn.Module, learner: EpisodicLearner, data: EvalData) -> dict[str, float]:

@@ -16,8 +16,16 @@ from typing import Any, Literal
 
 import torch
 from pydantic import Field
+from torch import nn
 
-from fedfew.algorithms.common import TrainOptions, evaluate_model, label_map, local_scores, train_epochs
+from fedfew.algorithms.common import (
+    TrainOptions,
+    evaluate_model,
+    label_map,
+    local_scores,
+    model_update,
+    train_epochs,
+)
 from fedfew.engine.aggregation import weighted_average, weights_for
 from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, Context, EvalData, register
 from fedfew.engine.state import get_state, load_state_
@@ -86,15 +94,17 @@ class FedAvg(Algorithm):
 
     def client_update(self, payload: dict[str, Any], state: Any, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
-        model = load_state_(self.model, payload["model"])
         mu = self.options.mu
-        anchor = {k: v.clone() for k, v in payload["model"].items()} if mu > 0 else None
-        extra = (lambda m: proximal_term(m, anchor, mu)) if anchor is not None else None
-        metrics = train_epochs(model, data.train, self.targets(data.train.labels), self.options, generator, extra)
+
+        def train(model: nn.Module) -> dict[str, float]:
+            anchor = {k: v.clone() for k, v in payload["model"].items()} if mu > 0 else None
+            extra = (lambda m: proximal_term(m, anchor, mu)) if anchor is not None else None
+            return train_epochs(model, data.train, self.targets(data.train.labels), self.options, generator, extra)
+
+        result = model_update(self.model, payload, state, data.num_samples, train)
         if self.scores_uploads:  # a copy of the upload stays with the client, to be scored
-            state = {"upload": get_state(model)}
-        return ClientResult(upload={"model": get_state(model)}, state=state, metrics=metrics,
-                            num_samples=data.num_samples, num_episodes=0)
+            result.state = {"upload": get_state(self.model)}
+        return result
 
     def aggregate(self, server: dict[str, Any], results: dict[int, ClientResult],
                   generator: torch.Generator) -> dict[str, Any]:

@@ -51,6 +51,7 @@ from pydantic import Field
 from torch import nn
 from torch.func import functional_call
 
+from fedfew.algorithms.common import model_update
 from fedfew.algorithms.fedavg import FedAvg
 from fedfew.algorithms.frl import (
     FRLOptions,
@@ -66,7 +67,7 @@ from fedfew.data.dataset import LabelledDataset
 from fedfew.deployment import DeploymentOptions, LinearDeployment, LinearFL, evaluate_deployment
 from fedfew.engine.aggregation import weighted_average, weights_for
 from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, Context, EvalData, Options, register
-from fedfew.engine.state import get_state, load_state_
+from fedfew.engine.state import get_state
 from fedfew.meta.learners import strided_like
 from fedfew.seeding import seed_torch_init
 
@@ -194,13 +195,11 @@ class PerFedAvgFL(LinearFL):
 
     def client_update(self, payload: dict[str, Any], state: Any, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
-        model = load_state_(self.model, payload["model"])
         # LinearDeployment hands this group model FRLPerFedAvg's PerFedAvgOptions; LinearFL types its
         # options as the TrainOptions most deployments get.
-        metrics = per_fedavg_local(model, data.train, data.train.labels, self.options,  # type: ignore[arg-type]
-                                   generator)
-        return ClientResult(upload={"model": get_state(model)}, state=state, metrics=metrics,
-                            num_samples=data.num_samples)
+        return model_update(self.model, payload, state, data.num_samples,
+                            lambda model: per_fedavg_local(model, data.train, data.train.labels,
+                                                           self.options, generator))  # type: ignore[arg-type]
 
 
 # MetaHeadStart (algorithms/frl.py) types its model nn.Module, LinearFL a FewShotModel: the same object.
@@ -231,15 +230,14 @@ class FRLPerFedAvg(FedAvg):
 
     def client_update(self, payload: dict[str, Any], state: Any, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
-        model = load_state_(self.model, payload["model"])
-        if self.options.head_init == "meta":  # MAML-style labels, new for every local step
-            relabel, width = task_targets(data.train.labels, self.options.deployment.classes)
-            metrics = per_fedavg_local(model, data.train, relabel(generator), self.options, generator,
-                                       first_outputs_loss(width), relabel)
-        else:
-            metrics = per_fedavg_local(model, data.train, self.targets(data.train.labels), self.options, generator)
-        return ClientResult(upload={"model": get_state(model)}, state=state, metrics=metrics,
-                            num_samples=data.num_samples)
+        def train(model: nn.Module) -> dict[str, float]:
+            if self.options.head_init == "meta":  # MAML-style labels, new for every local step
+                relabel, width = task_targets(data.train.labels, self.options.deployment.classes)
+                return per_fedavg_local(model, data.train, relabel(generator), self.options, generator,
+                                        first_outputs_loss(width), relabel)
+            return per_fedavg_local(model, data.train, self.targets(data.train.labels), self.options, generator)
+
+        return model_update(self.model, payload, state, data.num_samples, train)
 
     def evaluate(self, server: dict[str, Any], data: EvalData, generator: torch.Generator) -> dict[str, float]:
         tau = self.options.deployment.classes
@@ -259,11 +257,11 @@ class PerFedAvgPrototypeFL(PrototypeFL):
 
     def client_update(self, payload: dict[str, Any], state: Any, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
-        model = load_state_(self.model, payload["model"])
-        metrics = per_fedavg_local(model, data.train, data.train.labels, self.per_options, generator,
-                                   prototype_batch_loss)
-        upload = {"model": get_state(model), "prototypes": local_prototypes(model, data.train)}
-        return ClientResult(upload=upload, state=state, metrics=metrics, num_samples=len(data.train))
+        result = model_update(self.model, payload, state, len(data.train),
+                              lambda model: per_fedavg_local(model, data.train, data.train.labels, self.per_options,
+                                                             generator, prototype_batch_loss))
+        result.upload["prototypes"] = local_prototypes(self.model, data.train)
+        return result
 
 
 @register("frl-per-fedavg-distance",
@@ -288,10 +286,9 @@ class FRLPerFedAvgDistance(Algorithm):
 
     def client_update(self, payload: dict[str, Any], state: Any, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
-        model = load_state_(self.model, payload["model"])
-        metrics = per_fedavg_local(model, data.train, data.train.labels, self.options, generator, prototype_batch_loss)
-        return ClientResult(upload={"model": get_state(model)}, state=state, metrics=metrics,
-                            num_samples=data.num_samples)
+        return model_update(self.model, payload, state, data.num_samples,
+                            lambda model: per_fedavg_local(model, data.train, data.train.labels, self.options,
+                                                           generator, prototype_batch_loss))
 
     def aggregate(self, server: dict[str, Any], results: dict[int, ClientResult],
                   generator: torch.Generator) -> dict[str, Any]:

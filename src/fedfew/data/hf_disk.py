@@ -27,6 +27,7 @@ from fedfew.data.offline import offline_environment
 from fedfew.data.registry import DATASETS
 from fedfew.data.splits import default_split
 from fedfew.data.text import check_sentence_encoder, text_dataset
+from fedfew.data.text_options import text_options
 
 NAME = "hf-disk"
 HOW = "`pip install 'fedfew[hf]'` (or `pip install datasets`)"
@@ -102,6 +103,7 @@ def _images(values: list[Any], folder: Path, field: str, size: tuple[int, int] |
 
 
 @DATASETS.register(NAME, help="a Hugging Face dataset saved with save_to_disk (offline); text_field or image_field")
+@text_options()
 def load_hf_disk(
     root: Path,
     path: str | None = None,
@@ -112,11 +114,8 @@ def load_hf_disk(
     splits: str | list[str] | None = None,
     image_size: int | list[int] | None = None,
     channels: int | None = None,
-    max_len: int = 64,
-    min_freq: int = 1,
-    vocab_size: int | None = None,
-    glove: str | None = None,
-    sentence_encoder: str | None = None,
+    *,
+    text_options: dict[str, Any],
 ) -> LabelledDataset:
     """``path``: the folder ``save_to_disk`` wrote, relative to the data folder ``root``. Exactly one
     of ``text_field`` and ``image_field``; ``label_field`` (default "label"), optional
@@ -126,7 +125,7 @@ def load_hf_disk(
         raise DataError(f"{NAME}: set exactly one of text_field (texts) and image_field (images)")
     if channels not in (None, 1, 3):
         raise DataError(f"{NAME}: channels must be 1, 3 or unset, not {channels!r}")
-    check_sentence_encoder(NAME, sentence_encoder, glove)
+    check_sentence_encoder(NAME, text_options["sentence_encoder"], text_options["glove"])
     folder = resolve_path(root, path, NAME, "a folder written by a Hugging Face dataset's save_to_disk", folder=True)
     parts = _open(folder, splits)
     raw_labels, raw_groups, inputs, is_test = [], [], [], []
@@ -154,8 +153,8 @@ def load_hf_disk(
         if bad is not None:
             raise DataError(f"{NAME}: {folder} row {bad} {text_field!r} is {type(inputs[bad]).__name__}, not a string")
         return text_dataset(
-            inputs, labels, class_names, NAME, class_split, max_len, min_freq, vocab_size, groups=groups, extras=extras,
-            glove=glove, sentence_encoder=sentence_encoder, vocab_split="base",
+            inputs, labels, class_names, NAME, class_split, groups=groups, extras=extras, vocab_split="base",
+            **text_options,
         )
     images = _images(inputs, folder, str(image_field), image_size_pair(image_size, NAME), channels)
     return generic_dataset(images, labels, class_names, NAME, groups, extras)

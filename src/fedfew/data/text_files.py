@@ -24,6 +24,7 @@ from fedfew.data.generic import check_label_value, encode_groups, encode_labels,
 from fedfew.data.registry import DATASETS
 from fedfew.data.splits import default_split
 from fedfew.data.text import check_sentence_encoder, text_dataset
+from fedfew.data.text_options import text_options
 
 Row = tuple[str, Any, Any]  # (text, label, group or None)
 
@@ -108,17 +109,15 @@ def _build(
 @DATASETS.register(
     "text-jsonl", help="your texts: JSON lines {text, label[, group]}; field names and labels of any kind"
 )
+@text_options()
 def load_text_jsonl(
     root: Path,
     path: str | None = None,
     text_field: str = "text",
     label_field: str = "label",
     group_field: str | None = None,
-    max_len: int = 64,
-    min_freq: int = 1,
-    vocab_size: int | None = None,
-    glove: str | None = None,
-    sentence_encoder: str | None = None,
+    *,
+    text_options: dict[str, Any],
 ) -> LabelledDataset:
     """One JSON object per line. ``path``: the file, relative to the data folder ``root``.
     ``text_field`` holds a string (or a list of tokens, joined with spaces), ``label_field`` an
@@ -126,15 +125,14 @@ def load_text_jsonl(
     ``vocab_size``, ``glove``, ``sentence_encoder``: as for ``huffpost``. Classes: integer labels
     in numeric order, string labels in name order; default class split a seeded 60/20/20.
     For the HuffPost format (``{"raw", "label"}``) set ``text_field: raw``."""
-    check_sentence_encoder("text-jsonl", sentence_encoder, glove)
+    check_sentence_encoder("text-jsonl", text_options["sentence_encoder"], text_options["glove"])
     file = resolve_path(root, path, "text-jsonl", "a JSON-lines file of labelled texts")
     rows = list(_jsonl_rows(file, "text-jsonl", (text_field, label_field, group_field)))
-    options = {"max_len": max_len, "min_freq": min_freq, "vocab_size": vocab_size, "glove": glove,
-               "sentence_encoder": sentence_encoder}  # fmt: skip
-    return _build(rows, file, "text-jsonl", False, options)
+    return _build(rows, file, "text-jsonl", False, text_options)
 
 
 @DATASETS.register("text-csv", help="your texts: a CSV (or TSV) with a header; columns text, label[, group]")
+@text_options()
 def load_text_csv(
     root: Path,
     path: str | None = None,
@@ -142,22 +140,17 @@ def load_text_csv(
     label_field: str = "label",
     group_field: str | None = None,
     delimiter: str | None = None,
-    max_len: int = 64,
-    min_freq: int = 1,
-    vocab_size: int | None = None,
-    glove: str | None = None,
-    sentence_encoder: str | None = None,
+    *,
+    text_options: dict[str, Any],
 ) -> LabelledDataset:
     """A CSV file with a header row naming its columns. ``delimiter``: "," by default, a tab for
     ``.tsv`` files. Labels that all read as integers are ordered as numbers. Other options as for
     ``text-jsonl``."""
-    check_sentence_encoder("text-csv", sentence_encoder, glove)
+    check_sentence_encoder("text-csv", text_options["sentence_encoder"], text_options["glove"])
     file = resolve_path(root, path, "text-csv", "a CSV file of labelled texts with a header row")
     if delimiter is None:
         delimiter = "\t" if file.suffix.lower() == ".tsv" else ","
     if len(delimiter) != 1:
         raise DataError(f"text-csv: delimiter must be one character, not {delimiter!r}")
     rows = list(_csv_rows(file, "text-csv", (text_field, label_field, group_field), delimiter))
-    options = {"max_len": max_len, "min_freq": min_freq, "vocab_size": vocab_size, "glove": glove,
-               "sentence_encoder": sentence_encoder}  # fmt: skip
-    return _build(rows, file, "text-csv", True, options)
+    return _build(rows, file, "text-csv", True, text_options)

@@ -26,10 +26,10 @@ sets ``runs_elsewhere`` and implements :meth:`Engine.launch`. Adding one is one 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
@@ -43,8 +43,7 @@ from fedfew.registry import Registry
 from fedfew.seeding import numpy_generator
 
 if TYPE_CHECKING:
-    from fedfew.config import ExperimentConfig
-    from fedfew.runfolder import RunFolder
+    from fedfew.configschema import ExperimentSchema
 
 
 class EngineError(RunFailedError):
@@ -110,6 +109,28 @@ class NoOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+@dataclass(frozen=True)
+class ExperimentBuilder:
+    """What an engine that builds experiments where its clients are (Flower's SuperNodes) needs of
+    :mod:`fedfew.experiment`, a layer above the engines: handed down in :class:`EngineSetup` (and to
+    the ClientApp by its module) instead of imported, so the engines never import up.
+
+    ``where`` names this builder (``"module:attribute"``) for a process that must load it by name:
+    a virtual SuperNode of Flower's simulation, which gets no Python object from this process."""
+
+    #: A config (as a dict) validated against the registries: ``config.load_config``.
+    load_config: Callable[[dict[str, Any]], ExperimentSchema]
+    #: The whole experiment of a config: ``experiment.build_experiment``.
+    build_experiment: Callable[[Any], Any]
+    #: What building an algorithm needs of the dataset, from its cached values: ``experiment.AlgorithmInputs``.
+    algorithm_inputs: Callable[..., Any]
+    #: (context, algorithm) of a config and those inputs: ``experiment.build_algorithm``.
+    build_algorithm: Callable[[Any, Any], tuple[Any, Algorithm]]
+    #: The text model's options of a dataset and model name: ``experiment.text_model_options``.
+    text_model_options: Callable[[Any, str], dict[str, Any]]
+    where: str
+
+
 @dataclass
 class EngineSetup:
     """What building an engine in this process gets: the algorithm, every client's data, the seed,
@@ -127,6 +148,20 @@ class EngineSetup:
     #: for an engine that starts its own runtime around the experiment (flower-sim).
     experiment: Any = None
     states_dir: Path | None = None
+    #: How the engine's own nodes build the experiment (None where the experiment is not built here).
+    builder: ExperimentBuilder | None = None
+
+
+class RunFolderView(Protocol):
+    """What an engine that runs the whole run (:meth:`Engine.launch`) uses of its run folder
+    (:class:`fedfew.runfolder.RunFolder`, a layer above the engines): where it is, and its status,
+    which the run's own processes write (the checkpoints go under its path)."""
+
+    path: Path
+
+    def read_status(self) -> dict[str, Any]: ...
+
+    def set_status(self, status: str, **info: Any) -> None: ...
 
 
 @dataclass
@@ -134,8 +169,8 @@ class Launch:
     """A run handed to an engine that runs it in its own processes (:meth:`Engine.launch`): the
     run folder (config written, status running), its config, and how it is shown."""
 
-    folder: RunFolder
-    config: ExperimentConfig
+    folder: RunFolderView
+    config: ExperimentSchema
     progress: bool | None = None
     label: str | None = None
     resume: bool = False

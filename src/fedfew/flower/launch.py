@@ -13,12 +13,11 @@ import base64
 import importlib.util
 import json
 import logging
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from fedfew.engine.engines import ENGINES, Engine, EngineSetup, InProcessEngine, Launch
+from fedfew.engine.engines import ENGINES, Engine, EngineSetup, InProcessEngine, Launch, RunFolderView
 from fedfew.errors import ConfigError, RunInterrupted
 from fedfew.flower.errors import FlowerRunError
 from fedfew.progress import progress_bar
@@ -29,17 +28,6 @@ if TYPE_CHECKING:
 __all__ = ["FlowerLaunch", "FlowerRunError", "flower_settings", "run_local_flower", "run_on_federation"]
 
 logger = logging.getLogger(__name__)
-
-
-class RunFolderView(Protocol):
-    """What the launcher uses of a run folder (:class:`fedfew.runfolder.RunFolder`, a layer above the
-    engines): where it is, and its status."""
-
-    path: Path
-
-    def read_status(self) -> dict[str, Any]: ...
-
-    def set_status(self, status: str, **info: Any) -> None: ...
 
 
 def flower_settings(config: ExperimentSchema) -> Any:
@@ -87,11 +75,14 @@ class FlowerSimLaunch(Engine):
         if importlib.util.find_spec("ray") is None or importlib.util.find_spec("flwr") is None:
             raise ConfigError("runtime.engine=flower-sim needs Flower's simulation extra: "
                               "pip install 'fedfew[flower-sim]'")
-        # A known layer violation (docs/architecture.md): the simulated nodes build experiments
-        # (fedfew.flower.node), a layer above the engines; imported here, when a flower-sim run starts.
+        if setup.builder is None:
+            raise ConfigError("runtime.engine=flower-sim needs the experiment's builder (EngineSetup.builder)")
+        # Imported when a flower-sim run starts: it imports flwr and ray. Its virtual nodes build the
+        # experiment with setup.builder, handed down by fedfew.experiment (never imported from here).
         from fedfew.flower import simulation
 
-        return simulation.start_simulation_engine(setup.experiment, setup.states, setup.faults, setup.compute, setup.states_dir)
+        return simulation.start_simulation_engine(setup.experiment, setup.states, setup.faults, setup.compute,
+                                                  setup.builder, setup.states_dir)
 
 
 def run_local_flower(folder: RunFolderView, config: ExperimentSchema, progress: bool | None, label: str | None,

@@ -10,6 +10,10 @@ needs between messages lives in two places:
   and what building the algorithm needs to know of the dataset, so that later messages read a few
   megabytes instead of loading and partitioning the dataset again.
 
+What a node needs of :mod:`fedfew.experiment` (loading the config, building the experiment or its
+algorithm, the text model's options) comes as an :class:`~fedfew.engine.engines.ExperimentBuilder`
+argument: this module sits with the engines, below the experiment, and never imports it.
+
 The node learns who it is from ``--node-config``: ``client-id`` (required), ``data-root`` (its data
 folder; default ``$FEDFEW_DATA``, else ``./data``), ``cache-dir`` (default ``$FEDFEW_CACHE/flower``).
 """
@@ -25,11 +29,12 @@ from typing import Any, overload
 
 from flwr.app import ConfigRecord, RecordDict
 
-from fedfew.config import ExperimentConfig, load_config
+from fedfew.configschema import ExperimentSchema
 from fedfew.data.dataset import LabelledDataset
 from fedfew.engine import serialize
 from fedfew.engine.algorithm import Algorithm, ClientData
 from fedfew.engine.compute import Compute
+from fedfew.engine.engines import ExperimentBuilder
 from fedfew.engine.protocol import MAIN
 from fedfew.errors import UsageError
 from fedfew.flower.records import from_records, record_int, to_records
@@ -61,10 +66,11 @@ def store_config(state: RecordDict, config: dict[str, Any]) -> None:
     state[CONFIG_KEY] = ConfigRecord({"json": json.dumps(config)})
 
 
-def stored_config(state: RecordDict) -> ExperimentConfig:
+def stored_config(state: RecordDict, builder: ExperimentBuilder) -> ExperimentSchema:
+    """The run's config as the server sent it, validated by ``builder``."""
     if CONFIG_KEY not in state:
         raise NodeConfigError("this node has not been sent the run's config (the server's first message)")
-    return load_config(json.loads(str(state[CONFIG_KEY]["json"])))
+    return builder.load_config(json.loads(str(state[CONFIG_KEY]["json"])))
 
 
 # -- the private state, kept in context.state --------------------------------------------------------
@@ -114,7 +120,7 @@ def is_state_key(key: str) -> bool:
 # -- the node's algorithm and data -----------------------------------------------------------------
 @dataclass
 class NodeSetup:
-    config: ExperimentConfig
+    config: ExperimentSchema
     algorithm: Algorithm
     client: ClientData
     compute: Compute
@@ -138,54 +144,51 @@ def _dataset_from(d: dict[str, Any] | None) -> LabelledDataset | None:
                            groups=d["groups"], lengths=d["lengths"], splits=d["splits"])
 
 
-def _cache_key(config: ExperimentConfig, client_id: int, data_root: str | None) -> str:
+def _cache_key(config: ExperimentSchema, client_id: int, data_root: str | None) -> str:
     relevant = {k: config.model_dump(mode="json")[k] for k in
                 ("seed", "task", "dataset", "splits", "classification", "partition", "model", "episodes")}
     text = json.dumps([relevant, client_id, data_root], sort_keys=True)
     return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
 
 
-def with_data_root(config: ExperimentConfig, data_root: str | None) -> ExperimentConfig:
+def with_data_root(config: ExperimentSchema, data_root: str | None) -> ExperimentSchema:
     """The config with this node's data folder (the server's path means nothing here)."""
     return config.model_copy(update={"dataset": config.dataset.model_copy(update={"root": data_root})})
 
 
-def node_setup(config: ExperimentConfig, client_id: int, data_root: str | None, cache_dir: Path) -> NodeSetup:
+def node_setup(config: ExperimentSchema, client_id: int, data_root: str | None, cache_dir: Path,
+               builder: ExperimentBuilder) -> NodeSetup:
     """This client's algorithm and data: from the cache file, or built from the dataset (and cached)."""
-    from fedfew.experiment import AlgorithmInputs, build_algorithm, build_experiment
-
     config = with_data_root(config, data_root)
     compute = Compute.from_runtime(config.runtime.device, config.runtime.precision)
     path = cache_dir / f"node-{_cache_key(config, client_id, data_root)}.safetensors"
     if path.is_file():
         try:
             cached, _ = serialize.load(path)
-            inputs = AlgorithmInputs(tuple(cached["meta"]["input_shape"]), cached["meta"]["num_classes"],
+            inputs = builder.algorithm_inputs(tuple(cached["meta"]["input_shape"]), cached["meta"]["num_classes"],
                                      list(cached["meta"]["train_classes"]), cached["meta"]["dataset_name"],
                                      cached["meta"]["model_options"], cached["meta"]["num_clients"])
             client = ClientData(client_id, _dataset_from(cached["train"]), _dataset_from(cached["val"]))
-            _, algorithm = build_algorithm(config, inputs)
+            _, algorithm = builder.build_algorithm(config, inputs)
             return NodeSetup(config, algorithm, client, compute)
         except (serialize.StateFormatError, KeyError, TypeError):
             path.unlink(missing_ok=True)  # a stale or broken cache: rebuild it
-    experiment = build_experiment(config)
+    experiment = builder.build_experiment(config)
     if not 0 <= client_id < len(experiment.clients):
         raise NodeConfigError(f"client-id {client_id} is outside 0..{len(experiment.clients) - 1} for this config")
-    cache_client(config, experiment, client_id, data_root, cache_dir)
+    cache_client(config, experiment, client_id, data_root, cache_dir, builder)
     return NodeSetup(config, experiment.algorithm, experiment.clients[client_id], compute)
 
 
-def cache_client(config: ExperimentConfig, experiment: Any, client_id: int, data_root: str | None,
-                 cache_dir: Path) -> Path:
+def cache_client(config: ExperimentSchema, experiment: Any, client_id: int, data_root: str | None,
+                 cache_dir: Path, builder: ExperimentBuilder) -> Path:
     """Write client ``client_id``'s cache file from a built experiment (what :func:`node_setup` reads):
     the simulation engine writes every client's once, so that its virtual nodes never load the dataset."""
-    from fedfew.experiment import text_model_options
-
     config = with_data_root(config, data_root)
     path = cache_dir / f"node-{_cache_key(config, client_id, data_root)}.safetensors"
     client = experiment.clients[client_id]
     ctx = experiment.context
-    options = text_model_options(experiment.dataset, config.model.name)
+    options = builder.text_model_options(experiment.dataset, config.model.name)
     meta = {"input_shape": list(ctx.input_shape), "num_classes": ctx.num_classes,
             "train_classes": list(ctx.train_classes), "dataset_name": experiment.dataset.name,
             "model_options": options, "num_clients": ctx.num_clients}
@@ -193,12 +196,11 @@ def cache_client(config: ExperimentConfig, experiment: Any, client_id: int, data
     return path
 
 
-def node_evaluation_data(config: ExperimentConfig, data_root: str | None, split: str) -> Any:
+def node_evaluation_data(config: ExperimentSchema, data_root: str | None, split: str,
+                         builder: ExperimentBuilder) -> Any:
     """The fixed evaluation tasks (or labelled set) of ``split``, built as the server builds them:
     a personalised method's clients score their own models on the same tasks."""
-    from fedfew.experiment import build_experiment
-
-    experiment = build_experiment(with_data_root(config, data_root))
+    experiment = builder.build_experiment(with_data_root(config, data_root))
     data = experiment.val if split == "val" else experiment.test
     if data is None:
         raise NodeConfigError(f"this config has no {split} data")

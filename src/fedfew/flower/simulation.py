@@ -1,6 +1,6 @@
 """``runtime.engine: flower-sim``: fedfew's Flower apps on Flower's Simulation Engine (Ray backend).
 
-The same ClientApp handlers as the deployment runtime (:mod:`fedfew.flower.apps`) and the same
+The same ClientApp handlers as the deployment runtime (:mod:`fedfew.flower.handlers`) and the same
 server-side engine (:class:`~fedfew.flower.engine.FlowerEngine`), but the SuperNodes are virtual: one
 per fedfew client (Flower's ``partition-id`` is the client id), their ClientApps run in long-lived Ray
 actors (``flower.sim.num_cpus`` / ``num_gpus`` per actor decide how many run at once), and each
@@ -12,6 +12,11 @@ and hands the ServerApp a separate process, so this process could not drive the 
 (deprecated in 1.42, still the Python entry point of the same engine) runs the ServerApp in a thread of
 this process. The ServerApp here does no work of its own: it hands its Grid to this engine and waits,
 so the training loop, checkpoints and evaluation are exactly those of every other engine.
+
+What the virtual nodes need of :mod:`fedfew.experiment` (a layer above this one) is the
+:class:`~fedfew.engine.engines.ExperimentBuilder` the experiment hands its engine: a node runs in a Ray
+actor, another process, so it gets the builder by the name the builder gives (``where``), through the
+actors' environment, and loads it there.
 
 Ray: a private instance (``address`` unset), or a cluster joined at ``flower.sim.address``
 (``ray start --head`` / ``ray start --address``). The client data is written once to a cache folder
@@ -32,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+from importlib import import_module
 from pathlib import Path
 from queue import Empty, Queue
 from typing import Any
@@ -42,9 +48,9 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedfew.data.offline import offline_environment
 from fedfew.engine.compute import Compute
-from fedfew.engine.engines import Faults
+from fedfew.engine.engines import ExperimentBuilder, Faults
 from fedfew.errors import UsageError
-from fedfew.flower import apps
+from fedfew.flower import handlers
 from fedfew.flower.engine import FlowerEngine, FlowerRunError
 from fedfew.flower.node import cache_client
 from fedfew.flower.secagg import secure_aggregation_mod
@@ -53,7 +59,7 @@ from fedfew.processes import descendant_pids, end
 
 log = logging.getLogger(__name__)
 
-CACHE_ENV, ROOT_ENV = "FEDFEW_SIM_CACHE", "FEDFEW_SIM_DATA_ROOT"
+CACHE_ENV, ROOT_ENV, BUILDER_ENV = "FEDFEW_SIM_CACHE", "FEDFEW_SIM_DATA_ROOT", "FEDFEW_SIM_BUILDER"
 
 
 class SimulationSetupError(UsageError):
@@ -74,23 +80,35 @@ def _as_fedfew_node(context: Context) -> Context:
     return context
 
 
+def node_builder() -> ExperimentBuilder:
+    """The experiment builder of the run, in a virtual node's process: loaded by the name the
+    simulation put in the actors' environment (:attr:`ExperimentBuilder.where`)."""
+    where = os.environ.get(BUILDER_ENV)
+    if not where:
+        raise SimulationSetupError(f"this virtual node has no experiment builder (${BUILDER_ENV} is not set)")
+    module, _, attribute = where.partition(":")
+    builder = getattr(import_module(module), attribute)
+    assert isinstance(builder, ExperimentBuilder), where
+    return builder
+
+
 sim_client_app = ClientApp()
 
 
 @sim_client_app.query()
 def _query(msg: Message, context: Context) -> Message:
     # The server wrote this node's cache; a node of a cluster without it builds it at its first task.
-    return apps.hello(msg, _as_fedfew_node(context), prepare=False)  # type: ignore[call-arg]  # the query decorator hides it
+    return handlers.hello(msg, _as_fedfew_node(context), node_builder(), prepare=False)
 
 
 @sim_client_app.train(mods=[secure_aggregation_mod])  # Flower's SecAgg+ on the rounds that ask for it
 def _train(msg: Message, context: Context) -> Message:
-    return apps.train(msg, _as_fedfew_node(context))
+    return handlers.train(msg, _as_fedfew_node(context), node_builder())
 
 
 @sim_client_app.evaluate()
 def _evaluate(msg: Message, context: Context) -> Message:
-    return apps.evaluate(msg, _as_fedfew_node(context))
+    return handlers.evaluate(msg, _as_fedfew_node(context), node_builder())
 
 
 # -- Ray -----------------------------------------------------------------------------------------------
@@ -155,9 +173,10 @@ class Simulation:
     :meth:`close`. Several runs may use one in turn (each run's ``query`` starts the nodes afresh)."""
 
     def __init__(self, num_nodes: int, settings: Any, data_root: str | None = None,
-                 startup_timeout: float = 300.0) -> None:
+                 startup_timeout: float = 300.0, *, builder: ExperimentBuilder) -> None:
         from flwr.simulation import run_simulation
 
+        self.builder = builder
         self.cache_dir = Path(tempfile.mkdtemp(prefix="fedfew-sim-cache-"))
         self.data_root = data_root
         self._done = threading.Event()
@@ -165,7 +184,8 @@ class Simulation:
         self._errors: Queue[BaseException] = Queue()
         self._before = descendant_pids(os.getpid())
         try:
-            _init_ray(settings, {CACHE_ENV: str(self.cache_dir), **({ROOT_ENV: data_root} if data_root else {})})
+            _init_ray(settings, {CACHE_ENV: str(self.cache_dir), BUILDER_ENV: builder.where,
+                                 **({ROOT_ENV: data_root} if data_root else {})})
             grids: Queue[Grid] = Queue()
             server = ServerApp()
 
@@ -229,21 +249,25 @@ class Simulation:
 # -- the engine ------------------------------------------------------------------------------------
 class FlowerSimEngine(FlowerEngine):
     """The Flower engine talking to the virtual SuperNodes of a :class:`Simulation`: its own, started
-    here and stopped by :meth:`close`, unless one is given."""
+    here with ``builder`` and stopped by :meth:`close`, unless one is given (with its own builder)."""
 
     name = "flower-sim"
 
     def __init__(self, experiment: Any, faults: Faults | None, compute: Compute, run_dir: Path | None,
-                 simulation: Simulation | None = None) -> None:
+                 simulation: Simulation | None = None, builder: ExperimentBuilder | None = None) -> None:
         config = experiment.config
         self._owned = simulation is None
         self.simulation = simulation
         try:
             if simulation is None:
+                if builder is None:
+                    raise ValueError("FlowerSimEngine needs a simulation or an experiment builder to start one")
                 self.simulation = simulation = Simulation(len(experiment.clients), config.flower.sim,
-                                                          config.dataset.root, config.flower.startup_timeout)
+                                                          config.dataset.root, config.flower.startup_timeout,
+                                                          builder=builder)
             for client in experiment.clients:  # the virtual nodes read these instead of the dataset
-                cache_client(config, experiment, client.client_id, simulation.data_root, simulation.cache_dir)
+                cache_client(config, experiment, client.client_id, simulation.data_root, simulation.cache_dir,
+                             simulation.builder)
             log_path = None
             if run_dir is not None:
                 (run_dir / "flower").mkdir(parents=True, exist_ok=True)
@@ -262,6 +286,7 @@ class FlowerSimEngine(FlowerEngine):
 
 
 def start_simulation_engine(experiment: Any, states: Any, faults: Faults, compute: Compute,
-                            states_dir: Path | None = None) -> FlowerSimEngine:
+                            builder: ExperimentBuilder, states_dir: Path | None = None) -> FlowerSimEngine:
     """The engine factory for ``runtime.engine: flower-sim`` (the run folder is ``states_dir``'s parent)."""
-    return FlowerSimEngine(experiment, faults, compute, states_dir.parent if states_dir is not None else None)
+    return FlowerSimEngine(experiment, faults, compute, states_dir.parent if states_dir is not None else None,
+                           builder=builder)

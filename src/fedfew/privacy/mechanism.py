@@ -48,7 +48,7 @@ from fedfew.privacy.coverage import PrivacyConfigError, check_algorithm, upload_
 from fedfew.seeding import torch_generator
 
 if TYPE_CHECKING:
-    from fedfew.config import PrivacyConfig
+    from fedfew.configschema import PrivacyConfig
     from fedfew.engine.algorithm import Algorithm, ClientResult
 
 __all__ = ["COUNT_NOISE_KEY", "NOISE_KEY", "STATE_KEY", "PrivateAggregation"]
