@@ -300,7 +300,8 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
     try:
         guard = LossGuard(**config.runtime.divergence.model_dump())
         outcome = simulator.run(rounds, config.federation.clients_per_round, config.eval.every,
-                                config.eval.track_test, on_round, selection=config.eval.selection, guard=guard)
+                                config.eval.track_test, on_round, selection=config.eval.selection, guard=guard,
+                                initial=scores_round_zero(config, simulator))
         trained = True
     except KeyboardInterrupt:
         raise interrupted("during the final evaluation" if simulator.state.round >= rounds else "") from None
@@ -332,6 +333,8 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
         seconds = time.perf_counter() - start + (simulator.state.seconds if resume else 0.0)
         summary = summarise(config, outcome, seconds, experiment.context)
         summary["data_seconds"] = round(experiment.data_seconds, 2)
+        if outcome.get("initial") is None and config.eval.initial != "always":
+            summary["initial_scored"] = False  # eval.initial: auto left round 0 unscored (no selection reads it)
         mixed = folder.read_status().get("other_version")  # resumed with --allow-other-version
         if mixed:
             summary["other_version"] = mixed
@@ -358,6 +361,15 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
     summary.update({"history": outcome["history"], "folder": str(folder.path), "label": label or config.name})
     summary["_simulator"] = simulator
     return summary
+
+
+def scores_round_zero(config: ExperimentConfig, simulator: Simulator) -> bool:
+    """Whether round 0 (the initial model's score) is computed: always with ``eval.initial: always``;
+    with "auto" only where something reads it: the best-round selection on validation (round 0 is a
+    candidate) or a run of 0 rounds (the untrained control, whose test score it is)."""
+    if config.eval.initial == "always" or config.federation.rounds == 0:
+        return True
+    return simulator.val is not None and config.eval.selection == "best"
 
 
 def _warn_participation(config: ExperimentConfig, summary: dict[str, Any]) -> None:
