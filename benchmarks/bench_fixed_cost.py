@@ -1,6 +1,6 @@
 """The fixed cost of one ``fedfew run``, phase by phase (issue 42, item 1).
 
-    python benchmarks/bench_fixed_cost.py [CONFIG] [--set key=value ...] [--repeat N] [--json FILE]
+    python benchmarks/bench_fixed_cost.py [CONFIG] [--set key=value ...] [--repeat N] [--json FILE] [--src DIR]
 
 Runs CONFIG (default ``benchmarks/peers.yaml``) in a child process, as ``fedfew run`` would (the same
 ``run_experiment``, into a temporary output folder), and times each phase from outside the code that
@@ -98,7 +98,8 @@ def one(args: argparse.Namespace) -> dict[str, Any]:
     command = [sys.executable, str(Path(__file__).resolve()), "--child", args.config, "--out", out]
     for override in args.set:
         command += ["--set", override]
-    env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    src = Path(args.src).resolve() if args.src else REPO / "src"  # another checkout's fedfew: a before/after
+    env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     load = os.getloadavg()[0]
     t0 = time.time()
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, check=False)
@@ -121,6 +122,7 @@ def main() -> int:
     parser.add_argument("config", nargs="?", default=str(REPO / "benchmarks" / "peers.yaml"))
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--src", default=None, help="the fedfew source folder to run (default: this checkout's src)")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help=argparse.SUPPRESS)

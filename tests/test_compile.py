@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import torch
 
 from fedfew.config import ConfigError, load_config
 from fedfew.experiment import build_experiment
@@ -52,3 +53,10 @@ def test_the_graph_captured_setting_equals_the_eager_one_on_the_cpu() -> None:
 def test_compile_outside_this_process_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="runtime.compile"):
         load_config(tiny_config("fl-maml"), ["runtime.compile=default", "runtime.workers=2"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here")
+def test_the_graph_captured_batched_step_on_cuda_equals_the_eager_one() -> None:
+    # benchmarks/gpu_checks.sh runs this (-k cuda): CUDA graphs captured at the first round, replayed after
+    extra = ["runtime.batch_clients=true", "runtime.device=cuda", "federation.rounds=2"]
+    assert_close(run(extra), run([*extra, "runtime.compile=reduce-overhead"]))
