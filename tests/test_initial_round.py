@@ -51,3 +51,17 @@ def test_a_bad_value_is_one_line_naming_the_key(tmp_path: Path, capsys: pytest.C
     assert main(["run", str(path), "--set", "runtime.compile=fast", "--out", str(tmp_path), "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "runtime.compile" in err
+
+
+def test_the_new_keys_at_their_defaults_keep_every_stored_key() -> None:
+    # Their defaults are registered as neutral (left out of the key), so every stored cell keeps its
+    # key (the stored records' own hashes: tests/test_per_class.py, test_privacy.py, test_secagg.py);
+    # any other value is part of it.
+    from fedfew.configschema import EvalConfig, RuntimeConfig
+    from fedfew.study.grid import NEUTRAL_DEFAULTS, config_hash
+
+    assert NEUTRAL_DEFAULTS[("eval", "initial")] == EvalConfig().initial == "always"
+    assert NEUTRAL_DEFAULTS[("runtime", "compile")] == RuntimeConfig().compile == "off"
+    config = load_config(tiny_config("fl-proto"))
+    for override in ("eval.initial=auto", "runtime.compile=default"):
+        assert config_hash(load_config(tiny_config("fl-proto"), [override])) != config_hash(config), override
