@@ -63,5 +63,6 @@ def test_the_new_keys_at_their_defaults_keep_every_stored_key() -> None:
     assert NEUTRAL_DEFAULTS[("eval", "initial")] == EvalConfig().initial == "always"
     assert NEUTRAL_DEFAULTS[("runtime", "compile")] == RuntimeConfig().compile == "off"
     config = load_config(tiny_config("fl-proto"))
+    assert load_config(tiny_config("fl-proto"), ["runtime.compile=off"]).runtime.compile == "off"  # YAML's false
     for override in ("eval.initial=auto", "runtime.compile=default"):
         assert config_hash(load_config(tiny_config("fl-proto"), [override])) != config_hash(config), override

@@ -204,6 +204,14 @@ class RuntimeConfig(Section):
     #: episodes captured once and replayed). Equal to eager within float32 rounding
     #: (tests/test_compile.py); compiling costs seconds to minutes at the first round.
     compile: Literal["off", "default", "reduce-overhead"] = "off"
+
+    @field_validator("compile", mode="before")
+    @classmethod
+    def _compile_off(cls, value: Any) -> Any:
+        """YAML reads a bare ``off`` as false (and ``on`` as true): false is "off", true "default"."""
+        if value is False:
+            return "off"
+        return "default" if value is True else value
     #: Experiment trackers writing into the run folder: "tensorboard", "mlflow" (fedfew.tracking).
     loggers: list[str] = Field(default_factory=list)
     #: When a finite but exploding run stops as diverged (:class:`DivergenceConfig`).
