@@ -88,7 +88,8 @@ def child(config_path: str, overrides: list[str], out: str) -> None:
     spent["config"] = (t0 - marks["imported"]) + (marks["done"] - t0 - train)
     spent["rounds"] = spent.pop("run") - spent.get("round 0", 0.0) - spent.get("final test", 0.0)
     print("PHASES " + json.dumps({"marks": marks, "spent": spent, "initial_scored": "initial_score" in summary,
-                                  "test_accuracy": summary["test"].get("accuracy")}), flush=True)
+                                  "test_accuracy": summary["test"].get("accuracy"),
+                                  "round_seconds": [row.get("seconds") for row in summary["history"]]}), flush=True)
     marks_end = time.time()
     print("LAST " + repr(marks_end), flush=True)
 
@@ -114,7 +115,7 @@ def one(args: argparse.Namespace) -> dict[str, Any]:
               **{k: spent.get(k, 0.0) for k in PHASES if k in spent}, "exit": t_end - last}
     return {"phases": {k: phases.get(k, 0.0) for k in PHASES}, "total": t_end - t0, "load_before": load,
             "load_after": os.getloadavg()[0], "initial_scored": record["initial_scored"],
-            "test_accuracy": record["test_accuracy"]}
+            "test_accuracy": record["test_accuracy"], "round_seconds": record["round_seconds"]}
 
 
 def main() -> int:
@@ -136,7 +137,8 @@ def main() -> int:
         run = one(args)
         runs.append(run)
         print(f"run {i + 1}: {run['total']:.2f} s, load average {run['load_before']:.2f} -> {run['load_after']:.2f}, "
-              f"round 0 scored: {run['initial_scored']}, test accuracy {run['test_accuracy']}")
+              f"round 0 scored: {run['initial_scored']}, test accuracy {run['test_accuracy']}, "
+              f"seconds at the end of each round {[round(x, 2) for x in run['round_seconds']]}")
         for phase, seconds in run["phases"].items():
             print(f"  {phase:<12} {seconds:7.2f} s  {100 * seconds / run['total']:5.1f}%")
     if args.json:
