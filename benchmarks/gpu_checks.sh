@@ -103,9 +103,9 @@ if has graphs; then
       SAMPLER=$!
     fi
     GRAPH_RUNS="$(mktemp -d)"
-    FEDFEW_DATA="$FEDFEW_SHARED_DATA" step graphs-"$label" 120 "$PYTHON" -m fedfew.cli run benchmarks/peers.yaml \
+    FEDFEW_DATA="$FEDFEW_SHARED_DATA" step graphs-"$label" 180 "$PYTHON" -m fedfew.cli run benchmarks/peers.yaml \
       --out "$GRAPH_RUNS" --quiet --set runtime.device="$DEVICE" --set runtime.workers=0 --set runtime.threads=2 \
-      --set runtime.batch_clients=true --set "${setting#*:}" --set federation.rounds="$ROUNDS"
+      --set runtime.batch_clients=true --set "${setting#*:}" --set federation.rounds="$ROUNDS" --set eval.initial=auto
     [ -n "$SAMPLER" ] && kill "$SAMPLER" 2>/dev/null
     { echo "===== nvidia-smi samples, $label ====="; cat "$UTIL"; } >>"$LOG"
     "$PYTHON" - "$GRAPH_RUNS" "$label" "$UTIL" <<'PY' | tee -a "$SUMMARY"
