@@ -8,6 +8,10 @@
 #   4. the peers' workload: the loop (../shared/peers/loop_pfllib_style.py --device cuda) against
 #      fedfew sequential, batched, and batched bf16 on the same GPU, alternated in one invocation
 #      (benchmarks/bench_peers.py), with nvidia-smi sampling GPU utilisation;
+#   4b. the graph-captured batched path (issue 42): runtime.compile=reduce-overhead (torch.compile, CUDA
+#      graphs captured once, replayed every round) against the eager batched path, one fedfew run each on
+#      the peers' workload with nvidia-smi sampled per run (mean GPU utilisation and the seconds per round
+#      into summary.txt), and the same setting as a variant of step 4;
 #   5. one stored study cell at its own budget on the device (.gpu/cell.yaml: FedFSL Table 3's headline,
 #      FedFSL-MI-Adv, 100 rounds x 5 local steps), its accuracy and seconds beside the CPU's stored ones.
 # Everything goes to $OUT (at most 8 files come back): summary.txt, all.log, env.txt, pytest.xml,
@@ -20,7 +24,7 @@ cd "$(dirname "$0")/.."
 OUT="${OUT:-$(mktemp -d)}"; mkdir -p "$OUT"
 BUDGET="${BUDGET:-480}"; PAIRS="${PAIRS:-2}"; ROUNDS="${ROUNDS:-10}"
 DEVICE="${GPU_CHECKS_DEVICE:-cuda}"; PYTHON="${PYTHON:-python3}"
-STEPS="${STEPS:-tests compare peers cell}"  # a rerun may name fewer
+STEPS="${STEPS:-tests compare peers graphs cell}"  # a rerun may name fewer
 START=$(date +%s)
 export PYTHONUNBUFFERED=1 FLWR_TELEMETRY_ENABLED=0
 LOG="$OUT/all.log"; SUMMARY="$OUT/summary.txt"; : >"$LOG"; : >"$SUMMARY"
@@ -58,8 +62,8 @@ export FEDFEW_SHARED="${FEDFEW_SHARED:-$PWD/.gpu/shared}" FEDFEW_SHARED_DATA="${
 note "env: $(tail -2 "$OUT/env.txt" | tr '\n' ' ')"
 
 # 2. the CUDA tests (skip cleanly without a GPU)
-has tests && step cuda-tests 150 "$PYTHON" -m pytest -rfE -p no:randomly -p no:cacheprovider tests/test_engines.py tests/test_batched.py \
-  -k cuda --junitxml="$OUT/pytest.xml"
+has tests && step cuda-tests 200 "$PYTHON" -m pytest -rfE -p no:randomly -p no:cacheprovider -o addopts="" \
+  tests/test_engines.py tests/test_batched.py tests/test_compile.py -k cuda --junitxml="$OUT/pytest.xml"
 has tests && note "$(grep -Eo '[0-9]+ (passed|failed|skipped|error)[^=]*' "$LOG" | tail -1)"
 
 # 3. every algorithm, 2 rounds, device against cpu; the batched path on the device
@@ -82,11 +86,43 @@ fi
 has peers && step peers-"$DEVICE" 300 "$PYTHON" benchmarks/bench_peers.py run --pairs "$PAIRS" --rounds "$ROUNDS" \
   --peer-device "$DEVICE" --set runtime.device="$DEVICE" --set runtime.workers=0 --set runtime.threads=2 \
   --variant sequential: --variant batched:runtime.batch_clients=true \
-  --variant batched-bf16:runtime.batch_clients=true,runtime.precision=bf16 --json "$OUT/peers_cuda.json"
+  --variant batched-bf16:runtime.batch_clients=true,runtime.precision=bf16 \
+  --variant batched-graphs:runtime.batch_clients=true,runtime.compile=reduce-overhead --json "$OUT/peers_cuda.json"
 [ -n "$UTIL_PID" ] && kill "$UTIL_PID" 2>/dev/null
 grep -E '^pair |wall-time ratio|episodes/s' "$LOG" | tee -a "$SUMMARY"
 if [ -s "$OUT/gpu_util.csv" ]; then
   note "gpu utilisation during the benchmark: $(awk -F', ' 'NR>1 {gsub(/ %/,"",$2); s+=$2; n++} END {if (n) printf "mean %.0f%% over %d samples", s/n, n}' "$OUT/gpu_util.csv")"
+fi
+
+# 4b. eager against graph-captured batched clients, one run each, GPU utilisation sampled per run
+if has graphs; then
+  for setting in "batched:runtime.compile=off" "graphs:runtime.compile=reduce-overhead"; do
+    label="${setting%%:*}"; UTIL="$(mktemp)"; SAMPLER=""
+    if command -v nvidia-smi >/dev/null 2>&1; then
+      nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -lms 200 >"$UTIL" 2>/dev/null &
+      SAMPLER=$!
+    fi
+    GRAPH_RUNS="$(mktemp -d)"
+    FEDFEW_DATA="$FEDFEW_SHARED_DATA" step graphs-"$label" 180 "$PYTHON" -m fedfew.cli run benchmarks/peers.yaml \
+      --out "$GRAPH_RUNS" --quiet --set runtime.device="$DEVICE" --set runtime.workers=0 --set runtime.threads=2 \
+      --set runtime.batch_clients=true --set "${setting#*:}" --set federation.rounds="$ROUNDS" --set eval.initial=auto
+    [ -n "$SAMPLER" ] && kill "$SAMPLER" 2>/dev/null
+    { echo "===== nvidia-smi samples, $label ====="; cat "$UTIL"; } >>"$LOG"
+    "$PYTHON" - "$GRAPH_RUNS" "$label" "$UTIL" <<'PY' | tee -a "$SUMMARY"
+import json, pathlib, sys
+runs, label, util = pathlib.Path(sys.argv[1]), sys.argv[2], pathlib.Path(sys.argv[3])
+samples = [float(line.split(",")[1].strip().rstrip(" %")) for line in util.read_text().splitlines() if line.count(",") >= 2]
+folder = next(iter(sorted(p for p in runs.iterdir() if p.is_dir())), None)
+summary = json.loads((folder / "summary.json").read_text()) if folder and (folder / "summary.json").exists() else {}
+rows = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()] if folder and (folder / "metrics.jsonl").exists() else []
+secs = [b["seconds"] - a["seconds"] for a, b in zip(rows, rows[1:])]
+steady = sorted(secs)[len(secs) // 2] if secs else None
+mean = sum(samples) / len(samples) if samples else None
+print(f"graphs {label}: accuracy {summary.get('test', {}).get('accuracy')}, run {summary.get('seconds')} s, "
+      f"first round {rows[0]['seconds'] if rows else None} s, median later round {steady} s, "
+      f"gpu utilisation mean {mean if mean is None else round(mean, 1)}% over {len(samples)} samples")
+PY
+  done
 fi
 
 # 5. the stored cell at its budget on the device (its config as stored; only the device differs)

@@ -116,6 +116,9 @@ class ExperimentConfig(ExperimentSchema):
             engine_options.model_validate(self.runtime.engine_options)
         except ValidationError as err:
             raise ValueError(format_errors(err, prefix="runtime.engine_options", model=engine_options, header=False)) from None
+        if self.runtime.compile != "off" and self.runtime.engine != "inprocess":
+            raise ValueError(f"runtime.compile compiles the clients' step in this process: set runtime.engine: "
+                             f"inprocess (got {self.runtime.engine}) or runtime.compile: off")
         if self.runtime.batch_clients and self.runtime.engine != "inprocess":
             raise ValueError("runtime.batch_clients runs a round's clients together in this process: set "
                              "runtime.engine: inprocess")

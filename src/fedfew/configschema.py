@@ -161,6 +161,11 @@ class EvalConfig(Section):
     #: ``membership`` to the summary (few-shot methods scored on the server's model). Off by default
     #: (None); computed after the score, from generators of its own, so the scores stay as without it.
     membership_inference: MembershipInferenceConfig | None = None
+    #: Round 0, the initial model scored before any training: "always" (the default; every run reports
+    #: ``initial_score``, which study cells and their untrained controls read) or "auto" (scored only
+    #: where something reads it: a selection on validation, or a run of 0 rounds). "auto" saves one
+    #: evaluation pass of a run without validation; the summary then says ``initial_scored: false``.
+    initial: Literal["always", "auto"] = "always"
 
 
 class DivergenceConfig(Section):
@@ -208,6 +213,20 @@ class RuntimeConfig(Section):
     #: stackable models (Conv4). Equal to the sequential path up to floating-point summation order
     #: (tests/test_batched.py).
     batch_clients: bool = False
+    #: torch.compile of the batched clients' stacked forward and loss (runtime.batch_clients) and of the
+    #: model's forward on the sequential path in this process: "off" (the default: eager), "default"
+    #: (inductor) or "reduce-overhead" (inductor with CUDA graphs on a GPU: a round's static-shape
+    #: episodes captured once and replayed). Equal to eager within float32 rounding
+    #: (tests/test_compile.py); compiling costs seconds to minutes at the first round.
+    compile: Literal["off", "default", "reduce-overhead"] = "off"
+
+    @field_validator("compile", mode="before")
+    @classmethod
+    def _compile_off(cls, value: Any) -> Any:
+        """YAML reads a bare ``off`` as false (and ``on`` as true): false is "off", true "default"."""
+        if value is False:
+            return "off"
+        return "default" if value is True else value
     #: Experiment trackers writing into the run folder: "tensorboard", "mlflow" (fedfew.tracking).
     loggers: list[str] = Field(default_factory=list)
     #: When a finite but exploding run stops as diverged (:class:`DivergenceConfig`).

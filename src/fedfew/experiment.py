@@ -93,8 +93,10 @@ class Experiment:
         elif config.runtime.batch_clients:  # validated: only with runtime.engine: inprocess
             from fedfew.engine.batched import BatchedEngine
 
-            engine = BatchedEngine(self.algorithm, by_id, seed, states, faults, compute)
+            engine = BatchedEngine(self.algorithm, by_id, seed, states, faults, compute, config.runtime.compile)
         else:
+            if config.runtime.compile != "off":  # validated: with runtime.engine: inprocess
+                compile_model(self.algorithm, config.runtime.compile)
             evals = {d.split: d for d in (self.val, self.test) if d is not None}
             setup = EngineSetup(self.algorithm, by_id, seed, states, faults, compute, evals, self, run_states_dir,
                                 NODE_BUILDER)
@@ -103,6 +105,15 @@ class Experiment:
             states = RemoteClientStates([c.client_id for c in self.clients])
         return Simulator(self.algorithm, self.clients, seed, self.val, self.test, states=states, engine=engine,
                          init_seed=config.model.init_seed, per_class=config.eval.per_class, privacy=self.privacy)
+
+
+def compile_model(algorithm: Algorithm, mode: str) -> None:
+    """``runtime.compile`` on the sequential path: the algorithm's model called through
+    ``torch.compile`` (``nn.Module.compile``: its parameters and state are untouched, only the call
+    goes through inductor). Algorithms without a single ``model`` run eager."""
+    model = getattr(algorithm, "model", None)
+    if isinstance(model, torch.nn.Module):
+        model.compile(mode=None if mode == "default" else mode)
 
 
 @dataclass

@@ -281,7 +281,8 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
     try:
         guard = LossGuard(**config.runtime.divergence.model_dump())
         outcome = simulator.run(rounds, config.federation.clients_per_round, config.eval.every,
-                                config.eval.track_test, on_round, selection=config.eval.selection, guard=guard)
+                                config.eval.track_test, on_round, selection=config.eval.selection, guard=guard,
+                                initial=scores_round_zero(config, simulator))
         trained = True
     except KeyboardInterrupt:
         raise interrupted("during the final evaluation" if simulator.state.round >= rounds else "") from None
@@ -318,6 +319,8 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
             summary["membership"] = membership_inference(
                 simulator.algorithm, simulator.best_server, experiment.dataset, experiment.context.participant_positions,
                 experiment.membership_rows, config.episodes.n_way, config.episodes.k_shot, attack.bootstrap, config.seed)
+        if outcome.get("initial") is None and config.eval.initial != "always":
+            summary["initial_scored"] = False  # eval.initial: auto left round 0 unscored (no selection reads it)
         mixed = folder.read_status().get("other_version")  # resumed with --allow-other-version
         if mixed:
             summary["other_version"] = mixed
@@ -344,6 +347,15 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
     summary.update({"history": outcome["history"], "folder": str(folder.path), "label": label or config.name})
     summary["_simulator"] = simulator
     return summary
+
+
+def scores_round_zero(config: ExperimentConfig, simulator: Simulator) -> bool:
+    """Whether round 0 (the initial model's score) is computed: always with ``eval.initial: always``;
+    with "auto" only where something reads it: the best-round selection on validation (round 0 is a
+    candidate) or a run of 0 rounds (the untrained control, whose test score it is)."""
+    if config.eval.initial == "always" or config.federation.rounds == 0:
+        return True
+    return simulator.val is not None and config.eval.selection == "best"
 
 
 def _warn_participation(config: ExperimentConfig, summary: dict[str, Any]) -> None:

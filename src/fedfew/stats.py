@@ -20,9 +20,18 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
-from scipy import stats as _scipy_stats
+
+
+def _scipy_stats() -> Any:
+    """scipy.stats, imported on first use: a run that computes no t-interval never pays its second of
+    import time (issue 42)."""
+    from scipy import stats
+
+    return stats
+
 
 #: The two-sided 95% normal quantile few-shot papers write as 1.96 (not 1.959963...): a run's
 #: ``ci95`` over test episodes is computed with it, so it stays this literal.
@@ -49,7 +58,7 @@ def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
 
 def t_quantile(level: float, df: int) -> float:
     """The two-sided ``level`` quantile of Student's t with ``df`` degrees of freedom (t(0.975, 2) = 4.3027)."""
-    return float(_scipy_stats.t.ppf(0.5 + level / 2, df))
+    return float(_scipy_stats().t.ppf(0.5 + level / 2, df))
 
 
 def _mean_sd(values: Sequence[float]) -> tuple[float, float]:
@@ -111,7 +120,7 @@ def paired_t(differences: Sequence[float], level: float = 0.95) -> PairedTest:
         return PairedTest(mean, None, None, n)
     if half == 0.0:
         return PairedTest(mean, half, 1.0 if mean == 0.0 else 0.0, n)
-    p = float(_scipy_stats.ttest_1samp(np.asarray(differences, dtype=float), 0.0).pvalue)
+    p = float(_scipy_stats().ttest_1samp(np.asarray(differences, dtype=float), 0.0).pvalue)
     return PairedTest(mean, half, p, n)
 
 
@@ -133,13 +142,13 @@ def iqm(values: np.ndarray, axis: int | None = None) -> np.ndarray | float:
     """The interquartile mean: the mean of the middle half of the values, a quarter cut from each end
     (scipy's ``trim_mean(x, 0.25)``, as rliable computes it). Robust to a few outlying runs, less noisy
     than the median."""
-    result = _scipy_stats.trim_mean(values, 0.25, axis=axis)
+    result = _scipy_stats().trim_mean(values, 0.25, axis=axis)
     return float(result) if axis is None else result
 
 
 def ranks(scores: np.ndarray) -> np.ndarray:
     """Ranks along the last axis, 1 for the highest score, ties sharing their mean rank."""
-    return _scipy_stats.rankdata(-scores, axis=-1, method="average")
+    return _scipy_stats().rankdata(-scores, axis=-1, method="average")
 
 
 def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> float:

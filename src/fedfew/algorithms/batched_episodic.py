@@ -13,7 +13,9 @@ smaller N or Q, :func:`~fedfew.algorithms.common.local_sampler`) run in separate
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
 from typing import Any, Protocol
 
 import torch
@@ -61,6 +63,37 @@ class EpisodicUpdater(Protocol):
     def context(self) -> Context: ...
 
 
+#: ``runtime.compile`` of the batched path ("off", "default", "reduce-overhead"), set for one round's
+#: clients by :class:`~fedfew.engine.batched.BatchedEngine` (the algorithm itself never sees the runtime).
+COMPILE_MODE: ContextVar[str] = ContextVar("fedfew_batched_compile", default="off")
+
+
+@contextlib.contextmanager
+def compile_mode(mode: str) -> Iterator[None]:
+    """The batched clients' stacked loss compiled with ``torch.compile(mode=...)`` inside the block
+    ("off": eager, as without it)."""
+    token = COMPILE_MODE.set(mode)
+    try:
+        yield
+    finally:
+        COMPILE_MODE.reset(token)
+
+
+def stacked_loss_fn(algorithm: EpisodicUpdater) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """The learner's ``stacked_loss``, eager or compiled (inductor) per :data:`COMPILE_MODE`. The compiled
+    function is made once per algorithm and mode and kept on the algorithm, so a round's static-shape
+    episodes reuse the first round's graphs (with "reduce-overhead" on a GPU: CUDA graphs captured once
+    and replayed; only the episodes' index tensors change). The inner step's ``autograd.grad`` is a graph
+    break: the forward pieces around it compile, each with its compiled backward."""
+    mode = COMPILE_MODE.get()
+    if mode == "off":
+        return algorithm.learner.stacked_loss
+    cache: dict[str, Any] = algorithm.__dict__.setdefault("_compiled_stacked_loss", {})
+    if mode not in cache:
+        cache[mode] = torch.compile(algorithm.learner.stacked_loss, mode=None if mode == "default" else mode)
+    return cache[mode]  # type: ignore[no-any-return]
+
+
 def why_not_batched(algorithm: EpisodicUpdater) -> str | None:
     """None when :func:`episodic_update_batch` computes the client update of ``algorithm`` (whose
     class keeps :class:`EpisodicFedAvg`'s update: :meth:`EpisodicFedAvg.batching_unsupported` checks it)."""
@@ -96,12 +129,13 @@ def _train_group(algorithm: EpisodicUpdater, payloads: list[dict[str, Any]], sam
                  generators: list[torch.Generator]) -> list[tuple[dict[str, torch.Tensor], dict[str, float]]]:
     """The sequential update's loop (episodic.py, ``client_update``) over stacked clients of one
     episode shape: per outer step ``meta_batch`` episodes per client, Adam on the summed losses."""
-    opts, model, learner = algorithm.options, algorithm.model, algorithm.learner
+    opts, model = algorithm.options, algorithm.model
     names = [name for name, _ in model.named_parameters()]
     params = {name: p.requires_grad_() for name, p in stack_states([p["model"] for p in payloads], names).items()}
     anchor = stack_states([p["model"] for p in payloads], names) if opts.mu > 0 else None
     optimizer = make_optimizer(opts.optimizer, list(params.values()), opts.lr, weight_decay=opts.weight_decay)
     clients = len(payloads)
+    stacked_loss = stacked_loss_fn(algorithm)
     # metrics are summed on the CPU (the default device is the compute device here)
     sums = {key: torch.zeros(clients, dtype=torch.float64, device="cpu") for key in ("loss", "accuracy")}
     for _ in range(opts.local_steps):
@@ -109,7 +143,7 @@ def _train_group(algorithm: EpisodicUpdater, payloads: list[dict[str, Any]], sam
         total = torch.zeros(())
         for _ in range(opts.meta_batch):
             episodes = StackedEpisodes([s.sample(g) for s, g in zip(samplers, generators)])
-            losses, logits = learner.stacked_loss(model, params, episodes)
+            losses, logits = stacked_loss(model, params, episodes)
             total = total + losses.sum() / opts.meta_batch
             sums["loss"] += losses.detach().double().cpu()
             sums["accuracy"] += (logits.argmax(-1) == episodes.query_labels).float().mean(-1).double().cpu()

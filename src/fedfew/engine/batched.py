@@ -36,11 +36,13 @@ class BatchedEngine(InProcessEngine):
 
     def __init__(self, algorithm: Algorithm, clients: list[ClientData] | Mapping[int, ClientData], seed: int,
                  states: ClientStates | None = None, faults: Faults | None = None,
-                 compute: Compute = CPU_FP32) -> None:
+                 compute: Compute = CPU_FP32, compile_mode: str = "off") -> None:
         reason = algorithm.batching_unsupported()
         if reason is not None:
             raise BatchingUnsupportedError(f"runtime.batch_clients: {reason}; set runtime.batch_clients: false")
         super().__init__(algorithm, clients, seed, states, faults, compute)
+        #: runtime.compile: the stacked loss through torch.compile (algorithms/batched_episodic.py)
+        self.compile_mode = compile_mode
 
     def deliver(self, task: ClientTask, payloads: Mapping[int, dict[str, Any]]) -> Delivery:
         # The base engine has drawn the faults and keeps the states; the clients of ``payloads`` all run.
@@ -48,7 +50,9 @@ class BatchedEngine(InProcessEngine):
             return super().deliver(task, payloads)
         todo = sorted(payloads)
         generators = [update_generator(self.seed, task.round_key, cid) for cid in todo]
-        with self.compute.scope():
+        from fedfew.algorithms.batched_episodic import compile_mode
+
+        with self.compute.scope(), compile_mode(self.compile_mode):
             updates = self.algorithm.client_update_batch(
                 [payloads[cid] for cid in todo], [self.state_of(task.namespace, cid) for cid in todo],
                 [self.clients[cid] for cid in todo], generators)

@@ -280,6 +280,7 @@ class Simulator:
         on_round: RoundHook | None = None,
         selection: str = "best",
         guard: LossGuard | None = None,
+        initial: bool = True,
     ) -> dict[str, Any]:
         """Train until ``rounds`` rounds are done (continuing from ``self.state``); returns the
         per-round history, the selected round and final test metrics. With validation data and
@@ -287,10 +288,11 @@ class Simulator:
         without validation data, or with ``selection`` "last", the last round is.
         An exception inside a round (an interrupt) leaves ``self.state`` and the client states as
         they were after the last finished round. ``guard`` stops a run whose losses explode while
-        staying finite (:class:`LossGuard`); a non-finite round always stops it."""
+        staying finite (:class:`LossGuard`); a non-finite round always stops it. ``initial`` False
+        leaves round 0 unscored (``eval.initial: auto`` where no selection reads it)."""
         schedule = client_schedule(len(self.clients), clients_per_round, rounds, self.seed)
         st = self.state
-        if st.round == 0 and st.initial is None:
+        if initial and st.round == 0 and st.initial is None:
             self.score_initial(rounds, selection)
         for r in range(st.round, rounds):
             started = time.perf_counter()

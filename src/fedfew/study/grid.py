@@ -23,8 +23,9 @@ NOT_IN_KEY = {"dataset": ("root",), "runtime": ("threads", "output_dir", "progre
 #: Config fields added after records were stored, with the default that reproduces the older runs: a
 #: field at that value is left out of the key, so every stored cell keeps its key; any other value
 #: (the new behaviour, opt-in) is part of it.
-NEUTRAL_DEFAULTS: dict[tuple[str, ...], Any] = {("eval", "per_class"): False,
+NEUTRAL_DEFAULTS: dict[tuple[str, ...], Any] = {("eval", "per_class"): False, ("eval", "initial"): "always",
                                                 ("eval", "membership_inference"): None,
+                                                ("runtime", "compile"): "off",
                                                 ("privacy",): PrivacyConfig().model_dump(mode="json"),
                                                 ("flower", "secure_aggregation"):
                                                     SecureAggregationConfig().model_dump(mode="json")}
