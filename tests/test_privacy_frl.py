@@ -87,7 +87,7 @@ def test_every_release_is_accounted() -> None:
 
 def test_workers_equal_one_process_and_dp_changes_the_numbers() -> None:
     config = frl()
-    # with faults too: a participant that failed in an inner round holds no phi^t and sits the meta-update out
+    # with faults too (a participant that failed in inner round 0 holds no phi^t: it sits the meta-update out)
     faulty = frl(clients_per_round=3, dropout=0.34)
     assert simulated(faulty, ["runtime.engine=workers", "runtime.engine_options.workers=2"]) == simulated(faulty)
     inprocess = simulated(config)
