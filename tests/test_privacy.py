@@ -412,7 +412,7 @@ def test_bad_privacy_settings_are_one_line_errors(assignments: list[str], key: s
 
 
 #: The built-in algorithms whose upload DP does not cover (with their tiny configs' options).
-REFUSED = ["frl", "frl-scratch", "local", "oneshot", "adfl"]
+REFUSED = ["frl-scratch", "local", "oneshot", "adfl"]
 
 
 @pytest.mark.parametrize("name", ["adfl", "local"])
@@ -436,7 +436,8 @@ def test_an_algorithm_whose_upload_is_not_covered_refuses_dp(name: str) -> None:
 
 
 @pytest.mark.parametrize("name,options", [("fedavg", {"score_uploads": True}), ("frl-oneshot", {"stage": "preparation"}),
-                                          ("fedfsl-mi-adv", {"reference": "exclusive"})])
+                                          ("fedfsl-mi-adv", {"reference": "exclusive"}),
+                                          ("frl", {"classifier": "linear", "gamma": 1.0})])
 def test_options_that_leak_refuse_dp(name: str, options: dict[str, Any]) -> None:
     config = private(name)
     config["algorithm"]["options"].update(options)

@@ -287,6 +287,7 @@ def test_fedfew_list_privacy_says_which_algorithms_dp_covers(capsys: pytest.Capt
     out = capsys.readouterr().out
     assert "central-dp" in out and "local-dp" in out
     lines = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
-    assert "covered" in lines["fl-proto"] and lines["frl"].split()[1] == "refused:"
+    assert "covered" in lines["fl-proto"] and lines["local"].split()[1] == "refused:"
+    assert "depends on its options" in lines["frl"] and "our extension" in lines["frl"]
     assert lines["fml"].split()[1] == "covered:" and "depends on its options" in lines["f2l"]
     assert "depends on its options" in lines["fedavg"]

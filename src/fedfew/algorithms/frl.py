@@ -127,10 +127,13 @@ from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, Context
 from fedfew.engine.simulator import RoundOutcome, run_round
 from fedfew.engine.state import StateDict, get_state, load_state_
 from fedfew.models.base import FewShotModel
+from fedfew.privacy.clipping import REFERENCE
+from fedfew.privacy.mechanism import STATE_KEY
 from fedfew.seeding import seed_torch_init, torch_generator
 
 if TYPE_CHECKING:
     from fedfew.engine.engines import Engine
+    from fedfew.privacy.mechanism import PrivateAggregation
 
 # The options, the mathematics, the data split and the inner rounds live in modules of their own; their
 # names stay importable from here, where tests and older code import them.
@@ -140,13 +143,22 @@ __all__ = ["FRL", "EpisodeRound", "FRLOptions", "MetaHeadLinearFL", "MetaHeadSta
            "split_support_query", "squared_distances", "task_label_rows", "with_prepared_head"]
 
 
-class FRLServer(TypedDict):
+class PrivateState(TypedDict, total=False):
+    """The keys a private run adds (a base class: ``NotRequired`` needs Python 3.11): privacy's state
+    (``STATE_KEY``, the clip) and, in the meta-update round, the flag that sends the clients phi^t to
+    measure their updates from (``REFERENCE``)."""
+
+    dp: dict[str, float]
+    dp_reference: bool
+
+
+class FRLServer(PrivateState):
     """The server state between episodes: phi (the encoder, and the linear variant's meta-learned head)."""
 
     model: StateDict
 
 
-class MetaRoundServer(TypedDict):
+class MetaRoundServer(PrivateState):
     """The server state of an episode's meta-update round: phi^t, the episode's theta^R and its global
     prototypes (None without GPAL's prototypes: the linear variant)."""
 
@@ -186,6 +198,20 @@ class FRL(Algorithm):
         fl_class = LinearFL if self.head_rows is None else MetaHeadLinearFL
         self.linear_fl = LinearDeployment(options.train_options(), context, fl_class)
         self.model = context.make_model(self.head_rows)  # phi: an encoder, and the meta-learned head
+        #: Client-level DP (our extension, :mod:`fedfew.privacy.mechanism`): the simulator hands it over,
+        #: since the episode's R + 1 rounds are played here. None: no privacy.
+        self.privacy: PrivateAggregation | None = None
+
+    @property
+    def dp_upload(self) -> str | None:  # type: ignore[override]
+        """GPAL (``classifier: distance``): each release's model update and prototypes, clipped together.
+        The linear variant is refused: its first exchange releases the union of the participants' classes."""
+        return "frl-prototypes" if self.options.classifier == "distance" else None
+
+    @property
+    def dp_releases(self) -> int:
+        """What an episode releases to its participants: R inner rounds and the meta-update."""
+        return self.options.rounds + 1
 
     def inner_algorithm(self, num_classes: int) -> DeploymentAlgorithm:
         return self.prototype_fl if self.options.classifier == "distance" else self.linear_fl(num_classes)
@@ -228,11 +254,15 @@ class FRL(Algorithm):
             split.update(rows=rows.tolist(), width=num_classes)
         inner = self.inner_algorithm(num_classes)
         inner_server = inner.start(phi, num_classes, torch_generator(engine.seed, "frl-episode", episode))
+        private = self.privacy
+        if private is not None:  # every release of the episode is clipped and noised with the run's clip
+            inner_server = {**inner_server, STATE_KEY: server[STATE_KEY]}
         inner_metrics: dict[str, float] = {}
         for r in range(opts.rounds):  # lines 6-14: R rounds of FL on the support sets
             outcome = run_round(engine, self, inner_server, selected, round_index, f"{episode}/r{r}",
                                 part="inner", part_args={"classes": num_classes, "keep_initial": r == 0},
-                                view="frl-split", view_args={**split, "half": "support"}, namespace=namespace)
+                                view="frl-split", view_args={**split, "half": "support"}, namespace=namespace,
+                                privacy=private)
             inner_server = outcome.server
             down, up = down + outcome.bytes_down, up + outcome.bytes_up
             for k in ("loss", "gpal_loss"):
@@ -240,13 +270,20 @@ class FRL(Algorithm):
                 if values:
                     inner_metrics[f"round{r}_{k}"] = sum(values) / len(values)
         meta_server: MetaRoundServer = {"model": phi, "adapted": inner_server["model"], "prototypes": inner_server.get("prototypes")}
+        if private is not None:  # the clients' updates are phi_k - phi^t: they are sent phi^t to measure them
+            meta_server = {**meta_server, REFERENCE: True, STATE_KEY: server[STATE_KEY]}
         # Each participant reads the phi^t it kept in round 0 from its private state (namespace).
         outcome = run_round(engine, self, meta_server, selected, round_index, f"{episode}/meta",
-                            view="frl-split", view_args={**split, "half": "query"}, namespace=namespace)
+                            view="frl-split", view_args={**split, "half": "query"}, namespace=namespace,
+                            privacy=private)
         for res in outcome.results.values():
             res.metrics.update(inner_metrics)
-        return RoundOutcome({"model": outcome.server["model"]}, outcome.results, down + outcome.bytes_down,
-                            up + outcome.bytes_up, outcome.asked, outcome.failed, outcome.late)
+        if private is None:
+            return RoundOutcome({"model": outcome.server["model"]}, outcome.results, down + outcome.bytes_down,
+                                up + outcome.bytes_up, outcome.asked, outcome.failed, outcome.late)
+        return RoundOutcome({"model": outcome.server["model"], STATE_KEY: server[STATE_KEY]},
+                            outcome.results, down + outcome.bytes_down, up + outcome.bytes_up, outcome.asked,
+                            outcome.failed, outcome.late, outcome.privacy)
 
     # -- the meta-update round (lines 15-20) -------------------------------------------------
     def broadcast(self, server: MetaRoundServer, client_id: int) -> dict[str, Any]:
@@ -254,6 +291,8 @@ class FRL(Algorithm):
         prototypes = server.get("prototypes")
         if prototypes is not None:
             payload["prototypes"] = {k: prototypes[k] for k in ("classes", "prototypes")}
+        if server.get(REFERENCE):  # private: phi^t, what the clipped update phi_k - phi^t is measured from
+            payload[REFERENCE] = server["model"]
         return payload
 
     def adapted_model(self, adapted: StateDict) -> FewShotModel:

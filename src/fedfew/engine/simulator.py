@@ -14,7 +14,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 import torch
@@ -32,6 +32,13 @@ from fedfew.seeding import derive_seed, initial_model_seed, numpy_generator, tor
 
 if TYPE_CHECKING:
     from fedfew.privacy.mechanism import PrivateAggregation
+
+
+class _PlaysPrivately(Protocol):
+    """An algorithm that plays its own rounds under DP (``privacy.nested``: FRL), handed the run's
+    :class:`~fedfew.privacy.PrivateAggregation` to run each of its rounds through."""
+
+    privacy: PrivateAggregation | None
 
 
 class NothingTrainedError(RunFailedError):
@@ -221,6 +228,8 @@ class Simulator:
             self.state = RunState(0, algorithm.init_server(torch_generator(seed, "server-init")))
         if privacy is not None:  # the clip of round 1 joins the server state (checkpoints carry it)
             self.state.server = privacy.init_server(self.state.server)
+            if privacy.nested:  # it plays its own rounds (FRL's episodes): it runs each through DP itself
+                cast("_PlaysPrivately", algorithm).privacy = privacy
         #: Called with a short note before a long evaluation outside the rounds (round 0, the final
         #: test), so a progress display is not silent while it runs.
         self.on_phase: Callable[[str], None] | None = None

@@ -12,6 +12,10 @@ vector clipped is the update Delta = upload["model"] - payload["model"] (F2L: ``
 shared server-model; :data:`fedfew.privacy.coverage.UPLOAD_KEYS`) over the model's floating-point
 tensors (parameters and floating buffers), frozen parameters left out (they never change and never
 cross; :mod:`fedfew.engine.static`). Integer buffers (BatchNorm's batch counter) stay at the server's.
+
+FRL (``dp_upload = "frl-prototypes"``, our extension): the vector clipped is the model update and, in
+an inner round, the client's prototypes together (one joint clip to C); the meta-update's update is
+measured from phi^t, which the payload carries under :data:`REFERENCE`.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import dataclasses
 import math
 from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import torch
 
@@ -30,12 +34,20 @@ from fedfew.seeding import torch_generator
 if TYPE_CHECKING:  # fedfew.privacy sits below the engine, which calls it (fedfew.engine.tasks)
     from fedfew.engine.algorithm import ClientResult
 
-__all__ = ["DELTA", "LOCAL_NOISE_KEY", "WITHIN", "ClientSpec", "clip_to", "l2_norm", "model_delta", "privatize"]
+__all__ = ["DELTA", "LOCAL_NOISE_KEY", "PROTOTYPES", "REFERENCE", "WITHIN", "ClientSpec", "clip_to", "l2_norm",
+           "model_delta", "privatize"]
 
 #: The upload keys of a private client: its clipped (noised) update, and (adaptive clipping) whether
 #: its update's norm was within the clip, as 1.0 or 0.0.
 DELTA = "dp_delta"
 WITHIN = "dp_within"
+#: FRL (``dp_upload = "frl-prototypes"``): the upload key of a client's clipped prototypes
+#: ({"classes", "prototypes"}, no class counts), and the payload key of the model its update is
+#: measured from when that is not the model it downloaded (the meta-update: phi^t, not theta^R).
+PROTOTYPES = "dp_prototypes"
+REFERENCE: Final = "dp_reference"
+#: The name the prototypes take in the one vector clipped with the model delta (no tensor's name).
+_PROTOTYPE_ROWS = "\0prototypes"
 #: The key of a client's local-dp noise generator, with the seed, round key and client id.
 LOCAL_NOISE_KEY = "dp-local-noise"
 #: Updates are clipped to this fraction of C in float64, so that rounding them back to float32 (a
@@ -105,13 +117,20 @@ def privatize(result: ClientResult, payload: Mapping[str, Any], spec: ClientSpec
     if result.skipped or key not in result.upload:
         return dataclasses.replace(result, upload={}, metrics=metrics, num_samples=0, num_episodes=0)
     model = result.upload[key]
-    delta, norm = clip_to(model_delta(model, payload[key], frozen), spec.clip)
+    delta = model_delta(model, payload.get(REFERENCE, payload[key]), frozen)
+    prototypes = result.upload.get("prototypes") if spec.upload == "frl-prototypes" else None
+    if prototypes is not None:  # one joint clip: delta and prototype rows together have norm <= C
+        delta[_PROTOTYPE_ROWS] = prototypes["prototypes"].detach().to(torch.float64)
+    delta, norm = clip_to(delta, spec.clip)
+    rows = delta.pop(_PROTOTYPE_ROWS, None)
     if spec.local_noise > 0:
         generator = torch_generator(seed, LOCAL_NOISE_KEY, round_key, client_id)
         for name in sorted(delta):  # a fixed order: every engine draws the same noise
             noise = torch.randn(delta[name].shape, generator=generator, device=generator.device, dtype=torch.float64)
             delta[name] = delta[name] + noise.to(delta[name].device) * spec.local_noise
     upload: dict[str, Any] = {DELTA: {name: delta[name].to(model[name].dtype) for name in sorted(delta)}}
+    if prototypes is not None and rows is not None:  # the classes, not their counts (the divisor is fixed)
+        upload[PROTOTYPES] = {"classes": prototypes["classes"], "prototypes": rows.to(prototypes["prototypes"].dtype)}
     if spec.adaptive:
         upload[WITHIN] = torch.tensor(1.0 if norm <= spec.clip else 0.0, dtype=torch.float64)
     return dataclasses.replace(result, upload=upload, metrics=metrics, num_samples=0, num_episodes=0)

@@ -21,7 +21,7 @@ from fedfew.errors import ConfigError
 if TYPE_CHECKING:
     from fedfew.engine.algorithm import Algorithm
 
-__all__ = ["COVERED_UPLOADS", "NOT_COVERED", "PRIVATE_SCORES_OUTSIDE", "UPLOAD_KEYS", "PrivacyConfigError",
+__all__ = ["COVERED_UPLOADS", "NESTED", "NOT_COVERED", "PRIVATE_SCORES_OUTSIDE", "UPLOAD_KEYS", "PrivacyConfigError",
            "check_algorithm", "upload_key", "what_is_covered"]
 
 #: The upload kinds :mod:`fedfew.privacy` can clip, with what is clipped (and, for an algorithm with
@@ -32,6 +32,13 @@ COVERED_UPLOADS = {
         "each client's update of F2L's shared server-model phi (its upload minus the round's phi); only the "
         "server-model is covered: the private client-models never leave the clients, and the scores of them that "
         "test_client_model: each reports are outside the guarantee"),
+    "frl-prototypes": (
+        "each FRL participant's upload in every release of an episode, its model update in each of the R inner "
+        "rounds and the meta-update with, in the inner rounds, its prototypes of the classes it holds, as one vector "
+        "(our extension, not the FRL paper's: the global prototypes are a noised per-class sum over all preparation "
+        "classes divided by the clients per round, never weighted by the clients' class counts, and all R + 1 "
+        "releases of an episode are accounted; the deployment groups' R rounds run by the server on held-out clients "
+        "only post-process phi for the preparation clients, and the held-out clients' own data is not protected)"),
     "meme-model-delta": (
         "each client's update of FML's meme model (its meme minus the round's global model); only the meme (global) "
         "model is covered: the private local models never leave the clients, and their accuracies on the clients' "
@@ -39,7 +46,12 @@ COVERED_UPLOADS = {
 }
 
 #: The upload key and the server state key each kind's model lives under.
-UPLOAD_KEYS = {"model-delta": "model", "server-model-delta": "server", "meme-model-delta": "model"}
+UPLOAD_KEYS = {"model-delta": "model", "server-model-delta": "server", "meme-model-delta": "model",
+               "frl-prototypes": "model"}
+
+#: Kinds whose algorithm plays its own (nested) rounds and runs each of them through DP itself (FRL's
+#: episode: R inner rounds and the meta-update, :meth:`fedfew.algorithms.frl.FRL.play_round`).
+NESTED = frozenset({"frl-prototypes"})
 
 #: Kinds whose algorithm scores the clients' private models (``evaluates_clients``): allowed, the scores
 #: named outside the guarantee in :data:`COVERED_UPLOADS`.
@@ -51,8 +63,10 @@ NOT_COVERED = {
     "f2l": ("F2L is covered with decoupled: true (its upload is then the shared server-model phi alone) unless "
             "test_client_model: average, which sends every private client-model to the server to be averaged for "
             "evaluation; decoupled: false (F2L\\M) uploads the client-model too under its own aggregation"),
-    "frl": ("FRL's rounds nest R rounds of FL and a meta-update, and GPAL uploads prototypes (class means of "
-            "a few examples): clipping and noising them is not implemented yet"),
+    "frl": ("covered with classifier: distance (GPAL), central-dp with a fixed clip, our extension: every inner "
+            "round's model update and prototypes and the meta-update's update, one joint clip per release, R + 1 "
+            "releases an episode accounted, deployment groups outside the federation; classifier: linear first "
+            "asks the participants which classes they hold and releases their union un-noised"),
     "frl-scratch": "frl-scratch trains nothing in its rounds (it learns only at deployment): nothing to protect",
     "local": "local's clients train alone and upload nothing; its score comes from their private models",
     "oneshot": ("oneshot uploads whole models once and the server keeps or ensembles individual models: "
@@ -90,7 +104,7 @@ def check_algorithm(algorithm: Algorithm) -> str:
                                  f"{', '.join(COVERED_UPLOADS)}")
     from fedfew.engine.algorithm import Algorithm as Base  # at call time: the engine imports this package
 
-    if type(algorithm).play_round is not Base.play_round:
+    if type(algorithm).play_round is not Base.play_round and kind not in NESTED:
         raise PrivacyConfigError(f"privacy: algorithm {name} plays its own rounds (play_round): DP-FedAvg covers "
                                  "rounds of one broadcast, update and average")
     if algorithm.evaluates_clients and kind not in PRIVATE_SCORES_OUTSIDE:

@@ -29,6 +29,18 @@ z_Delta = (z^-2 - (2 sigma_b)^-2)^(-1/2): so the updates carry z_Delta C of nois
 given z. The clip lives in the server state (``server["dp"]["clip"]``), which checkpoints carry, so a
 resumed run continues it.
 
+**FRL** (``dp_upload = "frl-prototypes"``, our extension): an episode releases R + 1 times (R inner
+rounds, each a new global model and global prototypes, and the meta-update's phi) to the same sampled
+participants. Each participant clips, per release, its model update and its prototypes as one vector
+to C; the server noises the sum of the updates as above and, for every preparation class, the sum of
+the clipped prototypes with N(0, (z C)^2 I), divided by m: a fixed, data-independent divisor (class
+counts would make the sensitivity depend on the data; a class few participants hold is shrunk toward
+0, a class none holds is noise). The R + 1 releases of one subsampled set are one subsampled mechanism
+per episode whose inner mechanism is R + 1 adaptively composed Gaussians of multiplier z, itself a
+Gaussian of multiplier z / sqrt(R + 1): the accountant is given (z / sqrt(R + 1), q, episodes). Counting
+(R + 1) x episodes steps of rate q would amplify by sampling R + 1 times for one draw of the clients and
+understate epsilon (2-3x at q = 0.1-0.25).
+
 **Noise** comes from generators keyed by (seed, "dp-noise" or "dp-count-noise", round key), drawn in the
 sorted order of the model's tensor names: every engine and a resumed run draw the same numbers.
 """
@@ -37,14 +49,14 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Collection, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
 
 import torch
 
 from fedfew.privacy.accounting import ACCOUNTANTS, accountant_name, epsilon, solve_noise_multiplier
-from fedfew.privacy.clipping import DELTA, WITHIN, ClientSpec
-from fedfew.privacy.coverage import PrivacyConfigError, check_algorithm, upload_key, what_is_covered
+from fedfew.privacy.clipping import DELTA, PROTOTYPES, REFERENCE, WITHIN, ClientSpec
+from fedfew.privacy.coverage import NESTED, PrivacyConfigError, check_algorithm, upload_key, what_is_covered
 from fedfew.seeding import torch_generator
 
 if TYPE_CHECKING:
@@ -56,7 +68,7 @@ __all__ = ["COUNT_NOISE_KEY", "NOISE_KEY", "STATE_KEY", "PrivateAggregation"]
 logger = logging.getLogger(__name__)
 
 #: The server state's key for what privacy keeps between rounds (the clip).
-STATE_KEY = "dp"
+STATE_KEY: Final = "dp"
 NOISE_KEY = "dp-noise"
 COUNT_NOISE_KEY = "dp-count-noise"
 _SAID: set[str] = set()
@@ -72,6 +84,8 @@ class PrivateAggregation:
         if not config.enabled or config.clip is None or config.delta is None:
             raise ValueError("PrivateAggregation needs a complete privacy section (mechanism, clip, delta)")
         self.kind = check_algorithm(algorithm)
+        #: The algorithm plays its own rounds and runs each through this object (FRL), not the simulator.
+        self.nested = self.kind in NESTED
         self.key = upload_key(self.kind)  # where the clipped model lives: "model" (F2L: "server")
         self.advance = algorithm.dp_advance  # the rest of the server state a round moves (FML: its round)
         self.mechanism = config.mechanism
@@ -83,6 +97,18 @@ class PrivateAggregation:
         self.metrics = config.client_metrics
         self.adaptive = config.adaptive_clip
         self.target_epsilon = config.target_epsilon
+        #: Releases per simulator round to the same sampled clients (FRL: R inner rounds + the meta-update).
+        self.releases = int(getattr(algorithm, "dp_releases", 1)) if self.nested else 1
+        #: The classes every prototype release covers, whoever holds them (FRL), else empty.
+        self.prototype_classes: list[int] = []
+        if self.kind in NESTED:
+            if not self.central:
+                raise PrivacyConfigError(f"privacy: algorithm {algorithm.name} runs with central-dp only: local-dp "
+                                         "of its prototypes is not implemented")
+            if self.adaptive is not None:
+                raise PrivacyConfigError(f"privacy: algorithm {algorithm.name} runs with a fixed clip only: adaptive "
+                                         "clipping of its R + 1 releases per episode is not implemented")
+            self.prototype_classes = sorted(int(c) for c in algorithm.context.train_classes)
         # What the accountant is given: (noise multiplier, sampling rate) of one round's Gaussian mechanism.
         self.accounted_rate = self.sampling_rate if self.central else 1.0
         if config.noise_multiplier is not None:
@@ -93,8 +119,11 @@ class PrivateAggregation:
             assert config.target_epsilon is not None
             solved = solve_noise_multiplier(self.accountant, config.target_epsilon, self.accounted_rate, rounds,
                                             self.delta)
+            solved *= math.sqrt(self.releases)  # the multiplier of each of a round's releases (module docstring)
             self.noise_multiplier = solved if self.central else 2 * solved
-            note = (f"privacy: target epsilon {config.target_epsilon:g} at delta {self.delta:g} over {rounds} rounds: "
+            releases = f" ({self.releases} releases each)" if self.releases > 1 else ""
+            note = (f"privacy: target epsilon {config.target_epsilon:g} at delta {self.delta:g} over {rounds} rounds"
+                    f"{releases}: "
                     f"noise multiplier {self.noise_multiplier:.4f} (solved by the {ACCOUNTANTS[self.accountant]} "
                     "before the run)")
             if note not in _SAID:  # once per process (validation and the run both build this)
@@ -115,8 +144,9 @@ class PrivateAggregation:
     # -- accounting ----------------------------------------------------------------------------
     @property
     def accounted_noise(self) -> float:
-        """The noise multiplier the accountant is given per round (z; z / 2 for local-dp's sensitivity 2C)."""
-        z = self.noise_multiplier or 0.0
+        """The noise multiplier the accountant is given per round (z; z / 2 for local-dp's sensitivity 2C;
+        z / sqrt(k) for k releases a round to the same clients)."""
+        z = (self.noise_multiplier or 0.0) / math.sqrt(self.releases)
         return z if self.central else z / 2
 
     def epsilon(self, rounds: int) -> float:
@@ -135,6 +165,10 @@ class PrivateAggregation:
             "adjacency": "add or remove one client's data" if self.central else "replace one client's data",
             "covers": what_is_covered(self.mechanism, self.kind),
         }
+        if self.releases > 1:
+            out["releases_per_round"] = self.releases
+            out["releases"] = self.releases * rounds
+            out["accounted_noise_multiplier"] = self.accounted_noise
         if self.target_epsilon is not None:
             out["target_epsilon"] = self.target_epsilon
         if self.adaptive is not None:
@@ -180,6 +214,11 @@ class PrivateAggregation:
                 noise = torch.randn(tensor.shape, generator=generator, device=generator.device, dtype=torch.float64)
                 total = total + noise.to(tensor.device) * std
             new[name] = (tensor.to(torch.float64) + total / denominator).to(tensor.dtype)
+        released: dict[str, Any] = {}
+        if self.prototype_classes and not server.get(REFERENCE):  # an FRL inner round: prototypes too
+            prototypes = self.noised_prototypes(sent, std, generator)
+            if prototypes is not None:
+                released["prototypes"] = prototypes
         record: dict[str, float] = {"dp_clip": clip}
         next_clip = clip
         if self.adaptive is not None:
@@ -189,5 +228,31 @@ class PrivateAggregation:
             share = (within + draw * self.count_noise) / self.per_round + 0.5
             next_clip = clip * math.exp(-self.adaptive.lr * (share - self.adaptive.target_quantile))
             record["dp_within_clip"] = share
-        next_server = {**server, self.key: {name: new[name] for name in model}, STATE_KEY: {"clip": next_clip}}
+        next_server = {**server, self.key: {name: new[name] for name in model}, **released,
+                       STATE_KEY: {"clip": next_clip}}
         return self.advance(next_server), record
+
+    def noised_prototypes(self, sent: Sequence[Mapping[str, Any]], std: float,
+                          generator: torch.Generator) -> dict[str, Any] | None:
+        """FRL's global prototypes: for every preparation class, the sum of the clipped prototypes of the
+        clients holding it plus N(0, std^2 I), divided by the clients per round (module docstring). None
+        when no participant sent any (all sat out: the last global prototypes stay; participation is
+        not covered)."""
+        classes = torch.as_tensor(self.prototype_classes, dtype=torch.long)
+        rows = [u[PROTOTYPES] for u in sent if PROTOTYPES in u]
+        if not rows:
+            return None
+        dim = int(rows[0]["prototypes"].shape[1])
+        total = torch.zeros(len(classes), dim, dtype=torch.float64)
+        for upload in rows:  # clients in sorted order: every engine sums the same way
+            position = torch.searchsorted(classes, upload["classes"].to(torch.long).cpu())
+            if bool((position >= len(classes)).any()) or not bool((classes[position.clamp(max=len(classes) - 1)]
+                                                                    == upload["classes"].cpu()).all()):
+                raise ValueError("a client's prototype class is not a preparation class")
+            total.index_add_(0, position, upload["prototypes"].detach().cpu().to(torch.float64))
+        if std > 0:
+            noise = torch.randn(total.shape, generator=generator, device=generator.device, dtype=torch.float64)
+            total = total + noise.cpu() * std
+        dtype, device = rows[0]["prototypes"].dtype, rows[0]["prototypes"].device
+        return {"classes": classes.to(device), "prototypes": (total / self.per_round).to(device=device, dtype=dtype),
+                "counts": torch.full((len(classes),), float(self.per_round), dtype=dtype)}  # the fixed divisor
