@@ -12,7 +12,7 @@ from pydantic import Field
 from torch import nn
 
 from fedfew.data.dataset import LabelledDataset
-from fedfew.engine.algorithm import ClientResult, EpisodeShape, EvalData, Options
+from fedfew.engine.algorithm import ClientResult, EpisodeShape, EvalData, Options, Payload, State
 from fedfew.engine.state import get_state, load_state_
 from fedfew.episodes import Episode, EpisodeError, EpisodeSampler
 from fedfew.evaluation import dataset_accuracy, episode_scores, mean_ci95
@@ -101,7 +101,7 @@ def train_epochs(
     return {"loss": total_loss / max(seen, 1), "accuracy": correct / max(seen, 1)}
 
 
-def model_update(model: nn.Module, payload: dict[str, Any], state: Any, num_samples: int,
+def model_update(model: nn.Module, payload: Payload, state: State, num_samples: int,
                  train: Callable[[nn.Module], dict[str, float]]) -> ClientResult:
     """FedAvg's client update, shared by every algorithm whose clients train the one global model:
     w = w^t (the payload's ``model`` copied into ``model``, this process's workspace model), ``train(w)``

@@ -36,7 +36,16 @@ from fedfew.algorithms.common import TrainOptions, evaluate_model, train_epochs
 from fedfew.algorithms.oneshot_report import client_metrics, corruption_metrics
 from fedfew.data.dataset import LabelledDataset
 from fedfew.engine.aggregation import weighted_average
-from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, Context, EvalData, register
+from fedfew.engine.algorithm import (
+    Algorithm,
+    ClientData,
+    ClientResult,
+    Context,
+    EvalData,
+    Payload,
+    State,
+    register,
+)
 from fedfew.engine.state import StateDict, get_state, load_state_
 from fedfew.evaluation import accuracy
 from fedfew.models.base import FewShotModel
@@ -235,11 +244,11 @@ class OneShot(Algorithm):
         return {**server, **record, "members": states}
 
     # -- client ------------------------------------------------------------------------------
-    def client_update(self, payload: dict[str, Any], state: Any, data: ClientData,
+    def client_update(self, payload: Payload, state: State, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         model = load_state_(self.model, payload["model"])
         metrics = train_epochs(model, data.train, data.train.labels, self.options, generator)
-        upload: dict[str, Any] = {"model": get_state(model)}
+        upload: Payload = {"model": get_state(model)}
         if self.options.report_clients:  # for the report of which classes the members hold, never for selection
             upload["label_counts"] = torch.bincount(data.train.labels, minlength=self.context.num_classes)
         if self.options.cv_folds:
