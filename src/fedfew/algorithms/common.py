@@ -16,6 +16,7 @@ from fedfew.engine.algorithm import ClientResult, EpisodeShape, EvalData, Option
 from fedfew.engine.state import get_state, load_state_
 from fedfew.episodes import Episode, EpisodeError, EpisodeSampler
 from fedfew.evaluation import dataset_accuracy, episode_scores, mean_ci95
+from fedfew.jsontypes import JSONObject
 from fedfew.meta.learners import EpisodicLearner, ProtoNet
 
 
@@ -144,7 +145,7 @@ def per_client_table(scores: dict[int, list[float]]) -> dict[str, float]:
             "client_max": float(table.mean(1).max())}
 
 
-def local_scores(local: dict[int, float]) -> dict[str, Any]:
+def local_scores(local: dict[int, float]) -> JSONObject:
     """Test metrics of the clients' own models, each scored on its own private validation set (keyed
     by client id): the mean over clients (``local_accuracy``), its 1.96 std / sqrt(n) over clients
     (``local_ci95``), the worst and best client, and every client's score (``local_by_client``, keys

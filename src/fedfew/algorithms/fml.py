@@ -76,6 +76,7 @@ from fedfew.engine.algorithm import (
 )
 from fedfew.engine.state import StateDict, get_state, load_state_
 from fedfew.evaluation import dataset_accuracy
+from fedfew.jsontypes import JSONObject
 from fedfew.models import MODELS, FewShotModel
 from fedfew.seeding import seed_torch_init, torch_generator
 
@@ -175,12 +176,12 @@ def deep_mutual_learning(
     return metrics
 
 
-def newcomer_scores(curves: list[dict[str, list[float]]]) -> dict[str, Any]:
+def newcomer_scores(curves: list[dict[str, list[float]]]) -> JSONObject:
     """Test metrics of the newcomer phase from each newcomer's curves (``{"{init}_{by}": [accuracy per
     epoch]}``): per start and way, the mean over newcomers after the last epoch
     (``newcomer_{init}_{by}_accuracy``) and at every epoch (``newcomer_{init}_{by}_by_epoch``, keys
     the epochs as strings, "0" = on joining)."""
-    metrics: dict[str, Any] = {}
+    metrics: JSONObject = {}
     for key in curves[0] if curves else []:
         per_epoch = [sum(c[key][e] for c in curves) / len(curves) for e in range(len(curves[0][key]))]
         metrics[f"newcomer_{key}_accuracy"] = per_epoch[-1]

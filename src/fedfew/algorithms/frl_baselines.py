@@ -31,6 +31,7 @@ Per-FedAvg (Fallah et al. 2020) is in :mod:`fedfew.algorithms.per_fedavg`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
@@ -55,7 +56,7 @@ from fedfew.engine.algorithm import (
     register,
 )
 from fedfew.engine.simulator import RoundOutcome
-from fedfew.engine.state import get_state, load_state_
+from fedfew.engine.state import StateDict, get_state, load_state_
 from fedfew.seeding import seed_torch_init
 
 #: R of the baselines' deployment when ``deployment.rounds`` is not set (the paper's R).
@@ -111,7 +112,7 @@ class OneShotTrainOptions(TrainOptions):
 
 
 
-def keep_best(results: dict[int, ClientResult], keep: int, generator: torch.Generator) -> tuple[list[int], dict[str, Any]]:
+def keep_best(results: dict[int, ClientResult], keep: int, generator: torch.Generator) -> tuple[list[int], StateDict]:
     """Guha et al.'s CV selection: the ``keep`` clients with the best cross-validation score (ties at
     random) and the sample-weighted average of their models."""
     ids = sorted(results)
@@ -189,7 +190,7 @@ class FRLScratch(Algorithm):
         seed_torch_init(generator)
         return {"model": get_state(self.context.make_model(None))}
 
-    def play_round(self, server: Parts, engine: Any, selected: Any, round_index: int) -> RoundOutcome:
+    def play_round(self, server: Parts, engine: Any, selected: Sequence[int], round_index: int) -> RoundOutcome:
         return RoundOutcome(server, {}, 0, 0)
 
     def evaluate(self, server: Parts, data: EvalData, generator: torch.Generator) -> dict[str, float]:

@@ -7,14 +7,23 @@ and reports the mean over clients (FedFSL and F2L, Table 1/3, "Local").
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 from pydantic import Field
 
 from fedfew.algorithms.common import per_client_table
 from fedfew.algorithms.episodic import EpisodicFedAvg, MAMLOptions
-from fedfew.engine.algorithm import ClientData, ClientResult, ClientScores, EvalData, Parts, Payload, register
+from fedfew.engine.algorithm import (
+    ClientData,
+    ClientResult,
+    ClientScores,
+    Context,
+    EvalData,
+    Parts,
+    Payload,
+    register,
+)
 from fedfew.engine.state import get_state, load_state_
 from fedfew.evaluation import accuracy
 from fedfew.meta.learners import ProtoNet
@@ -33,7 +42,7 @@ class Local(EpisodicFedAvg):
     options: LocalOptions
     dp_upload: str | None = None  # nothing is averaged: the clients' models are their own (fedfew.privacy.coverage)
 
-    def __init__(self, options: LocalOptions, context: Any) -> None:
+    def __init__(self, options: LocalOptions, context: Context) -> None:
         super().__init__(options, context)
         if options.learner == "proto":
             self.learner = ProtoNet()
@@ -49,7 +58,7 @@ class Local(EpisodicFedAvg):
     def broadcast(self, server: Parts, client_id: int) -> Payload:
         return {}
 
-    def client_update(self, payload: Payload, state: dict[str, Any], data: ClientData,
+    def client_update(self, payload: Payload, state: Parts, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         result = super().client_update({"model": state["model"]}, state, data, generator)
         new_state = {"model": result.upload["model"]} if "model" in result.upload else state
@@ -62,7 +71,7 @@ class Local(EpisodicFedAvg):
 
     evaluates_clients = True
 
-    def evaluate_client(self, payload: Payload, state: dict[str, Any], client: ClientData, data: EvalData,
+    def evaluate_client(self, payload: Payload, state: Parts, client: ClientData, data: EvalData,
                         generator: torch.Generator) -> ClientScores:
         if data.episodes is None:
             raise ValueError("local is a few-shot method: it needs evaluation episodes")

@@ -48,6 +48,7 @@ from fedfew.engine.algorithm import (
 )
 from fedfew.engine.state import StateDict, get_state, load_state_
 from fedfew.evaluation import accuracy
+from fedfew.jsontypes import JSONObject
 from fedfew.models.base import FewShotModel
 from fedfew.seeding import seed_torch_init
 
@@ -280,7 +281,7 @@ class OneShot(Algorithm):
         return {"accuracy": float((predictions == data.dataset.labels).double().mean()),
                 "member_accuracy_mean": float(members.mean()), "member_accuracy_max": float(members.max())}
 
-    def selection_report(self, server: OneShotServer, data: EvalData) -> dict[str, Any]:
+    def selection_report(self, server: OneShotServer, data: EvalData) -> JSONObject:
         """What the selection did (oneshot_report.py): the scores, the corrupted clients' ranks and,
         with ``report_clients``, every returned model's own accuracy. Draws nothing."""
         ids = self.returned_ids(server)
@@ -288,7 +289,7 @@ class OneShot(Algorithm):
             return {}
         scores = self.client_scores(server)
         members = list(server.get("member_ids", []))
-        out: dict[str, Any] = {} if scores is None else {"client_scores": {str(i): float(scores[i]) for i in ids}}
+        out: JSONObject = {} if scores is None else {"client_scores": {str(i): float(scores[i]) for i in ids}}
         out.update(corruption_metrics(ids, scores, self.context.corrupt_clients, members))
         states = server.get("client_states")
         if states and data.dataset is not None:

@@ -207,8 +207,8 @@ class Engine:
         self.algorithm, self.seed, self.states = algorithm, seed, states
         self.faults = faults or Faults()
         self.compute = compute
-        self._staged: dict[int, Any] = {}
-        self._ephemeral: dict[str, dict[int, Any]] = {}
+        self._staged: dict[int, State] = {}
+        self._ephemeral: dict[str, dict[int, State]] = {}
         self._round = 0
 
     # -- choosing and building ------------------------------------------------------------------
@@ -243,7 +243,7 @@ class Engine:
         raise NotImplementedError(f"engine {self.name!r} does not deliver tasks")
 
     def evaluate_clients(self, server: State, client_states: Mapping[int, State], clients: list[ClientData],
-                         data: EvalData) -> dict[int, dict[str, Any]]:
+                         data: EvalData) -> dict[int, ClientScores]:
         """Every client's :meth:`~fedfew.engine.Algorithm.evaluate_client` of its own model (clients
         whose state is None have none and are left out), keyed by client id in ascending order. Here
         on the server side, where the states are; the Flower engine asks the nodes."""
@@ -288,7 +288,7 @@ class Engine:
         self.close()
 
     # -- helpers for engines that hold states on the server side ----------------------------
-    def state_of(self, namespace: str, cid: int) -> Any:
+    def state_of(self, namespace: str, cid: int) -> State:
         if namespace == MAIN:
             if cid in self._staged:
                 return self._staged[cid]

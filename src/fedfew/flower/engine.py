@@ -167,7 +167,7 @@ class FlowerEngine(Engine):
         return Delivery(results, bytes_up=up, bytes_down=down)
 
     def evaluate_clients(self, server: State, client_states: Mapping[int, State], clients: list[ClientData],
-                         data: EvalData) -> dict[int, dict[str, Any]]:
+                         data: EvalData) -> dict[int, ClientScores]:
         messages = []
         for client in sorted(clients, key=lambda c: c.client_id):
             arrays, meta = to_records(self.algorithm.broadcast(server, client.client_id), static_tensors(self.algorithm))
