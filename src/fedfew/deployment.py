@@ -35,7 +35,17 @@ from pydantic import Field, model_validator
 
 from fedfew.data.dataset import LabelledDataset
 from fedfew.engine.aggregation import weighted_average
-from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, Context, EvalData, Options
+from fedfew.engine.algorithm import (
+    Algorithm,
+    ClientData,
+    ClientResult,
+    Context,
+    EvalData,
+    Options,
+    Parts,
+    Payload,
+    State,
+)
 from fedfew.engine.engines import Engine, InProcessEngine
 from fedfew.engine.simulator import run_round
 from fedfew.engine.state import StateDict, get_state, load_state_
@@ -222,7 +232,7 @@ class DeploymentAlgorithm(Algorithm):
     def start(self, prepared: StateDict, num_classes: int, generator: torch.Generator) -> dict[str, Any]:
         raise NotImplementedError
 
-    def classify(self, server: dict[str, Any], data: LabelledDataset) -> torch.Tensor:
+    def classify(self, server: Parts, data: LabelledDataset) -> torch.Tensor:
         """Logits [n, num_classes] of the group's global model for ``data``."""
         raise NotImplementedError
 
@@ -320,20 +330,20 @@ class LinearFL(DeploymentAlgorithm):
             raise ValueError(f"this LinearFL has a {self.num_classes}-way head, the group has {num_classes} classes")
         return {"model": with_fresh_head(self.model, prepared, generator)}
 
-    def client_update(self, payload: dict[str, Any], state: Any, data: ClientData,
+    def client_update(self, payload: Payload, state: State, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         from fedfew.algorithms.common import model_update, train_epochs  # see the TYPE_CHECKING import
 
         return model_update(self.model, payload, state, data.num_samples,
                             lambda model: train_epochs(model, data.train, data.train.labels, self.options, generator))
 
-    def aggregate(self, server: dict[str, Any], results: dict[int, ClientResult],
-                  generator: torch.Generator) -> dict[str, Any]:
+    def aggregate(self, server: Parts, results: dict[int, ClientResult],
+                  generator: torch.Generator) -> Parts:
         sent = list(results.values())
         return {**server, "model": weighted_average([r.upload["model"] for r in sent], [r.num_samples for r in sent])}
 
     @torch.no_grad()
-    def classify(self, server: dict[str, Any], data: LabelledDataset) -> torch.Tensor:
+    def classify(self, server: Parts, data: LabelledDataset) -> torch.Tensor:
         model = load_state_(self.model, server["model"])
         model.eval()
         args = (data.inputs,) if data.lengths is None else (data.inputs, data.lengths)

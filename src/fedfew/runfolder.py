@@ -38,6 +38,7 @@ from typing import Any
 from fedfew.codeversion import numbers_version, package_version
 from fedfew.config import ConfigError, ExperimentConfig, dump_config
 from fedfew.engine import serialize
+from fedfew.engine.algorithm import State
 from fedfew.engine.simulator import Best, CommLog, RunState, Simulator
 from fedfew.engine.store import ClientStates, Entry
 from fedfew.errors import UsageError
@@ -320,12 +321,12 @@ class RunFolder:
                 serialize.save(self.model_dir / "clients" / f"client-{cid}.safetensors", state,
                                {**meta, "client": cid})
 
-    def load_model(self) -> tuple[Any, dict[int, Any], dict[str, Any]]:
+    def load_model(self) -> tuple[State, dict[int, State], dict[str, Any]]:
         """(server state, {client: state}, meta) saved by :meth:`save_model`."""
         if not (self.model_dir / "server.safetensors").is_file():
             raise RunFolderError(f"{self.path} holds no trained model (is the run complete? `fedfew resume` it first)")
         server, meta = serialize.load(self.model_dir / "server.safetensors")
-        clients: dict[int, Any] = {}
+        clients: dict[int, State] = {}
         for path in sorted((self.model_dir / "clients").glob("client-*.safetensors")):
             state, client_meta = serialize.load(path)
             clients[int(client_meta["client"])] = state

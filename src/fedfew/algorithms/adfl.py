@@ -40,7 +40,7 @@ compares both on the same client models.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 from pydantic import Field, model_validator
@@ -51,6 +51,7 @@ from fedfew.algorithms.oneshot import OneShot, OneShotOptions, OneShotServer, me
 from fedfew.engine.aggregation import weighted_average
 from fedfew.engine.algorithm import ClientResult, EvalData, register
 from fedfew.engine.state import StateDict, load_state_
+from fedfew.jsontypes import JSONObject
 
 
 class AdFLOptions(OneShotOptions):
@@ -141,7 +142,7 @@ class AdFL(OneShot):
     def returned_ids(self, server: OneShotServer) -> list[int]:
         return sorted(server.get("coherence", {}))
 
-    def selection_report(self, server: OneShotServer, data: EvalData) -> dict[str, Any]:
+    def selection_report(self, server: OneShotServer, data: EvalData) -> JSONObject:
         """:meth:`OneShot.selection_report`, plus the fraction of adversarial samples their own model
         classifies as their target (``own_success``: the method needs it high; docs/adfl.md's alpha)."""
         out = super().selection_report(server, data)

@@ -12,10 +12,11 @@ from pydantic import Field
 from torch import nn
 
 from fedfew.data.dataset import LabelledDataset
-from fedfew.engine.algorithm import ClientResult, EpisodeShape, EvalData, Options
+from fedfew.engine.algorithm import ClientResult, EpisodeShape, EvalData, Options, Payload, State
 from fedfew.engine.state import get_state, load_state_
 from fedfew.episodes import Episode, EpisodeError, EpisodeSampler
 from fedfew.evaluation import dataset_accuracy, episode_scores, mean_ci95
+from fedfew.jsontypes import JSONObject
 from fedfew.meta.learners import EpisodicLearner, ProtoNet
 
 
@@ -101,7 +102,7 @@ def train_epochs(
     return {"loss": total_loss / max(seen, 1), "accuracy": correct / max(seen, 1)}
 
 
-def model_update(model: nn.Module, payload: dict[str, Any], state: Any, num_samples: int,
+def model_update(model: nn.Module, payload: Payload, state: State, num_samples: int,
                  train: Callable[[nn.Module], dict[str, float]]) -> ClientResult:
     """FedAvg's client update, shared by every algorithm whose clients train the one global model:
     w = w^t (the payload's ``model`` copied into ``model``, this process's workspace model), ``train(w)``
@@ -144,7 +145,7 @@ def per_client_table(scores: dict[int, list[float]]) -> dict[str, float]:
             "client_max": float(table.mean(1).max())}
 
 
-def local_scores(local: dict[int, float]) -> dict[str, Any]:
+def local_scores(local: dict[int, float]) -> JSONObject:
     """Test metrics of the clients' own models, each scored on its own private validation set (keyed
     by client id): the mean over clients (``local_accuracy``), its 1.96 std / sqrt(n) over clients
     (``local_ci95``), the worst and best client, and every client's score (``local_by_client``, keys

@@ -10,7 +10,7 @@ episodes each client trained on (eq. 10), or by samples or uniformly.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 from pydantic import Field
@@ -18,7 +18,17 @@ from pydantic import Field
 from fedfew.algorithms.batched_episodic import episodic_update_batch, why_not_batched
 from fedfew.algorithms.common import local_sampler, make_optimizer
 from fedfew.engine.aggregation import weighted_average, weights_for
-from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, Context, EvalData, Options
+from fedfew.engine.algorithm import (
+    Algorithm,
+    ClientData,
+    ClientResult,
+    Context,
+    EvalData,
+    Options,
+    Parts,
+    Payload,
+    State,
+)
 from fedfew.engine.state import get_state, load_state_
 from fedfew.episodes import Episode
 from fedfew.evaluation import accuracy
@@ -71,18 +81,18 @@ class EpisodicFedAvg(Algorithm):
         n_out = self.context.episode.n_way if self.learner.head == "n_way" else None
         return self.context.make_model(n_out)
 
-    def init_server(self, generator: torch.Generator) -> dict[str, Any]:
+    def init_server(self, generator: torch.Generator) -> Parts:
         seed_torch_init(generator)
         return {"model": get_state(self.new_model())}
 
     # -- client ---------------------------------------------------------------------------
-    def local_objective(self, payload: dict[str, Any], episode: Episode) -> tuple[torch.Tensor, dict[str, float]]:
+    def local_objective(self, payload: Payload, episode: Episode) -> tuple[torch.Tensor, dict[str, float]]:
         """The loss one episode contributes to the local objective; subclasses add terms."""
         loss, logits = self.learner.loss(self.model, episode)
         acc = float((logits.argmax(-1) == episode.query_labels).float().mean())
         return loss, {"loss": float(loss.detach()), "accuracy": acc}
 
-    def client_update(self, payload: dict[str, Any], state: Any, data: ClientData,
+    def client_update(self, payload: Payload, state: State, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         opts = self.options
         sampler = local_sampler(data.train, self.context.episode)
@@ -120,14 +130,14 @@ class EpisodicFedAvg(Algorithm):
             return f"{self.name} changes the episodic client update and has no batched form"
         return why_not_batched(self)
 
-    def client_update_batch(self, payloads: Sequence[dict[str, Any]], states: Sequence[Any],
+    def client_update_batch(self, payloads: Sequence[Payload], states: Sequence[State],
                             data: Sequence[ClientData], generators: Sequence[torch.Generator]) -> list[ClientResult]:
         """:meth:`client_update` of many clients as one computation (``runtime.batch_clients``)."""
         return episodic_update_batch(self, payloads, states, data, generators)
 
     # -- server ---------------------------------------------------------------------------
-    def aggregate(self, server: dict[str, Any], results: dict[int, ClientResult],
-                  generator: torch.Generator) -> dict[str, Any]:
+    def aggregate(self, server: Parts, results: dict[int, ClientResult],
+                  generator: torch.Generator) -> Parts:
         sent = [r for r in results.values() if "model" in r.upload]
         if not sent:
             return server
@@ -137,7 +147,7 @@ class EpisodicFedAvg(Algorithm):
     #: The score is the mean over independent episodes of the server's model: engines may split them.
     splits_evaluation = True
 
-    def episode_scores(self, server: dict[str, Any], data: EvalData, indices: Sequence[int]) -> list[float]:
+    def episode_scores(self, server: Parts, data: EvalData, indices: Sequence[int]) -> list[float]:
         """Query accuracy on each of the evaluation episodes ``indices`` (what :meth:`evaluate` averages)."""
         if data.episodes is None:
             raise ValueError(f"no {data.split} episodes to evaluate on")
@@ -148,7 +158,7 @@ class EpisodicFedAvg(Algorithm):
         model.train()
         return scores
 
-    def episode_predictions(self, server: dict[str, Any], data: EvalData, indices: Sequence[int]) -> list[torch.Tensor]:
+    def episode_predictions(self, server: Parts, data: EvalData, indices: Sequence[int]) -> list[torch.Tensor]:
         """The predicted query labels behind :meth:`episode_scores` (``eval.per_class``)."""
         if data.episodes is None:
             raise ValueError(f"no {data.split} episodes to evaluate on")

@@ -116,10 +116,12 @@ from fedfew.engine.algorithm import (
     Algorithm,
     ClientData,
     ClientResult,
+    ClientScores,
     Context,
     EpisodeShape,
     EvalData,
     Options,
+    Payload,
     register,
 )
 from fedfew.engine.state import StateDict, get_state, load_state_
@@ -271,8 +273,8 @@ class F2L(Algorithm):
             server["client"] = get_state(self.new_client_model())
         return server
 
-    def broadcast(self, server: F2LServer, client_id: int) -> dict[str, Any]:
-        payload: dict[str, Any] = {"server": server["server"]}
+    def broadcast(self, server: F2LServer, client_id: int) -> Payload:
+        payload: Payload = {"server": server["server"]}
         if "client" in server:
             payload["client"] = server["client"]
         return payload
@@ -373,7 +375,7 @@ class F2L(Algorithm):
         metrics["server_accuracy"] = accuracy(logits_all[:d].detach(), task_classes[episode.support_labels])
         return loss_phi, loss_psi, metrics
 
-    def client_update(self, payload: dict[str, Any], state: F2LClientState | None, data: ClientData,
+    def client_update(self, payload: Payload, state: F2LClientState | None, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         o = self.options
         sampler = local_sampler(data.train, self.train_shape)
@@ -402,7 +404,7 @@ class F2L(Algorithm):
             opt_psi.step()
             for k, v in metrics.items():
                 sums[k] = sums.get(k, 0.0) + v
-        upload: dict[str, Any] = {"server": get_state(server)}
+        upload: Payload = {"server": get_state(server)}
         new_state: F2LClientState | None = state
         if o.decoupled:
             new_state = {"client": get_state(client)}
@@ -495,14 +497,14 @@ class F2L(Algorithm):
             return None
         return "server-model-delta"
 
-    def evaluate_client(self, payload: dict[str, Any], state: F2LClientState, client: ClientData, data: EvalData,
-                        generator: torch.Generator) -> dict[str, Any]:
+    def evaluate_client(self, payload: Payload, state: F2LClientState, client: ClientData, data: EvalData,
+                        generator: torch.Generator) -> ClientScores:
         if self.options.test_client_model == "average":
             return {"client": state["client"]}
         support, support_labels, query, query_labels = self.stacked_tasks(payload["server"], data)
         return {"scores": self.client_accuracies(state["client"], support, support_labels, query, query_labels)}
 
-    def combine_evaluations(self, server: F2LServer, scores: dict[int, dict[str, Any]], data: EvalData,
+    def combine_evaluations(self, server: F2LServer, scores: dict[int, ClientScores], data: EvalData,
                             generator: torch.Generator) -> dict[str, float]:
         if self.options.test_client_model == "average":
             states = [s["client"] for s in scores.values()]

@@ -27,7 +27,18 @@ from fedfew.algorithms.common import (
     train_epochs,
 )
 from fedfew.engine.aggregation import weighted_average, weights_for
-from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, Context, EvalData, register
+from fedfew.engine.algorithm import (
+    Algorithm,
+    ClientData,
+    ClientResult,
+    ClientScores,
+    Context,
+    EvalData,
+    Parts,
+    Payload,
+    State,
+    register,
+)
 from fedfew.engine.state import get_state, load_state_
 from fedfew.evaluation import dataset_accuracy
 from fedfew.meta.learners import proximal_term
@@ -85,14 +96,14 @@ class FedAvg(Algorithm):
     def new_model(self) -> FewShotModel:
         return self.context.make_model(self.num_outputs)
 
-    def init_server(self, generator: torch.Generator) -> dict[str, Any]:
+    def init_server(self, generator: torch.Generator) -> Parts:
         seed_torch_init(generator)
         return {"model": get_state(self.new_model())}
 
     def targets(self, labels: torch.Tensor) -> torch.Tensor:
         return labels if self.targets_of is None else self.targets_of[labels]
 
-    def client_update(self, payload: dict[str, Any], state: Any, data: ClientData,
+    def client_update(self, payload: Payload, state: State, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         mu = self.options.mu
 
@@ -106,24 +117,24 @@ class FedAvg(Algorithm):
             result.state = {"upload": get_state(self.model)}
         return result
 
-    def aggregate(self, server: dict[str, Any], results: dict[int, ClientResult],
-                  generator: torch.Generator) -> dict[str, Any]:
+    def aggregate(self, server: Parts, results: dict[int, ClientResult],
+                  generator: torch.Generator) -> Parts:
         sent = list(results.values())
         weights = weights_for(self.options.aggregation, [r.num_samples for r in sent], [0] * len(sent))
         return {**server, "model": weighted_average([r.upload["model"] for r in sent], weights)}
 
-    def evaluate(self, server: dict[str, Any], data: EvalData, generator: torch.Generator) -> dict[str, float]:
+    def evaluate(self, server: Parts, data: EvalData, generator: torch.Generator) -> dict[str, float]:
         return evaluate_model(load_state_(self.model, server["model"]), data)
 
     # -- score_uploads: each client's last upload on its private validation set -------------------
-    def evaluate_client(self, payload: dict[str, Any], state: Any, client: ClientData, data: EvalData,
-                        generator: torch.Generator) -> dict[str, Any]:
+    def evaluate_client(self, payload: Payload, state: State, client: ClientData, data: EvalData,
+                        generator: torch.Generator) -> ClientScores:
         if not isinstance(state, dict) or "upload" not in state or client.val is None or len(client.val) == 0:
             return {}  # not yet trained (round 0), or nothing to score on
         model = load_state_(self.model, state["upload"])
         return {"local_accuracy": dataset_accuracy(model, client.val.inputs, client.val.labels, client.val.lengths)}
 
-    def combine_evaluations(self, server: dict[str, Any], scores: dict[int, dict[str, Any]], data: EvalData,
+    def combine_evaluations(self, server: Parts, scores: dict[int, ClientScores], data: EvalData,
                             generator: torch.Generator) -> dict[str, Any]:
         """The global model exactly as :meth:`evaluate` scores it, and the uploads' scores."""
         metrics: dict[str, Any] = dict(self.evaluate(server, data, generator))

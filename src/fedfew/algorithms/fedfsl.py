@@ -30,7 +30,7 @@ paper's network is ``fedfsl-prox`` with ``mu: 0`` (bit for bit ``fl-maml`` on th
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -40,7 +40,7 @@ from torch.func import functional_call
 
 from fedfew.algorithms.episodic import EpisodicFedAvg, MAMLOptions
 from fedfew.engine.aggregation import weighted_average
-from fedfew.engine.algorithm import ClientData, ClientResult, Context, register
+from fedfew.engine.algorithm import ClientData, ClientResult, Context, Parts, Payload, State, register
 from fedfew.engine.state import StateDict, load_state_
 from fedfew.episodes import Episode
 from fedfew.meta.learners import MAML
@@ -149,14 +149,14 @@ class FedFSLMI(FedFSLBase):
         return "model-delta" if self.options.reference == "global" else None
 
     # -- server ---------------------------------------------------------------------------
-    def init_server(self, generator: torch.Generator) -> dict[str, Any]:
+    def init_server(self, generator: torch.Generator) -> Parts:
         server = super().init_server(generator)
         if self.options.reference == "exclusive":
             # The last model each client uploaded, and its aggregation weight, for w_{-k}.
             server.update(client_models={}, client_weights={})
         return server
 
-    def broadcast(self, server: dict[str, Any], client_id: int) -> dict[str, Any]:
+    def broadcast(self, server: Parts, client_id: int) -> Payload:
         payload = {"model": server["model"]}
         if self.options.reference == "exclusive":
             reference = exclusive_average(server["client_models"], server["client_weights"], client_id)
@@ -169,8 +169,8 @@ class FedFSLMI(FedFSLBase):
         kind = self.options.aggregation
         return float(result.num_episodes if kind == "episodes" else result.num_samples if kind == "samples" else 1)
 
-    def aggregate(self, server: dict[str, Any], results: dict[int, ClientResult],
-                  generator: torch.Generator) -> dict[str, Any]:
+    def aggregate(self, server: Parts, results: dict[int, ClientResult],
+                  generator: torch.Generator) -> Parts:
         new = super().aggregate(server, results, generator)
         if self.options.reference == "exclusive":
             models, weights = dict(server["client_models"]), dict(server["client_weights"])
@@ -181,10 +181,12 @@ class FedFSLMI(FedFSLBase):
         return new
 
     # -- client ---------------------------------------------------------------------------
-    def reference_state(self, payload: dict[str, Any]) -> StateDict:
-        return payload.get("reference", payload["model"])
+    def reference_state(self, payload: Payload) -> StateDict:
+        # (not ``payload.get(...)``: through a type alias mypy types that ``Any | None``)
+        model = payload["model"]
+        return payload["reference"] if "reference" in payload else model
 
-    def client_update(self, payload: dict[str, Any], state: Any, data: ClientData,
+    def client_update(self, payload: Payload, state: State, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         load_state_(self.reference_model, self.reference_state(payload)).train()
         return super().client_update(payload, state, data, generator)
@@ -194,7 +196,7 @@ class FedFSLMI(FedFSLBase):
         assert isinstance(self.learner, MAML)
         return adapted_query_logits(self.learner, self.reference_model, episode, self.learner.inner_steps)
 
-    def local_objective(self, payload: dict[str, Any], episode: Episode) -> tuple[torch.Tensor, dict[str, float]]:
+    def local_objective(self, payload: Payload, episode: Episode) -> tuple[torch.Tensor, dict[str, float]]:
         """L_k(w_k) + gamma * KL(p(w_g) || p(w_k)) on one episode (eq. 13)."""
         loss, logits = self.learner.loss(self.model, episode)
         acc = float((logits.argmax(-1) == episode.query_labels).float().mean())

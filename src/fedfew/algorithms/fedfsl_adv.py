@@ -40,7 +40,7 @@ Where the paper is silent (options):
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 from pydantic import Field, model_validator
@@ -48,7 +48,7 @@ from torch import nn
 
 from fedfew.algorithms.common import local_sampler, make_optimizer
 from fedfew.algorithms.fedfsl import FedFSLMI, FedFSLMIOptions, prediction_kl
-from fedfew.engine.algorithm import ClientData, ClientResult, Context, register
+from fedfew.engine.algorithm import ClientData, ClientResult, Context, Payload, State, register
 from fedfew.engine.state import get_state, load_state_
 from fedfew.episodes import Episode
 from fedfew.meta.learners import proximal_term
@@ -174,7 +174,7 @@ class FedFSLMIAdv(FedFSLMI):
         self.step_on(objective, self.generator_parameters(), optimizer)
         return metrics
 
-    def client_update(self, payload: dict[str, Any], state: Any, data: ClientData,
+    def client_update(self, payload: Payload, state: State, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         """Algorithm 2's client side: theta' anew, then per local step stage 1 and stage 2."""
         opts = self.options

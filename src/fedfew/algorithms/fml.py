@@ -61,9 +61,22 @@ from torch import nn
 from fedfew.algorithms.common import TrainOptions, local_scores, make_optimizer, minibatches
 from fedfew.data.dataset import LabelledDataset
 from fedfew.engine.aggregation import weighted_average
-from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, Context, EvalData, Options, register
+from fedfew.engine.algorithm import (
+    Algorithm,
+    ClientData,
+    ClientResult,
+    ClientScores,
+    Context,
+    EvalData,
+    Options,
+    Parts,
+    Payload,
+    State,
+    register,
+)
 from fedfew.engine.state import StateDict, get_state, load_state_
 from fedfew.evaluation import dataset_accuracy
+from fedfew.jsontypes import JSONObject
 from fedfew.models import MODELS, FewShotModel
 from fedfew.seeding import seed_torch_init, torch_generator
 
@@ -163,12 +176,12 @@ def deep_mutual_learning(
     return metrics
 
 
-def newcomer_scores(curves: list[dict[str, list[float]]]) -> dict[str, Any]:
+def newcomer_scores(curves: list[dict[str, list[float]]]) -> JSONObject:
     """Test metrics of the newcomer phase from each newcomer's curves (``{"{init}_{by}": [accuracy per
     epoch]}``): per start and way, the mean over newcomers after the last epoch
     (``newcomer_{init}_{by}_accuracy``) and at every epoch (``newcomer_{init}_{by}_by_epoch``, keys
     the epochs as strings, "0" = on joining)."""
-    metrics: dict[str, Any] = {}
+    metrics: JSONObject = {}
     for key in curves[0] if curves else []:
         per_epoch = [sum(c[key][e] for c in curves) / len(curves) for e in range(len(curves[0][key]))]
         metrics[f"newcomer_{key}_accuracy"] = per_epoch[-1]
@@ -353,7 +366,7 @@ class FML(Algorithm):
         seed_torch_init(generator)
         return {"model": get_state(self.new_global_model()), "round": 0}
 
-    def broadcast(self, server: FMLServer, client_id: int) -> dict[str, Any]:
+    def broadcast(self, server: FMLServer, client_id: int) -> Payload:
         if client_id in self.options.newcomers:
             # Nothing while the others train; the final global model when the newcomer joins (only
             # an evaluation of the last round's model asks for it: training rounds are 0 .. R-1).
@@ -382,7 +395,7 @@ class FML(Algorithm):
         seed_torch_init(generator)
         return {"model": get_state(self.new_local_model(architecture)), "architecture": architecture, "rounds": 0}
 
-    def client_update(self, payload: dict[str, Any], state: FMLClientState, data: ClientData,
+    def client_update(self, payload: Payload, state: FMLClientState, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         if data.client_id in self.options.newcomers:
             return ClientResult.sat_out(state)
@@ -404,7 +417,7 @@ class FML(Algorithm):
         model = load_state_(self.local_workspace(state["architecture"]), state["model"])
         return dataset_accuracy(model, client.val.inputs, client.val.labels, client.val.lengths)
 
-    def local_accuracies(self, client_states: dict[int, Any], clients: list[ClientData]) -> dict[int, float]:
+    def local_accuracies(self, client_states: dict[int, State], clients: list[ClientData]) -> dict[int, float]:
         """Each trained client's local model on its own private validation set."""
         scores = {c.client_id: self.local_accuracy(client_states.get(c.client_id), c) for c in clients}
         return {cid: score for cid, score in scores.items() if score is not None}
@@ -415,13 +428,13 @@ class FML(Algorithm):
         """True for the server state after the last round when the run has the newcomer phase."""
         return self.options.adapt_newcomers is not None and server["round"] == self.context.num_rounds
 
-    def evaluate_client(self, payload: dict[str, Any], state: FMLClientState, client: ClientData, data: EvalData,
-                        generator: torch.Generator) -> dict[str, Any]:
+    def evaluate_client(self, payload: Payload, state: FMLClientState, client: ClientData, data: EvalData,
+                        generator: torch.Generator) -> ClientScores:
         if client.client_id in self.options.newcomers:
             return {"newcomer": self.newcomer_curves(payload, client)} if "model" in payload else {}
         return {"local_accuracy": self.local_accuracy(state, client)}
 
-    def newcomer_curves(self, server: dict[str, Any], client: ClientData) -> dict[str, list[float]]:
+    def newcomer_curves(self, server: Parts, client: ClientData) -> dict[str, list[float]]:
         """``adapt_newcomers``: the newcomer's private-model accuracy on its validation set per epoch
         (0 = on joining), for each start x way of adapting, keyed ``"{init}_{by}"``. Each start has its
         own generator (seed, "newcomer", client, init), shared by the ways, so they are paired; the
@@ -437,7 +450,7 @@ class FML(Algorithm):
                 curves[f"{init}_{by}"] = [row["local_accuracy"] for row in curve]
         return curves
 
-    def combine_evaluations(self, server: FMLServer, scores: dict[int, dict[str, Any]], data: EvalData,
+    def combine_evaluations(self, server: FMLServer, scores: dict[int, ClientScores], data: EvalData,
                             generator: torch.Generator) -> dict[str, Any]:
         """The global model on the labelled test set (on the server), and the clients' local models on
         their private validation sets (each on its client)."""
@@ -454,7 +467,7 @@ class FML(Algorithm):
     # -- a new participant (Fig. 4) -------------------------------------------------------------
     def adapt_newcomer(
         self,
-        server: dict[str, Any],
+        server: Parts,
         client: ClientData,
         generator: torch.Generator,
         init: Literal["fresh", "global"] = "fresh",

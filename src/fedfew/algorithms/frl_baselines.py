@@ -31,6 +31,7 @@ Per-FedAvg (Fallah et al. 2020) is in :mod:`fedfew.algorithms.per_fedavg`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
@@ -42,9 +43,20 @@ from fedfew.algorithms.oneshot import cross_validation_score, top_n
 from fedfew.data.dataset import LabelledDataset
 from fedfew.deployment import DeploymentOptions, LinearDeployment, LinearFL, evaluate_deployment
 from fedfew.engine.aggregation import weighted_average
-from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, Context, EvalData, Options, register
+from fedfew.engine.algorithm import (
+    Algorithm,
+    ClientData,
+    ClientResult,
+    Context,
+    EvalData,
+    Options,
+    Parts,
+    Payload,
+    State,
+    register,
+)
 from fedfew.engine.simulator import RoundOutcome
-from fedfew.engine.state import get_state, load_state_
+from fedfew.engine.state import StateDict, get_state, load_state_
 from fedfew.seeding import seed_torch_init
 
 #: R of the baselines' deployment when ``deployment.rounds`` is not set (the paper's R).
@@ -100,7 +112,7 @@ class OneShotTrainOptions(TrainOptions):
 
 
 
-def keep_best(results: dict[int, ClientResult], keep: int, generator: torch.Generator) -> tuple[list[int], dict[str, Any]]:
+def keep_best(results: dict[int, ClientResult], keep: int, generator: torch.Generator) -> tuple[list[int], StateDict]:
     """Guha et al.'s CV selection: the ``keep`` clients with the best cross-validation score (ties at
     random) and the sample-weighted average of their models."""
     ids = sorted(results)
@@ -119,11 +131,11 @@ class OneShotFL(LinearFL):
 
     options: OneShotTrainOptions
 
-    def client_update(self, payload: dict[str, Any], state: Any, data: ClientData,
+    def client_update(self, payload: Payload, state: State, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         model = load_state_(self.model, payload["model"])
         metrics = train_epochs(model, data.train, data.train.labels, self.options, generator)
-        upload: dict[str, Any] = {"model": get_state(model)}
+        upload: Payload = {"model": get_state(model)}
         folds = min(self.options.cv_folds, len(data.train))  # fewer samples than folds: leave-one-out
         folds_generator = torch.Generator().manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator,
                                                                            device=generator.device)))
@@ -135,8 +147,8 @@ class OneShotFL(LinearFL):
         metrics["cv_score"] = score
         return ClientResult(upload=upload, state=state, metrics=metrics, num_samples=data.num_samples)
 
-    def aggregate(self, server: dict[str, Any], results: dict[int, ClientResult],
-                  generator: torch.Generator) -> dict[str, Any]:
+    def aggregate(self, server: Parts, results: dict[int, ClientResult],
+                  generator: torch.Generator) -> Parts:
         chosen, model = keep_best(results, self.options.keep, generator)
         updated = {**server, "model": model, "kept": chosen}
         if self.options.combine == "ensemble":  # the server keeps the members; only the average goes down
@@ -144,7 +156,7 @@ class OneShotFL(LinearFL):
         return updated
 
     @torch.no_grad()
-    def classify(self, server: dict[str, Any], data: LabelledDataset) -> torch.Tensor:
+    def classify(self, server: Parts, data: LabelledDataset) -> torch.Tensor:
         """``combine: ensemble``: the log of the kept models' mean softmax (its argmax is the ensemble's
         prediction); otherwise the averaged model's logits."""
         members = server.get("members")
@@ -154,7 +166,7 @@ class OneShotFL(LinearFL):
         return torch.stack(probabilities).mean(0).log()
 
 
-def evaluate_fine_tuning(options: DeployFedAvgOptions, deployment: LinearDeployment, server: dict[str, Any],
+def evaluate_fine_tuning(options: DeployFedAvgOptions, deployment: LinearDeployment, server: Parts,
                          data: EvalData, context: Context) -> dict[str, float]:
     tau = options.deployment.classes
     return evaluate_deployment(deployment(tau), server["model"], options.deployment, DEFAULT_ROUNDS, data, context)
@@ -174,14 +186,14 @@ class FRLScratch(Algorithm):
         super().__init__(options, context)
         self.deployment = LinearDeployment(options.deploy_train_options(), context)
 
-    def init_server(self, generator: torch.Generator) -> dict[str, Any]:
+    def init_server(self, generator: torch.Generator) -> Parts:
         seed_torch_init(generator)
         return {"model": get_state(self.context.make_model(None))}
 
-    def play_round(self, server: dict[str, Any], engine: Any, selected: Any, round_index: int) -> RoundOutcome:
+    def play_round(self, server: Parts, engine: Any, selected: Sequence[int], round_index: int) -> RoundOutcome:
         return RoundOutcome(server, {}, 0, 0)
 
-    def evaluate(self, server: dict[str, Any], data: EvalData, generator: torch.Generator) -> dict[str, float]:
+    def evaluate(self, server: Parts, data: EvalData, generator: torch.Generator) -> dict[str, float]:
         return evaluate_fine_tuning(self.options, self.deployment, server, data, self.context)
 
 
@@ -198,7 +210,7 @@ class FRLFineTune(FedAvg):
         super().__init__(options, context)
         self.deployment = LinearDeployment(options.deploy_train_options(), context)
 
-    def evaluate(self, server: dict[str, Any], data: EvalData, generator: torch.Generator) -> dict[str, float]:
+    def evaluate(self, server: Parts, data: EvalData, generator: torch.Generator) -> dict[str, float]:
         return evaluate_fine_tuning(self.options, self.deployment, server, data, self.context)
 
 
@@ -227,14 +239,14 @@ class FRLOneShot(FRLFineTune):
         return LabelledDataset(inputs=data.inputs, labels=self.targets(data.labels), class_names=names,
                                name=data.name, lengths=data.lengths)
 
-    def client_update(self, payload: dict[str, Any], state: Any, data: ClientData,
+    def client_update(self, payload: Payload, state: State, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         if self.options.stage == "deployment":  # preparation is FedAvg
             return super().client_update(payload, state, data, generator)
         local = self.base_labelled(data.train)
         model = load_state_(self.model, payload["model"])
         metrics = train_epochs(model, local, local.labels, self.options, generator)
-        upload: dict[str, Any] = {"model": get_state(model)}
+        upload: Payload = {"model": get_state(model)}
         # The folds use their own generator so that the returned model does not depend on them.
         folds_generator = torch.Generator().manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator,
                                                                                    device=generator.device)))
@@ -244,8 +256,8 @@ class FRLOneShot(FRLFineTune):
         metrics["cv_score"] = score
         return ClientResult(upload=upload, state=state, metrics=metrics, num_samples=data.num_samples)
 
-    def aggregate(self, server: dict[str, Any], results: dict[int, ClientResult],
-                  generator: torch.Generator) -> dict[str, Any]:
+    def aggregate(self, server: Parts, results: dict[int, ClientResult],
+                  generator: torch.Generator) -> Parts:
         if self.options.stage == "deployment":
             return super().aggregate(server, results, generator)
         chosen, model = keep_best(results, self.options.keep, generator)

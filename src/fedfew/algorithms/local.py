@@ -7,14 +7,23 @@ and reports the mean over clients (FedFSL and F2L, Table 1/3, "Local").
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 from pydantic import Field
 
 from fedfew.algorithms.common import per_client_table
 from fedfew.algorithms.episodic import EpisodicFedAvg, MAMLOptions
-from fedfew.engine.algorithm import ClientData, ClientResult, EvalData, register
+from fedfew.engine.algorithm import (
+    ClientData,
+    ClientResult,
+    ClientScores,
+    Context,
+    EvalData,
+    Parts,
+    Payload,
+    register,
+)
 from fedfew.engine.state import get_state, load_state_
 from fedfew.evaluation import accuracy
 from fedfew.meta.learners import ProtoNet
@@ -33,43 +42,43 @@ class Local(EpisodicFedAvg):
     options: LocalOptions
     dp_upload: str | None = None  # nothing is averaged: the clients' models are their own (fedfew.privacy.coverage)
 
-    def __init__(self, options: LocalOptions, context: Any) -> None:
+    def __init__(self, options: LocalOptions, context: Context) -> None:
         super().__init__(options, context)
         if options.learner == "proto":
             self.learner = ProtoNet()
             self.model = self.new_model()
 
-    def init_server(self, generator: torch.Generator) -> dict[str, Any]:
+    def init_server(self, generator: torch.Generator) -> Parts:
         return {}
 
-    def init_client_state(self, client: ClientData, generator: torch.Generator) -> dict[str, Any]:
+    def init_client_state(self, client: ClientData, generator: torch.Generator) -> Parts:
         seed_torch_init(generator)
         return {"model": get_state(self.new_model())}
 
-    def broadcast(self, server: dict[str, Any], client_id: int) -> dict[str, Any]:
+    def broadcast(self, server: Parts, client_id: int) -> Payload:
         return {}
 
-    def client_update(self, payload: dict[str, Any], state: dict[str, Any], data: ClientData,
+    def client_update(self, payload: Payload, state: Parts, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         result = super().client_update({"model": state["model"]}, state, data, generator)
         new_state = {"model": result.upload["model"]} if "model" in result.upload else state
         return ClientResult(upload={}, state=new_state, metrics=result.metrics,
                             num_samples=result.num_samples, num_episodes=result.num_episodes, skipped=result.skipped)
 
-    def aggregate(self, server: dict[str, Any], results: dict[int, ClientResult],
-                  generator: torch.Generator) -> dict[str, Any]:
+    def aggregate(self, server: Parts, results: dict[int, ClientResult],
+                  generator: torch.Generator) -> Parts:
         return server
 
     evaluates_clients = True
 
-    def evaluate_client(self, payload: dict[str, Any], state: dict[str, Any], client: ClientData, data: EvalData,
-                        generator: torch.Generator) -> dict[str, Any]:
+    def evaluate_client(self, payload: Payload, state: Parts, client: ClientData, data: EvalData,
+                        generator: torch.Generator) -> ClientScores:
         if data.episodes is None:
             raise ValueError("local is a few-shot method: it needs evaluation episodes")
         model = load_state_(self.model, state["model"])
         model.eval()
         return {"scores": [accuracy(self.learner.predict(model, ep), ep.query_labels) for ep in data.episodes]}
 
-    def combine_evaluations(self, server: dict[str, Any], scores: dict[int, dict[str, Any]], data: EvalData,
+    def combine_evaluations(self, server: Parts, scores: dict[int, ClientScores], data: EvalData,
                             generator: torch.Generator) -> dict[str, float]:
         return per_client_table({cid: s["scores"] for cid, s in scores.items()})

@@ -36,9 +36,19 @@ from fedfew.algorithms.common import TrainOptions, evaluate_model, train_epochs
 from fedfew.algorithms.oneshot_report import client_metrics, corruption_metrics
 from fedfew.data.dataset import LabelledDataset
 from fedfew.engine.aggregation import weighted_average
-from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, Context, EvalData, register
+from fedfew.engine.algorithm import (
+    Algorithm,
+    ClientData,
+    ClientResult,
+    Context,
+    EvalData,
+    Payload,
+    State,
+    register,
+)
 from fedfew.engine.state import StateDict, get_state, load_state_
 from fedfew.evaluation import accuracy
+from fedfew.jsontypes import JSONObject
 from fedfew.models.base import FewShotModel
 from fedfew.seeding import seed_torch_init
 
@@ -235,11 +245,11 @@ class OneShot(Algorithm):
         return {**server, **record, "members": states}
 
     # -- client ------------------------------------------------------------------------------
-    def client_update(self, payload: dict[str, Any], state: Any, data: ClientData,
+    def client_update(self, payload: Payload, state: State, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         model = load_state_(self.model, payload["model"])
         metrics = train_epochs(model, data.train, data.train.labels, self.options, generator)
-        upload: dict[str, Any] = {"model": get_state(model)}
+        upload: Payload = {"model": get_state(model)}
         if self.options.report_clients:  # for the report of which classes the members hold, never for selection
             upload["label_counts"] = torch.bincount(data.train.labels, minlength=self.context.num_classes)
         if self.options.cv_folds:
@@ -271,7 +281,7 @@ class OneShot(Algorithm):
         return {"accuracy": float((predictions == data.dataset.labels).double().mean()),
                 "member_accuracy_mean": float(members.mean()), "member_accuracy_max": float(members.max())}
 
-    def selection_report(self, server: OneShotServer, data: EvalData) -> dict[str, Any]:
+    def selection_report(self, server: OneShotServer, data: EvalData) -> JSONObject:
         """What the selection did (oneshot_report.py): the scores, the corrupted clients' ranks and,
         with ``report_clients``, every returned model's own accuracy. Draws nothing."""
         ids = self.returned_ids(server)
@@ -279,7 +289,7 @@ class OneShot(Algorithm):
             return {}
         scores = self.client_scores(server)
         members = list(server.get("member_ids", []))
-        out: dict[str, Any] = {} if scores is None else {"client_scores": {str(i): float(scores[i]) for i in ids}}
+        out: JSONObject = {} if scores is None else {"client_scores": {str(i): float(scores[i]) for i in ids}}
         out.update(corruption_metrics(ids, scores, self.context.corrupt_clients, members))
         states = server.get("client_states")
         if states and data.dataset is not None:

@@ -19,9 +19,9 @@ classes the combined models' training data hold between them).
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
+
+from fedfew.jsontypes import JSONObject
 
 
 def descending_ranks(values: torch.Tensor) -> torch.Tensor:
@@ -46,13 +46,13 @@ def spearman(x: torch.Tensor, y: torch.Tensor) -> float | None:
 
 
 def corruption_metrics(ids: list[int], scores: dict[int, float] | None, corrupt: list[int],
-                       members: list[int]) -> dict[str, Any]:
+                       members: list[int]) -> JSONObject:
     """Where the corrupted clients among the returned ``ids`` rank by ``scores`` (when the selection
     scored them) and how many of them are among the combined ``members``."""
     bad = [c for c in corrupt if c in set(ids)]
     if not bad:
         return {}
-    out: dict[str, Any] = {"corrupt_selected": sum(c in set(members) for c in bad)}
+    out: JSONObject = {"corrupt_selected": sum(c in set(members) for c in bad)}
     if scores is not None:
         ranks = descending_ranks(torch.tensor([scores[i] for i in ids], dtype=torch.float64))
         by_id = {i: float(r) for i, r in zip(ids, ranks)}
@@ -63,12 +63,12 @@ def corruption_metrics(ids: list[int], scores: dict[int, float] | None, corrupt:
 
 
 def client_metrics(ids: list[int], scores: dict[int, float] | None, probabilities: torch.Tensor,
-                   labels: torch.Tensor, label_counts: dict[int, torch.Tensor], members: list[int]) -> dict[str, Any]:
+                   labels: torch.Tensor, label_counts: dict[int, torch.Tensor], members: list[int]) -> JSONObject:
     """From every returned model's [clients, samples, classes] softmax outputs on the test set (in
     the order of ``ids``): each one's accuracy, their mean, the all-client ensemble, the score's
     correlations with the accuracies, and the classes the ``members`` hold between them."""
     correct = (probabilities.argmax(-1) == labels).double().mean(1)
-    out: dict[str, Any] = {
+    out: JSONObject = {
         "client_accuracy": {str(i): float(a) for i, a in zip(ids, correct)},
         "client_accuracy_mean": float(correct.mean()),
         "all_clients_ensemble": float((probabilities.mean(0).argmax(-1) == labels).double().mean()),

@@ -43,7 +43,7 @@ prototypes, exactly as FRL's deployment does (without GPAL).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -66,7 +66,18 @@ from fedfew.algorithms.frl_baselines import DEFAULT_ROUNDS
 from fedfew.data.dataset import LabelledDataset
 from fedfew.deployment import DeploymentOptions, LinearDeployment, LinearFL, evaluate_deployment
 from fedfew.engine.aggregation import weighted_average, weights_for
-from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, Context, EvalData, Options, register
+from fedfew.engine.algorithm import (
+    Algorithm,
+    ClientData,
+    ClientResult,
+    Context,
+    EvalData,
+    Options,
+    Parts,
+    Payload,
+    State,
+    register,
+)
 from fedfew.engine.state import get_state
 from fedfew.meta.learners import strided_like
 from fedfew.seeding import seed_torch_init
@@ -193,7 +204,7 @@ def per_fedavg_local(model: nn.Module, data: LabelledDataset, targets: torch.Ten
 class PerFedAvgFL(LinearFL):
     """Deployment: R rounds of Per-FedAvg training the group's global model (fresh tau-way head)."""
 
-    def client_update(self, payload: dict[str, Any], state: Any, data: ClientData,
+    def client_update(self, payload: Payload, state: State, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         # LinearDeployment hands this group model FRLPerFedAvg's PerFedAvgOptions; LinearFL types its
         # options as the TrainOptions most deployments get.
@@ -228,7 +239,7 @@ class FRLPerFedAvg(FedAvg):
         fl_class = PerFedAvgMetaHeadFL if meta else PerFedAvgFL
         self.deployment = LinearDeployment(options, context, fl_class)  # type: ignore[arg-type]
 
-    def client_update(self, payload: dict[str, Any], state: Any, data: ClientData,
+    def client_update(self, payload: Payload, state: State, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         def train(model: nn.Module) -> dict[str, float]:
             if self.options.head_init == "meta":  # MAML-style labels, new for every local step
@@ -239,7 +250,7 @@ class FRLPerFedAvg(FedAvg):
 
         return model_update(self.model, payload, state, data.num_samples, train)
 
-    def evaluate(self, server: dict[str, Any], data: EvalData, generator: torch.Generator) -> dict[str, float]:
+    def evaluate(self, server: Parts, data: EvalData, generator: torch.Generator) -> dict[str, float]:
         tau = self.options.deployment.classes
         return evaluate_deployment(self.deployment(tau), server["model"], self.options.deployment, DEFAULT_ROUNDS,
                                    data, self.context)
@@ -255,7 +266,7 @@ class PerFedAvgPrototypeFL(PrototypeFL):
                          context)
         self.per_options = options
 
-    def client_update(self, payload: dict[str, Any], state: Any, data: ClientData,
+    def client_update(self, payload: Payload, state: State, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         result = model_update(self.model, payload, state, len(data.train),
                               lambda model: per_fedavg_local(model, data.train, data.train.labels, self.per_options,
@@ -280,22 +291,22 @@ class FRLPerFedAvgDistance(Algorithm):
         self.model = context.make_model(None)
         self.deployment = PerFedAvgPrototypeFL(options, context)
 
-    def init_server(self, generator: torch.Generator) -> dict[str, Any]:
+    def init_server(self, generator: torch.Generator) -> Parts:
         seed_torch_init(generator)
         return {"model": get_state(self.context.make_model(None))}
 
-    def client_update(self, payload: dict[str, Any], state: Any, data: ClientData,
+    def client_update(self, payload: Payload, state: State, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         return model_update(self.model, payload, state, data.num_samples,
                             lambda model: per_fedavg_local(model, data.train, data.train.labels, self.options,
                                                            generator, prototype_batch_loss))
 
-    def aggregate(self, server: dict[str, Any], results: dict[int, ClientResult],
-                  generator: torch.Generator) -> dict[str, Any]:
+    def aggregate(self, server: Parts, results: dict[int, ClientResult],
+                  generator: torch.Generator) -> Parts:
         sent = [results[c] for c in sorted(results)]
         weights = weights_for(self.options.aggregation, [r.num_samples for r in sent], [0] * len(sent))
         return {**server, "model": weighted_average([r.upload["model"] for r in sent], weights)}
 
-    def evaluate(self, server: dict[str, Any], data: EvalData, generator: torch.Generator) -> dict[str, float]:
+    def evaluate(self, server: Parts, data: EvalData, generator: torch.Generator) -> dict[str, float]:
         return evaluate_deployment(self.deployment, server["model"], self.options.deployment, DEFAULT_ROUNDS,
                                    data, self.context)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeAlias
 
 import torch
 from pydantic import ConfigDict
@@ -21,6 +21,19 @@ from fedfew.episodes import FixedEpisodes
 from fedfew.models.base import FewShotModel
 from fedfew.registry import Registry
 from fedfew.schema import NoBoolNumbers
+
+#: A server state or a client's private state, whose form is the algorithm's own (see "States are
+#: data" in :class:`Algorithm`): a nesting of dicts, lists and tuples of tensors, numbers, strings and None
+#: (:mod:`fedfew.engine.serialize`), read by the algorithm's own hooks. The interface does not look inside.
+State: TypeAlias = Any
+#: A state made of named parts, ``{"model": state dict, ...}``, each part a :data:`State` (most
+#: algorithms' server states).
+Parts: TypeAlias = dict[str, Any]
+#: Named parts sent to a client (:meth:`Algorithm.broadcast`) or up from it (``ClientResult.upload``).
+Payload: TypeAlias = Parts
+#: One client's evaluation of its own model (:meth:`Algorithm.evaluate_client`): per-episode lists or
+#: numbers by name.
+ClientScores: TypeAlias = dict[str, Any]
 
 
 class Options(NoBoolNumbers):
@@ -95,8 +108,8 @@ class ClientResult:
     """What a client update returns: ``upload`` (tensors, counted as bytes sent up), the client's new
     private ``state`` (never sent), ``metrics``, and the counts the server may weight by."""
 
-    upload: dict[str, Any]
-    state: Any = None
+    upload: Payload
+    state: State = None
     metrics: dict[str, float] = field(default_factory=dict)
     num_samples: int = 0
     num_episodes: int = 0
@@ -109,14 +122,14 @@ class ClientResult:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _TENSOR_FIELDS}
 
     @classmethod
-    def from_summary(cls, *, upload: dict[str, Any], state: Any, summary: Mapping[str, Any]) -> ClientResult:
+    def from_summary(cls, *, upload: Payload, state: State, summary: Mapping[str, Any]) -> ClientResult:
         """The result back from its tensors and :meth:`summary` (keys it does not know, such as a
         transport's timing, are ignored)."""
         known = {f.name for f in fields(cls)} - _TENSOR_FIELDS
         return cls(upload=upload, state=state, **{k: v for k, v in summary.items() if k in known})
 
     @classmethod
-    def sat_out(cls, state: Any, num_samples: int = 0) -> ClientResult:
+    def sat_out(cls, state: State, num_samples: int = 0) -> ClientResult:
         """A client that had nothing to train on this round: no upload, its state unchanged."""
         return cls(upload={}, state=state, metrics={}, num_samples=num_samples, skipped=True)
 
@@ -249,7 +262,7 @@ class Algorithm:
     #: that keeps private models (:mod:`fedfew.privacy.coverage`); None (default): private runs are refused.
     dp_upload: str | None = None
 
-    def dp_advance(self, server: Any) -> Any:
+    def dp_advance(self, server: State) -> State:
         """The server state after a private round, from the one DP's noised average made (which
         replaced :meth:`aggregate` and set only the model): what else a round moves in the state
         (FML: its round counter). Default: nothing else moves."""
@@ -269,7 +282,7 @@ class Algorithm:
                                    f"to {what} (see fedfew.Algorithm's docstring)")
 
     # -- server side -------------------------------------------------------------------------
-    def init_server(self, generator: torch.Generator) -> Any:
+    def init_server(self, generator: torch.Generator) -> State:
         """The server's state before round 1, e.g. ``{"model": get_state(model)}``.
 
         ``generator`` is seeded by the run's seed alone; call :func:`seed_torch_init` with it before
@@ -279,7 +292,7 @@ class Algorithm:
         :meth:`evaluate` receive; it is checkpointed after every round."""
         raise self._missing("init_server(generator)", "return the server's initial state")
 
-    def broadcast(self, server: Any, client_id: int) -> dict[str, Any]:
+    def broadcast(self, server: State, client_id: int) -> Payload:
         """The payload sent to ``client_id`` this round (its tensors count as bytes sent down).
 
         A pure function of the server state: no generator, nothing mutated. The default sends
@@ -288,7 +301,7 @@ class Algorithm:
         must treat it as read-only."""
         return {"model": server["model"]}
 
-    def aggregate(self, server: Any, results: dict[int, ClientResult], generator: torch.Generator) -> Any:
+    def aggregate(self, server: State, results: dict[int, ClientResult], generator: torch.Generator) -> State:
         """The server's next state from this round's client results.
 
         ``results`` maps client id to :class:`ClientResult`, in ascending id order, for the clients
@@ -303,7 +316,7 @@ class Algorithm:
                             "from the clients' results")
 
     # -- client side -------------------------------------------------------------------------
-    def init_client_state(self, client: ClientData, generator: torch.Generator) -> Any:
+    def init_client_state(self, client: ClientData, generator: torch.Generator) -> State:
         """A client's private state before its first update (default None: a stateless client).
 
         Made when the client's state is first needed, where its states are kept, from a generator
@@ -314,7 +327,7 @@ class Algorithm:
 
 
     def client_update(
-        self, payload: dict[str, Any], state: Any, data: ClientData, generator: torch.Generator
+        self, payload: Payload, state: State, data: ClientData, generator: torch.Generator
     ) -> ClientResult:
         """One client's local work this round: a :class:`ClientResult` whose ``upload`` goes to the
         server (its tensors count as bytes sent up) and whose ``state`` is the client's next private
@@ -338,7 +351,7 @@ class Algorithm:
         otherwise why not, in words for the user."""
         return f"{self.name} has no batched client update"
 
-    def client_update_batch(self, payloads: Sequence[dict[str, Any]], states: Sequence[Any],
+    def client_update_batch(self, payloads: Sequence[Payload], states: Sequence[State],
                             data: Sequence[ClientData], generators: Sequence[torch.Generator]) -> list[ClientResult]:
         """:meth:`client_update` of several clients as one computation on one device: the i-th result
         is client ``data[i]``'s update from ``payloads[i]``, ``states[i]`` and its own generator
@@ -346,7 +359,7 @@ class Algorithm:
         raise NotImplementedError(f"{self.name} has no batched client update")
 
     # -- evaluation --------------------------------------------------------------------------
-    def evaluate(self, server: Any, data: EvalData, generator: torch.Generator) -> dict[str, float]:
+    def evaluate(self, server: State, data: EvalData, generator: torch.Generator) -> dict[str, float]:
         """The metrics of the server's model(s) on ``data``: at least ``"accuracy"`` (a fraction in
         [0, 1]; the run selects and reports rounds by it), optionally ``"ci95"`` and any other numbers.
 
@@ -359,11 +372,11 @@ class Algorithm:
         raise self._missing("evaluate(server, data, generator)", "score the server's state on the "
                             "evaluation split")
 
-    def episode_scores(self, server: Any, data: EvalData, indices: Sequence[int]) -> list[float]:
+    def episode_scores(self, server: State, data: EvalData, indices: Sequence[int]) -> list[float]:
         """The score of each evaluation episode in ``indices`` (algorithms with ``splits_evaluation``)."""
         raise NotImplementedError(f"{self.name} does not score episodes one by one")
 
-    def episode_predictions(self, server: Any, data: EvalData, indices: Sequence[int]) -> list[torch.Tensor]:
+    def episode_predictions(self, server: State, data: EvalData, indices: Sequence[int]) -> list[torch.Tensor]:
         """The predicted query labels (0..N-1) of each evaluation episode in ``indices``, from the same
         model and adaptation as :meth:`episode_scores` (``eval.per_class`` pools them by true class)."""
         raise NotImplementedError(f"{self.name} does not report its episodes' predictions")
@@ -376,19 +389,19 @@ class Algorithm:
         return overridden and self.splits_evaluation and not self.evaluates_clients
 
     # -- evaluation with the clients' own models (``evaluates_clients``) ----------------------
-    def evaluate_client(self, payload: dict[str, Any], state: Any, client: ClientData, data: EvalData,
-                        generator: torch.Generator) -> dict[str, Any]:
+    def evaluate_client(self, payload: Payload, state: State, client: ClientData, data: EvalData,
+                        generator: torch.Generator) -> ClientScores:
         """One client's scores of its own model (per-episode lists or numbers), from the payload the
         server broadcasts to it, its private state and its own data."""
         raise NotImplementedError(f"{self.name} evaluates on the server")
 
-    def combine_evaluations(self, server: Any, scores: dict[int, dict[str, Any]], data: EvalData,
+    def combine_evaluations(self, server: State, scores: dict[int, ClientScores], data: EvalData,
                             generator: torch.Generator) -> dict[str, float]:
         """The metrics from every client's :meth:`evaluate_client` (keyed by client id)."""
         raise NotImplementedError(f"{self.name} evaluates on the server")
 
     # -- a round made of nested rounds ---------------------------------------------------------
-    def play_round(self, server: Any, engine: Any, selected: Sequence[int], round_index: int) -> Any:
+    def play_round(self, server: State, engine: Any, selected: Sequence[int], round_index: int) -> Any:
         """One simulator round done otherwise than one broadcast / update / aggregate: return a
         :class:`fedfew.engine.simulator.RoundOutcome` whose byte counts cover every exchange inside it
         (FRL: R nested rounds of FL and a meta-update, each a :func:`~fedfew.engine.simulator.run_round`

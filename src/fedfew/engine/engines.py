@@ -33,7 +33,15 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, EvalData
+from fedfew.engine.algorithm import (
+    Algorithm,
+    ClientData,
+    ClientResult,
+    ClientScores,
+    EvalData,
+    Payload,
+    State,
+)
 from fedfew.engine.compute import CPU_FP32, Compute
 from fedfew.engine.protocol import MAIN, evaluate_generator
 from fedfew.engine.store import ClientStates
@@ -199,8 +207,8 @@ class Engine:
         self.algorithm, self.seed, self.states = algorithm, seed, states
         self.faults = faults or Faults()
         self.compute = compute
-        self._staged: dict[int, Any] = {}
-        self._ephemeral: dict[str, dict[int, Any]] = {}
+        self._staged: dict[int, State] = {}
+        self._ephemeral: dict[str, dict[int, State]] = {}
         self._round = 0
 
     # -- choosing and building ------------------------------------------------------------------
@@ -215,7 +223,7 @@ class Engine:
         raise EngineError(f"runtime.engine={cls.name} runs in this process")
 
     # -- the template ---------------------------------------------------------------------------
-    def execute(self, task: ClientTask, payloads: Mapping[int, dict[str, Any]]) -> Replies:
+    def execute(self, task: ClientTask, payloads: Mapping[int, Payload]) -> Replies:
         """Run ``task`` for the clients ``payloads`` names: the replies in time, by client id."""
         asked = sorted(payloads)
         failed, late = self.faults.draw(asked, self.seed, task.round_key)
@@ -228,18 +236,18 @@ class Engine:
         bytes_up = None if delivery.bytes_up is None else sum(delivery.bytes_up.get(cid, 0) for cid in in_time)
         return Replies(in_time, sorted(failed | lost), sorted(late), bytes_up=bytes_up, bytes_down=delivery.bytes_down)
 
-    def deliver(self, task: ClientTask, payloads: Mapping[int, dict[str, Any]]) -> Delivery:
+    def deliver(self, task: ClientTask, payloads: Mapping[int, Payload]) -> Delivery:
         """Get ``task`` with each client's payload to the clients of ``payloads`` (none of them a
         simulated failure) and bring back their results (a client's state: its private state as read
         by :meth:`state_of` for the task's namespace)."""
         raise NotImplementedError(f"engine {self.name!r} does not deliver tasks")
 
-    def evaluate_clients(self, server: Any, client_states: Mapping[int, Any], clients: list[ClientData],
-                         data: EvalData) -> dict[int, dict[str, Any]]:
+    def evaluate_clients(self, server: State, client_states: Mapping[int, State], clients: list[ClientData],
+                         data: EvalData) -> dict[int, ClientScores]:
         """Every client's :meth:`~fedfew.engine.Algorithm.evaluate_client` of its own model (clients
         whose state is None have none and are left out), keyed by client id in ascending order. Here
         on the server side, where the states are; the Flower engine asks the nodes."""
-        scores: dict[int, dict[str, Any]] = {}
+        scores: dict[int, ClientScores] = {}
         for client in sorted(clients, key=lambda c: c.client_id):
             state = client_states.get(client.client_id)
             if state is None:
@@ -250,7 +258,7 @@ class Engine:
                 scores[client.client_id] = self.algorithm.evaluate_client(payload, state, client, data, generator)
         return scores
 
-    def episode_scores(self, server: Any, data: EvalData) -> list[float]:
+    def episode_scores(self, server: State, data: EvalData) -> list[float]:
         """Every evaluation episode's score of the server's model (``splits_evaluation`` algorithms)."""
         assert data.episodes is not None
         with self.compute.scope():
@@ -280,14 +288,14 @@ class Engine:
         self.close()
 
     # -- helpers for engines that hold states on the server side ----------------------------
-    def state_of(self, namespace: str, cid: int) -> Any:
+    def state_of(self, namespace: str, cid: int) -> State:
         if namespace == MAIN:
             if cid in self._staged:
                 return self._staged[cid]
             return None if self.states is None else self.states.get_state(cid)
         return self._ephemeral.get(namespace, {}).get(cid)
 
-    def keep_state(self, namespace: str, cid: int, state: Any) -> None:
+    def keep_state(self, namespace: str, cid: int, state: State) -> None:
         if namespace == MAIN:
             self._staged[cid] = state
         else:
@@ -315,7 +323,7 @@ class InProcessEngine(Engine):
     def build(cls, setup: EngineSetup, options: BaseModel) -> Engine:
         return cls(setup.algorithm, setup.clients, setup.seed, setup.states, setup.faults, setup.compute)
 
-    def deliver(self, task: ClientTask, payloads: Mapping[int, dict[str, Any]]) -> Delivery:
+    def deliver(self, task: ClientTask, payloads: Mapping[int, Payload]) -> Delivery:
         results: dict[int, ClientResult] = {}
         for cid in sorted(payloads):
             with self.compute.scope():

@@ -23,19 +23,20 @@ from typing import Any, NoReturn
 import torch
 
 from fedfew.engine import serialize
+from fedfew.engine.algorithm import State
 from fedfew.errors import RunFailedError
 
-Init = Callable[[int], Any]
+Init = Callable[[int], State]
 
 
 @dataclass(frozen=True)
 class Entry:
     version: int
-    state: Any = None  # the object, when held in memory
+    state: State = None  # the object, when held in memory
     file: str | None = None  # the file name under the store's folder, when written
 
 
-class ClientStates(Mapping[int, Any]):
+class ClientStates(Mapping[int, State]):
     """``{client id: private state}`` with lazy creation, versions and optional spilling to disk."""
 
     def __init__(self, client_ids: list[int], init: Init, folder: Path | None = None, spill: bool = False) -> None:
@@ -49,7 +50,7 @@ class ClientStates(Mapping[int, Any]):
         self.entries: dict[int, Entry] = {}
 
     # -- the Mapping view (what evaluation reads) ---------------------------------------------
-    def __getitem__(self, cid: int) -> Any:
+    def __getitem__(self, cid: int) -> State:
         if cid not in self._ids:
             raise KeyError(cid)
         return self.get_state(cid)
@@ -61,7 +62,7 @@ class ClientStates(Mapping[int, Any]):
         return len(self.client_ids)
 
     # -- reading and writing --------------------------------------------------------------------
-    def get_state(self, cid: int) -> Any:
+    def get_state(self, cid: int) -> State:
         entry = self.entries.get(cid)
         if entry is None:  # never updated: its initial state, made again when asked (nothing stored)
             return self.init(cid)
@@ -113,13 +114,13 @@ class ClientStates(Mapping[int, Any]):
         return SnapshotView(self, entries)
 
 
-class SnapshotView(Mapping[int, Any]):
+class SnapshotView(Mapping[int, State]):
     """The states of a snapshot; a client absent from it gets its initial state."""
 
     def __init__(self, store: ClientStates, entries: Mapping[int, Entry]) -> None:
         self.store, self.entries = store, entries
 
-    def __getitem__(self, cid: int) -> Any:
+    def __getitem__(self, cid: int) -> State:
         if cid not in self.store._ids:
             raise KeyError(cid)
         entry = self.entries.get(cid)

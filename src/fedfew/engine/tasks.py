@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult
+from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, Payload, State
 from fedfew.engine.protocol import MAIN, update_generator, update_global_seed
 from fedfew.engine.static import static_tensors
 from fedfew.privacy.clipping import ClientSpec, privatize
@@ -61,8 +61,8 @@ def client_view(data: ClientData, task: ClientTask, seed: int) -> ClientData:
     return DATA_VIEWS.get(task.view)(data, seed=seed, round_key=task.round_key, **task.view_args)
 
 
-def run_client_task(algorithm: Algorithm, task: ClientTask, data: ClientData, payload: dict[str, Any],
-                    state: Any, seed: int) -> ClientResult:
+def run_client_task(algorithm: Algorithm, task: ClientTask, data: ClientData, payload: Payload,
+                    state: State, seed: int) -> ClientResult:
     """One client update: the task's part of ``algorithm`` on the task's view of ``data``, with the
     client's generator for (seed, round key, client id); with ``task.privacy``, its upload clipped
     (and noised, local-dp) here, where the client is, before it is returned."""
@@ -75,7 +75,7 @@ def run_client_task(algorithm: Algorithm, task: ClientTask, data: ClientData, pa
     return private_result(algorithm, task, result, payload, seed, data.client_id)
 
 
-def private_result(algorithm: Algorithm, task: ClientTask, result: ClientResult, payload: dict[str, Any],
+def private_result(algorithm: Algorithm, task: ClientTask, result: ClientResult, payload: Payload,
                    seed: int, client_id: int) -> ClientResult:
     """``result`` as a private client sends it when ``task.privacy`` says so (else ``result`` itself):
     :func:`fedfew.privacy.privatize`, frozen parameters left out."""

@@ -29,7 +29,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from fedfew.engine import serialize
-from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, EvalData
+from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, EvalData, Payload, State
 from fedfew.engine.compute import CPU_FP32, Compute
 from fedfew.engine.engines import ENGINES, Delivery, Engine, EngineError, EngineSetup, Faults
 from fedfew.engine.protocol import from_wire, to_wire
@@ -153,7 +153,7 @@ class WorkersEngine(Engine):
     def pids(self) -> list[int]:
         return [p.pid for p in self._processes]
 
-    def deliver(self, task: ClientTask, payloads: Mapping[int, dict[str, Any]]) -> Delivery:
+    def deliver(self, task: ClientTask, payloads: Mapping[int, Payload]) -> Delivery:
         encoded: dict[int, tuple[bytes, bytes]] = {}  # id(payload) -> (key, bytes): each distinct payload once
         last_sent: dict[int, bytes] = {}  # worker connection -> key of the payload it holds
         task_json = task.to_json()
@@ -192,7 +192,7 @@ class WorkersEngine(Engine):
             raise
         return Delivery(results)
 
-    def episode_scores(self, server: Any, data: EvalData) -> list[float]:
+    def episode_scores(self, server: State, data: EvalData) -> list[float]:
         """The evaluation episodes split into one contiguous share per worker, scored in parallel and
         put back in order (each episode's score does not depend on which process computes it)."""
         assert data.episodes is not None

@@ -26,7 +26,15 @@ from typing import TYPE_CHECKING, Any
 from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
-from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, EvalData
+from fedfew.engine.algorithm import (
+    Algorithm,
+    ClientData,
+    ClientResult,
+    ClientScores,
+    EvalData,
+    Payload,
+    State,
+)
 from fedfew.engine.compute import CPU_FP32, Compute
 from fedfew.engine.engines import Delivery, Engine, Faults
 from fedfew.engine.static import static_tensors
@@ -132,7 +140,7 @@ class FlowerEngine(Engine):
         return content
 
     # -- client tasks ---------------------------------------------------------------------------------
-    def deliver(self, task: ClientTask, payloads: Mapping[int, dict[str, Any]]) -> Delivery:
+    def deliver(self, task: ClientTask, payloads: Mapping[int, Payload]) -> Delivery:
         if self.secure is not None:  # the server sees the masked sum only
             return self.secure.deliver(self, task, payloads)
         messages, down = [], 0
@@ -158,8 +166,8 @@ class FlowerEngine(Engine):
                                                      summary=json.loads(str(content["result"]["json"])))
         return Delivery(results, bytes_up=up, bytes_down=down)
 
-    def evaluate_clients(self, server: Any, client_states: Mapping[int, Any], clients: list[ClientData],
-                         data: EvalData) -> dict[int, dict[str, Any]]:
+    def evaluate_clients(self, server: State, client_states: Mapping[int, State], clients: list[ClientData],
+                         data: EvalData) -> dict[int, ClientScores]:
         messages = []
         for client in sorted(clients, key=lambda c: c.client_id):
             arrays, meta = to_records(self.algorithm.broadcast(server, client.client_id), static_tensors(self.algorithm))
@@ -167,7 +175,7 @@ class FlowerEngine(Engine):
                                   "task": ConfigRecord({"split": data.split, "client": client.client_id})})
             messages.append((client.client_id, Message(content, dst_node_id=self.node_of[client.client_id],
                                                        message_type=MessageType.EVALUATE)))
-        scores: dict[int, dict[str, Any]] = {}
+        scores: dict[int, ClientScores] = {}
         doing = f"evaluating on {data.split}"
         for cid, reply in self._exchange(messages, self.round_timeout):
             if self._failed_delivery(cid, reply, doing):

@@ -32,7 +32,7 @@ from flwr.app import ConfigRecord, RecordDict
 from fedfew.configschema import ExperimentSchema
 from fedfew.data.dataset import LabelledDataset
 from fedfew.engine import serialize
-from fedfew.engine.algorithm import Algorithm, ClientData
+from fedfew.engine.algorithm import Algorithm, ClientData, State
 from fedfew.engine.compute import Compute
 from fedfew.engine.engines import ExperimentBuilder
 from fedfew.engine.protocol import MAIN
@@ -78,7 +78,7 @@ def _keys(namespace: str) -> tuple[str, str]:
     return f"fedfew.state.{namespace}.arrays", f"fedfew.state.{namespace}.meta"
 
 
-def read_state(state: RecordDict, namespace: str, round_index: int) -> Any:
+def read_state(state: RecordDict, namespace: str, round_index: int) -> State:
     if namespace != MAIN:
         _drop_stale_ephemeral(state, round_index)
     arrays_key, meta_key = _keys(namespace)
@@ -87,7 +87,7 @@ def read_state(state: RecordDict, namespace: str, round_index: int) -> Any:
     return from_records(state[arrays_key], state[meta_key])
 
 
-def write_state(state: RecordDict, namespace: str, round_index: int, value: Any) -> None:
+def write_state(state: RecordDict, namespace: str, round_index: int, value: State) -> None:
     arrays_key, meta_key = _keys(namespace)
     if value is None:
         for key in (arrays_key, meta_key):

@@ -58,6 +58,7 @@ from flwr.server.workflow.constant import Key as WorkflowKey
 from flwr.server.workflow.secure_aggregation.secaggplus_workflow import WorkflowState
 from flwr.serverapp import Grid
 
+from fedfew.engine.algorithm import Payload
 from fedfew.engine.engines import Delivery
 from fedfew.engine.static import static_tensors
 from fedfew.engine.tasks import ClientTask
@@ -275,7 +276,7 @@ class SecureRounds:
         spec["size"] = vector_size(spec, shapes)
         return spec, task, margin
 
-    def deliver(self, engine: FlowerEngine, task: ClientTask, payloads: Mapping[int, dict[str, Any]]) -> Delivery:
+    def deliver(self, engine: FlowerEngine, task: ClientTask, payloads: Mapping[int, Payload]) -> Delivery:
         clients = sorted(payloads)
         if not clients:
             return Delivery({})

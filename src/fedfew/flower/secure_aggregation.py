@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 import numpy as np
 import torch
 
+from fedfew.engine.algorithm import Payload
 from fedfew.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -317,7 +318,7 @@ def server_results(spec: SecureSpec, payload_model: Mapping[str, torch.Tensor], 
             model[name] = (tensor.detach().to(torch.float64) + updates[name]).to(tensor.dtype) if name in updates \
                 else tensor
         # weights 1: the algorithm's weighted mean of identical models is that model
-        upload: dict[str, Any] = {"model": model}
+        upload: Payload = {"model": model}
     else:
         share = values / len(trained)
         upload = {DELTA: _split(share, shapes)}

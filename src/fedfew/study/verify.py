@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from fedfew.errors import FedfewError
+from fedfew.jsontypes import JSONObject
 from fedfew.study.cell import cell_record, run_noted
 from fedfew.study.folders import cell_folder
 from fedfew.study.grid import Cell, cells
@@ -59,7 +60,7 @@ class Drift:
     tolerance: float | None
     exact: bool
     same_environment: bool
-    environments: tuple[dict[str, Any] | None, dict[str, Any] | None]  # the record's, the re-run's
+    environments: tuple[JSONObject | None, JSONObject | None]  # the record's, the re-run's
 
     @classmethod
     def of(cls, cell: Cell, path: str, before: dict[str, Any], now: dict[str, Any]) -> Drift:
@@ -98,7 +99,7 @@ class Drift:
         return (f"{_percent(self.rerun)}% (stored: {_percent(self.stored)}%, {self.metric}), {self.judged}"
                 + ("" if self.same_environment or self.exact else " (another environment)"))
 
-    def to_json(self, labels: dict[str, tuple[str, dict[str, Any] | None]]) -> dict[str, Any]:
+    def to_json(self, labels: dict[str, tuple[str, JSONObject | None]]) -> JSONObject:
         c = self.cell
         return {"config_hash": c.config_hash, "method": c.method, "setting": c.setting, "seed": c.seed,
                 "metric": self.metric, "stored": self.stored, "rerun": self.rerun, "difference": self.difference,
@@ -110,14 +111,14 @@ def _percent(value: float | None) -> str:
     return "—" if value is None else f"{100 * value:.4f}"
 
 
-def _env_id(environment: dict[str, Any] | None) -> str:
+def _env_id(environment: JSONObject | None) -> str:
     return "" if environment is None else json.dumps(environment, sort_keys=True)
 
 
-def _environment_labels(records: list[dict[str, Any]]) -> dict[str, tuple[str, dict[str, Any] | None]]:
+def _environment_labels(records: list[dict[str, Any]]) -> dict[str, tuple[str, JSONObject | None]]:
     """E1, E2, ... for the distinct environments of ``records`` in order of appearance ("not recorded"
     for none), by :func:`_env_id`."""
-    labels: dict[str, tuple[str, dict[str, Any] | None]] = {}
+    labels: dict[str, tuple[str, JSONObject | None]] = {}
     for record in records:
         env = record.get("environment")
         if _env_id(env) not in labels:
@@ -126,7 +127,7 @@ def _environment_labels(records: list[dict[str, Any]]) -> dict[str, tuple[str, d
     return labels
 
 
-def drift_table(drifts: list[Drift], labels: dict[str, tuple[str, dict[str, Any] | None]]) -> str:
+def drift_table(drifts: list[Drift], labels: dict[str, tuple[str, JSONObject | None]]) -> str:
     """The re-run cells against their records (metric values in percent, the difference in points, the
     environments as stored → re-run), then what each environment label stands for and the tolerance."""
     from fedfew.environment import describe
