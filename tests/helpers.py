@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
 import torch
 
 from fedfew.data import LabelledDataset
@@ -36,3 +40,39 @@ def context_for(data: LabelledDataset, model: str = "mlp", task: str = "fewshot"
 
 def clients_from(data: LabelledDataset, parts: list[torch.Tensor]) -> list[ClientData]:
     return [ClientData(i, data.subset(p)) for i, p in enumerate(parts)]
+
+
+def cut_and_resumed(config: Any, algorithm_class: type, folder: Path, monkeypatch: Any,
+                    cut_at_call: int = 3) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]],
+                                                   list[dict[str, Any]]]:
+    """A run whole, and the same run interrupted at ``algorithm_class.client_update``'s ``cut_at_call``-th
+    call (after round 1) and resumed: (whole summary, resumed summary, the resumed run's metric rows, the
+    whole run's), rows without their seconds."""
+    from fedfew.runner import RunInterrupted, resume_run, run_experiment
+
+    whole = run_experiment(config, folder / "whole", progress=False)
+    calls = {"n": 0}
+    original = algorithm_class.client_update  # type: ignore[attr-defined]
+
+    def client_update(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == cut_at_call:
+            raise KeyboardInterrupt
+        return original(self, *args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(algorithm_class, "client_update", client_update)
+        try:
+            run_experiment(config, folder / "cut", progress=False)
+        except RunInterrupted as interrupted:
+            cut = interrupted
+        else:
+            raise AssertionError("the run was not interrupted")
+    assert cut.round_done == 1
+    resumed = resume_run(cut.folder, progress=False)
+
+    def rows(run_folder: Path) -> list[dict[str, Any]]:
+        return [{k: v for k, v in json.loads(line).items() if k != "seconds"}
+                for line in (run_folder / "metrics.jsonl").read_text().splitlines()]
+
+    return whole, resumed, rows(cut.folder), rows(Path(whole["folder"]))

@@ -47,8 +47,9 @@ from fedfew.privacy import (
 )
 from fedfew.privacy.accounting import EPSILON_TOLERANCE
 from fedfew.privacy.clipping import DELTA, WITHIN
-from fedfew.runner import RunInterrupted, resume_run, run_experiment
+from fedfew.runner import run_experiment
 from fedfew.study.grid import config_hash
+from tests.helpers import cut_and_resumed
 from tests.test_fuzz import check_outcome, run_cli
 from tests.tiny import simulate, tiny_config
 
@@ -282,26 +283,7 @@ def test_resume_equals_uninterrupted_with_privacy_on(tmp_path: Path, monkeypatch
     from fedfew.algorithms.fl_proto import FLProto
 
     config = load_config(private("fl-proto", ADAPTIVE, federation={"rounds": 3, "clients_per_round": 2}))
-    whole = run_experiment(config, tmp_path / "whole", progress=False)
-    calls = {"n": 0}
-    original = FLProto.client_update
-
-    def client_update(self: Any, *args: Any, **kwargs: Any) -> Any:
-        calls["n"] += 1
-        if calls["n"] == 3:  # the first client of round 2
-            raise KeyboardInterrupt
-        return original(self, *args, **kwargs)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(FLProto, "client_update", client_update)
-        with pytest.raises(RunInterrupted) as info:
-            run_experiment(config, tmp_path / "cut", progress=False)
-    assert info.value.round_done == 1
-    resumed = resume_run(info.value.folder, progress=False)
-    rows = [{k: v for k, v in json.loads(line).items() if k != "seconds"}
-            for line in (info.value.folder / "metrics.jsonl").read_text().splitlines()]
-    whole_rows = [{k: v for k, v in json.loads(line).items() if k != "seconds"}
-                  for line in (Path(whole["folder"]) / "metrics.jsonl").read_text().splitlines()]
+    whole, resumed, rows, whole_rows = cut_and_resumed(config, FLProto, tmp_path, monkeypatch)
     assert rows == whole_rows and len({r["dp_clip"] for r in rows}) == 3
     assert resumed["test"] == whole["test"] and resumed["privacy"] == whole["privacy"]
 
@@ -316,26 +298,7 @@ def test_resume_equals_uninterrupted_with_privacy_on_for_private_models(name: st
 
     cls: Any = {"f2l": F2L, "fml": FML}[name]
     config = load_config(private(name, ADAPTIVE, federation={"rounds": 3, "clients_per_round": 2}))
-    whole = run_experiment(config, tmp_path / "whole", progress=False)
-    calls = {"n": 0}
-    original = cls.client_update
-
-    def client_update(self: Any, *args: Any, **kwargs: Any) -> Any:
-        calls["n"] += 1
-        if calls["n"] == 3:  # the first client of round 2
-            raise KeyboardInterrupt
-        return original(self, *args, **kwargs)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(cls, "client_update", client_update)
-        with pytest.raises(RunInterrupted) as info:
-            run_experiment(config, tmp_path / "cut", progress=False)
-    assert info.value.round_done == 1
-    resumed = resume_run(info.value.folder, progress=False)
-    rows = [{k: v for k, v in json.loads(line).items() if k != "seconds"}
-            for line in (info.value.folder / "metrics.jsonl").read_text().splitlines()]
-    whole_rows = [{k: v for k, v in json.loads(line).items() if k != "seconds"}
-                  for line in (Path(whole["folder"]) / "metrics.jsonl").read_text().splitlines()]
+    whole, resumed, rows, whole_rows = cut_and_resumed(config, cls, tmp_path, monkeypatch)
     assert rows == whole_rows and len({r["dp_clip"] for r in rows}) == 3
     assert resumed["test"] == whole["test"] and resumed["privacy"] == whole["privacy"]
     assert "server-model" in whole["privacy"]["covers"] or "meme" in whole["privacy"]["covers"]

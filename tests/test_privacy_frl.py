@@ -4,7 +4,6 @@ process and on workers, on resume; with DP off nothing changes (tests/test_frl.p
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from fedfew.experiment import build_experiment
 from fedfew.privacy import PrivacyConfigError
 from fedfew.privacy.accounting import epsilon
 from fedfew.privacy.clipping import DELTA, PROTOTYPES, REFERENCE, ClientSpec, l2_norm, privatize
-from fedfew.runner import RunInterrupted, resume_run, run_experiment
+from tests.helpers import cut_and_resumed
 from tests.test_privacy import CENTRAL, LOCAL, private, simulated
 
 ROUNDS = 2  # R, the inner rounds of an episode (the tiny config's)
@@ -104,26 +103,7 @@ def test_resume_equals_uninterrupted(tmp_path: Path, monkeypatch: pytest.MonkeyP
     from fedfew.algorithms.frl import FRL
 
     config = load_config(frl(rounds=3))
-    whole = run_experiment(config, tmp_path / "whole", progress=False)
-    calls = {"n": 0}
-    original = FRL.client_update
-
-    def client_update(self: Any, *args: Any, **kwargs: Any) -> Any:
-        calls["n"] += 1
-        if calls["n"] == 3:  # the first meta-update of episode 2
-            raise KeyboardInterrupt
-        return original(self, *args, **kwargs)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(FRL, "client_update", client_update)
-        with pytest.raises(RunInterrupted) as info:
-            run_experiment(config, tmp_path / "cut", progress=False)
-    assert info.value.round_done == 1
-    resumed = resume_run(info.value.folder, progress=False)
-    rows = [{k: v for k, v in json.loads(line).items() if k != "seconds"}
-            for line in (info.value.folder / "metrics.jsonl").read_text().splitlines()]
-    whole_rows = [{k: v for k, v in json.loads(line).items() if k != "seconds"}
-                  for line in (Path(whole["folder"]) / "metrics.jsonl").read_text().splitlines()]
+    whole, resumed, rows, whole_rows = cut_and_resumed(config, FRL, tmp_path, monkeypatch)
     assert rows == whole_rows and len(rows) == 3 and all("dp_epsilon" in r for r in rows)
     assert resumed["test"] == whole["test"] and resumed["privacy"] == whole["privacy"]
 
