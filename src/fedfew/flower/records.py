@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeAlias
 
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord
@@ -20,7 +20,9 @@ from fedfew.engine.serialize import flatten, unflatten
 from fedfew.engine.static import StaticMismatchError, digest, is_static, leaf_name
 
 #: What a RecordDict's item is typed as: fedfew's payloads use the ArrayRecord and ConfigRecord kinds.
-Record = ArrayRecord | MetricRecord | ConfigRecord
+# (An explicit TypeAlias: without flwr installed, as in `make lint`, the names are Any and a bare
+# assignment would read as a variable.)
+Record: TypeAlias = ArrayRecord | MetricRecord | ConfigRecord
 
 STYPE = "fedfew.raw"
 _DTYPES = {str(d).removeprefix("torch."): d for d in (
