@@ -7,20 +7,20 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
 
 from fedfew.config import dump_config
+from fedfew.jsontypes import JSONObject
 from fedfew.study.folders import existing_run
 from fedfew.study.grid import Cell
 from fedfew.study.runfolders import evaluated_history, finished, run_seconds
 from fedfew.study.schema import Study
 from fedfew.study.sittings import noted_sitting, run_usage
-from fedfew.study.store import CodeVersion, make_record, metric
+from fedfew.study.store import CodeVersion, StudyRecord, make_record, metric
 
 log = logging.getLogger(__name__)
 
 
-def run_cell(cell: Cell, folder: Path) -> tuple[dict[str, Any], Path]:
+def run_cell(cell: Cell, folder: Path) -> tuple[JSONObject, Path]:
     """Run the cell in its cell folder ``folder``, resume its interrupted run, or read its finished one;
     returns the run's summary and its run folder."""
     from fedfew.runner import resume_run, run_experiment
@@ -35,7 +35,7 @@ def run_cell(cell: Cell, folder: Path) -> tuple[dict[str, Any], Path]:
     return summary, Path(summary["folder"])
 
 
-def run_noted(cell: Cell, folder: Path) -> tuple[dict[str, Any], Path]:
+def run_noted(cell: Cell, folder: Path) -> tuple[JSONObject, Path]:
     """:func:`run_cell`, noting the sitting in ``folder`` when it runs (a finished run read back adds none)."""
     previous = existing_run(folder)
     if finished(previous):
@@ -44,8 +44,8 @@ def run_noted(cell: Cell, folder: Path) -> tuple[dict[str, Any], Path]:
         return run_cell(cell, folder)
 
 
-def cell_record(study: Study, budget: str, cell: Cell, code: CodeVersion, summary: dict[str, Any],
-                run_folder: Path, wall: float) -> dict[str, Any]:
+def cell_record(study: Study, budget: str, cell: Cell, code: CodeVersion, summary: JSONObject,
+                run_folder: Path, wall: float) -> StudyRecord:
     """The store record of a finished cell (``wall``: the time to use when the summary has none), with
     its environment and CPU time from the sittings noted in its cell folder (:func:`run_usage`)."""
     import yaml
@@ -56,7 +56,7 @@ def cell_record(study: Study, budget: str, cell: Cell, code: CodeVersion, summar
                        code, summary, seconds, evaluated_history(run_folder), run_usage(run_folder.parent))
 
 
-def shown(study: Study, cell: Cell, record: dict[str, Any]) -> str:
+def shown(study: Study, cell: Cell, record: StudyRecord) -> str:
     """The cell's value in a progress line: its metric (test.accuracy unless the study names another)."""
     path = study.metric_of(cell.method, cell.setting)
     value = metric(record, path)

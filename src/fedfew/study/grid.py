@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 from fedfew.config import ConfigError, ExperimentConfig, PrivacyConfig, SecureAggregationConfig, load_config
+from fedfew.jsontypes import JSONValue
 from fedfew.study.schema import CONTROL, Study, StudyError
 
 #: Config values that change how fast or where a run goes (or when a diverging run stops: a stopped run
@@ -23,7 +24,7 @@ NOT_IN_KEY = {"dataset": ("root",), "runtime": ("threads", "output_dir", "progre
 #: Config fields added after records were stored, with the default that reproduces the older runs: a
 #: field at that value is left out of the key, so every stored cell keeps its key; any other value
 #: (the new behaviour, opt-in) is part of it.
-NEUTRAL_DEFAULTS: dict[tuple[str, ...], Any] = {("eval", "per_class"): False, ("eval", "initial"): "always",
+NEUTRAL_DEFAULTS: dict[tuple[str, ...], JSONValue] = {("eval", "per_class"): False, ("eval", "initial"): "always",
                                                 ("eval", "membership_inference"): None,
                                                 ("runtime", "compile"): "off",
                                                 ("privacy",): PrivacyConfig().model_dump(mode="json"),
@@ -69,7 +70,7 @@ def config_hash(config: ExperimentConfig) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def assignments(overrides: dict[str, Any]) -> list[str]:
+def assignments(overrides: Mapping[str, object]) -> list[str]:
     """``{key: value}`` -> ``["key=value"]`` with the value written as JSON (which is YAML)."""
     return [f"{key}={json.dumps(value)}" for key, value in overrides.items()]
 
@@ -115,9 +116,9 @@ def _load(path: Path, mtime_ns: int, overrides: tuple[str, ...]) -> ExperimentCo
     return load_config(path, list(overrides))
 
 
-def _config(study: Study, root: Path, method: str, setting: str, seed: int, budget_set: dict[str, Any],
+def _config(study: Study, root: Path, method: str, setting: str, seed: int, budget_set: Mapping[str, object],
             extra: list[str] | None, control: bool = False,
-            budget_method: dict[str, Any] | None = None) -> ExperimentConfig:
+            budget_method: Mapping[str, object] | None = None) -> ExperimentConfig:
     # An untrained_of row is its method's cell at round 0: that method's config, set and per-setting entries.
     untrained, source = study.methods[method].untrained, study.source_of(method)
     m, s = study.methods[source], study.settings[setting]

@@ -10,9 +10,8 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
 
-from fedfew.study.store import FORMAT, CodeVersion, ResultStore, stored_elsewhere
+from fedfew.study.store import FORMAT, CodeVersion, ResultStore, StudyRecord, stored_elsewhere
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +26,7 @@ REQUIRED: dict[str, tuple[type, ...]] = {
 OPTIONAL: dict[str, tuple[type, ...]] = {"environment": (dict,), "cpu_seconds": (int, float), "sittings": (list,)}
 
 
-def problem(record: Any, path: Path | None = None) -> str | None:
+def problem(record: object, path: Path | None = None) -> str | None:
     """What makes ``record`` (read from ``path``) not a usable store record, in a few words; None when
     it is one. Fields a newer version adds are allowed: only what the study layer reads is checked."""
     if not isinstance(record, dict):
@@ -60,7 +59,7 @@ def problem(record: Any, path: Path | None = None) -> str | None:
     return None
 
 
-def read_record(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+def read_record(path: Path) -> tuple[StudyRecord | None, str | None]:
     """The record in ``path`` and None, or None and what is wrong with it."""
     try:
         record = json.loads(path.read_text())
@@ -70,9 +69,10 @@ def read_record(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     return (record, None) if why is None else (None, why)
 
 
-def read_records(folder: Path) -> tuple[list[dict[str, Any]], list[tuple[Path, str]]]:
+def read_records(folder: Path) -> tuple[list[StudyRecord], list[tuple[Path, str]]]:
     """The usable records in a study's store folder and the damaged files (path, what is wrong)."""
-    good, damaged = [], []
+    good: list[StudyRecord] = []
+    damaged: list[tuple[Path, str]] = []
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         record, why = read_record(path)
         if record is not None:
@@ -98,13 +98,13 @@ class CheckedStore(ResultStore):
             log.warning("store record %s is damaged (%s): %s", path, why, self.then)
         self.damaged[path] = why
 
-    def records(self) -> list[dict[str, Any]]:
+    def records(self) -> list[StudyRecord]:
         good, damaged = read_records(self.folder)
         for path, why in damaged:
             self._note(path, why)
         return good
 
-    def get(self, config_hash: str, code: CodeVersion) -> dict[str, Any] | None:
+    def get(self, config_hash: str, code: CodeVersion) -> StudyRecord | None:
         path = self._path(config_hash, code)
         if not path.is_file():
             return None
@@ -114,7 +114,7 @@ class CheckedStore(ResultStore):
         return record
 
 
-def usable_elsewhere(base: str | Path, study: str, config_hash: str, code: CodeVersion) -> dict[str, Any] | None:
+def usable_elsewhere(base: str | Path, study: str, config_hash: str, code: CodeVersion) -> StudyRecord | None:
     """:func:`fedfew.study.store.stored_elsewhere`, unless the record found there is damaged (a copy of
     it would be too): then None, and the cell runs."""
     record = stored_elsewhere(base, study, config_hash, code)

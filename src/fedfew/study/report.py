@@ -10,13 +10,12 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from fedfew.environment import describe_environments
 from fedfew.study.grid import Cell, cells
 from fedfew.study.records import CheckedStore
 from fedfew.study.schema import CONTROL, Claim, Study, parse_metric
-from fedfew.study.store import CodeVersion, metric
+from fedfew.study.store import CodeVersion, StudyRecord, as_float, metric
 from fedfew.study.verdict import (
     ALPHA,
     HOLDS,
@@ -46,7 +45,7 @@ class StudyResults:
     cells_without_metric: int = 0
     #: The records shown, one per run (cells reading other numbers of one run share it): their
     #: environments are the header's (:func:`fedfew.environment.describe_environments`)
-    run_records: list[dict[str, Any]] = field(default_factory=list)
+    run_records: list[StudyRecord] = field(default_factory=list)
     wall_seconds: float = 0.0
     #: Records copied from other studies' stores (the same run: config and code), by the study that ran
     #: them, and those runs' wall time: counted there, so not in ``wall_seconds``
@@ -62,7 +61,7 @@ class StudyResults:
     #: tolerance (an equivalence written before tolerances has no ``exact`` field: it was exact)
     verified: list[tuple[str, str, int, bool]] = field(default_factory=list)
     #: (method or CONTROL, setting) -> {seed: the run's evaluated rounds} (records that keep them)
-    histories: dict[tuple[str, str], dict[int, list[dict[str, Any]]]] = field(default_factory=dict)
+    histories: dict[tuple[str, str], dict[int, list[dict[str, float]]]] = field(default_factory=dict)
     settings: list[str] = field(default_factory=list)
     #: The study's further tables (``tables``), by position: (method, setting) -> {seed: value, scaled}
     extra: list[dict[tuple[str, str], dict[int, float]]] = field(default_factory=list)
@@ -133,9 +132,9 @@ def collect(study: Study, root: Path, store_base: Path, budget: str | None = Non
         if record.get("history"):
             results.histories.setdefault((cell.method, cell.setting), {})[cell.seed] = record["history"]
         guarantee = record["metrics"].get("privacy")
-        if isinstance(guarantee, dict) and isinstance(guarantee.get("epsilon"), (int, float)):
+        if isinstance(guarantee, dict) and isinstance(epsilon := guarantee.get("epsilon"), (int, float)):
             results.privacy.setdefault((cell.method, cell.setting), {})[cell.seed] = (
-                float(guarantee["epsilon"]), float(guarantee["delta"]))
+                float(epsilon), as_float(guarantee["delta"]))
         selected = record["metrics"].get("selected_round")
         if cell.config.federation.rounds > 0 and selected == 0 and not isinstance(selected, bool):
             results.round0.setdefault((cell.method, cell.setting), set()).add(cell.seed)
@@ -695,7 +694,7 @@ def in_percent(key: str) -> bool:
     return "accuracy" in key
 
 
-def mean_curve(per_seed: dict[int, list[dict[str, Any]]], key: str) -> list[tuple[int, float, float, float]]:
+def mean_curve(per_seed: dict[int, list[dict[str, float]]], key: str) -> list[tuple[int, float, float, float]]:
     """(round, mean, low, high: the 95% interval over seeds) at the rounds where every seed's run has
     ``key``: a curve over seeds, for an accuracy in percent with its interval inside [0, 100] (as the
     tables'), else in the number's own unit with Student's t (mean ± the half-width; one seed: no band)."""

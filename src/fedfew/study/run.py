@@ -18,7 +18,7 @@ from fedfew.study.folders import RunProgress, resumable_folder, run_progress
 from fedfew.study.grid import Cell, cells
 from fedfew.study.records import CheckedStore, usable_elsewhere
 from fedfew.study.schema import Study, StudyError
-from fedfew.study.store import CodeVersion, ResultStore, current_code, foreign_codes
+from fedfew.study.store import CodeVersion, ResultStore, StudyRecord, current_code, foreign_codes
 
 #: The progress of `fedfew study run`: the command's own lines, printed without the ``fedfew:`` of a
 #: note (:data:`fedfew.cli.PROGRESS_LOGGERS`).
@@ -89,8 +89,8 @@ def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base
         for i, cell in enumerate(pending, 1):
             shared = usable_elsewhere(store_base, study.name, cell.config_hash, code) if reuse else None
             if shared is not None and store.get(cell.config_hash, code) is None:
-                record = {**shared, "study": study.name, "budget": budget, "method": cell.method,
-                          "setting": cell.setting, "seed": cell.seed}
+                record: StudyRecord = {**shared, "study": study.name, "budget": budget, "method": cell.method,
+                                       "setting": cell.setting, "seed": cell.seed}
                 store.put(record)
                 reused += 1
                 progress_log.info(f"[{skipped + i}/{runs}] {cell.title}: {shown(study, cell, record)}, the same run as "

@@ -5,11 +5,25 @@ report keeps, how far it has come and how long it took over all its sittings."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
+
+from fedfew.jsontypes import JSONObject, JSONValue
+from fedfew.study.store import as_float
 
 
-def run_status(run_folder: Path) -> dict[str, Any]:
+class _Timed(TypedDict, total=False):
+    seconds: float  # the run's cumulative seconds at the round's end
+
+
+class MetricsRow(_Timed):
+    """The fields of a metrics.jsonl line the study layer reads (the line holds more: its numbers, who replied, bytes)."""
+
+    round: int
+
+
+def run_status(run_folder: Path) -> JSONObject:
     """A run folder's status.json as :meth:`fedfew.runfolder.RunFolder.read_status` reads it (empty when
     it has none or it cannot be read)."""
     # imported here: it loads the engine's modules, which a study command reading no run folder never needs
@@ -24,16 +38,16 @@ def finished(run_folder: Path | None) -> bool:
         and (run_folder / "summary.json").is_file()
 
 
-def metrics_rows(run_folder: Path) -> list[dict[str, Any]]:
+def metrics_rows(run_folder: Path) -> list[MetricsRow]:
     """A run folder's metrics.jsonl, one dict a round (none when the run has not logged one)."""
     path = run_folder / "metrics.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
 
 
-def evaluated_history(run_folder: Path) -> list[dict[str, Any]]:
+def evaluated_history(run_folder: Path) -> list[dict[str, float]]:
     """The rounds of a run's metrics.jsonl that were evaluated, with their numbers only (round, train_*,
     val_*, test_*; not who replied or bytes): what a report draws as curves, kept small in the store."""
-    kept = []
+    kept: list[dict[str, float]] = []
     for row in metrics_rows(run_folder):
         if not any(k.startswith(("val_", "test_")) for k in row):
             continue
@@ -47,7 +61,7 @@ def rounds_done(run_folder: Path | None) -> int:
     return max((row.get("round", 0) for row in metrics_rows(run_folder)), default=0) if run_folder else 0
 
 
-def run_seconds(run_folder: Path, summary: dict[str, Any]) -> float:
+def run_seconds(run_folder: Path, summary: Mapping[str, JSONValue]) -> float:
     """The run's time over all its sittings. The summary of a resumed run counts its last sitting's
     rounds twice: ``fedfew.runner._train`` adds the simulator's cumulative seconds at the end (which
     hold that sitting's rounds already) to the sitting's elapsed time, where the cumulative seconds at
@@ -56,7 +70,7 @@ def run_seconds(run_folder: Path, summary: dict[str, Any]) -> float:
     with it: for a run whose status.json says it was resumed (``resumed``: the round it resumed from),
     the time is the summary's minus the cumulative seconds of metrics.jsonl's last round plus those of
     the resumed round. A run never resumed keeps the summary's seconds."""
-    seconds = float(summary["seconds"])
+    seconds = as_float(summary["seconds"])
     resumed = run_status(run_folder).get("resumed")
     if not isinstance(resumed, int):
         return seconds

@@ -40,7 +40,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import yaml
 from pydantic import (
@@ -115,7 +115,9 @@ Seeds = Annotated[list[int], Field(min_length=1), AfterValidator(_distinct_seeds
 Names = Annotated[list[str], Field(min_length=1), AfterValidator(_distinct_names)]
 
 
-Overrides = dict[str, Any]
+#: Overrides as a study file gives them: dotted config keys and their YAML values, passed on as they are
+#: (written as JSON, :func:`fedfew.study.grid.assignments`); a cell's config checks them when it is loaded.
+Overrides = dict[str, object]
 
 
 class Row(_Strict):
@@ -301,7 +303,7 @@ class Study(_Strict):
 
     @field_validator("methods", "settings", mode="before")
     @classmethod
-    def _rows(cls, value: Any) -> Any:
+    def _rows(cls, value: object) -> object:
         # A row may be written as its overrides alone: ``FedFSL-MI: {algorithm.name: fedfsl-mi}`` is
         # short for ``{set: {...}}`` when none of its keys is a Row field.
         if isinstance(value, dict):

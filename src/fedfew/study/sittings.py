@@ -13,14 +13,32 @@ import json
 import os
 import resource
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from fedfew.config import ExperimentConfig
+from fedfew.jsontypes import JSONValue
+from fedfew.study.store import Usage
 
 #: The file in a cell's folder with one JSON line per sitting of the cell's run.
 SITTINGS_FILE = "sittings.jsonl"
+
+
+class _SittingEnd(TypedDict, total=False):
+    """What a sitting's note adds when the sitting ends (:func:`noted_sitting`)."""
+
+    wall_seconds: float
+    cpu_seconds: float
+    load_average: list[float | None]  # at its start and end
+
+
+class SittingNote(_SittingEnd):
+    """One line of :data:`SITTINGS_FILE`."""
+
+    fresh: bool
+    started: str
+    environment: Mapping[str, JSONValue]  # fedfew.environment.run_environment
 
 
 def timestamp() -> str:
@@ -56,19 +74,20 @@ def noted_sitting(folder: Path, config: ExperimentConfig, fresh: bool) -> Iterat
     notes = folder / SITTINGS_FILE
     if fresh:
         notes.unlink(missing_ok=True)
-    sitting: dict[str, Any] = {"fresh": fresh, "started": timestamp(), "environment": run_environment(config)}
+    sitting: SittingNote = {"fresh": fresh, "started": timestamp(), "environment": run_environment(config)}
     load, wall, cpu = load_average(), time.perf_counter(), cpu_seconds()
     try:
         yield
     finally:
-        sitting.update(wall_seconds=round(time.perf_counter() - wall, 2), cpu_seconds=round(cpu_seconds() - cpu, 2),
-                       load_average=[load, load_average()])
+        sitting["wall_seconds"] = round(time.perf_counter() - wall, 2)
+        sitting["cpu_seconds"] = round(cpu_seconds() - cpu, 2)
+        sitting["load_average"] = [load, load_average()]
         folder.mkdir(parents=True, exist_ok=True)
         with notes.open("a") as f:
             f.write(json.dumps(sitting, sort_keys=True) + "\n")
 
 
-def run_usage(folder: Path) -> dict[str, Any]:
+def run_usage(folder: Path) -> Usage:
     """What a record keeps of the sittings noted in the cell folder ``folder``: ``sittings`` (each one's
     start, wall and CPU seconds, load average at its start and end); when every sitting of the run was
     noted (the first started it), ``cpu_seconds`` over them all and, if they ran in one environment,
@@ -76,12 +95,14 @@ def run_usage(folder: Path) -> dict[str, Any]:
     from fedfew.environment import describe, same_environment
 
     path = folder / SITTINGS_FILE
-    notes = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+    notes: list[SittingNote] = ([json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+                                if path.is_file() else [])
     if not notes:
         return {"environment_note": "not recorded: no sitting of this run was noted (run by an older fedfew, or "
                                     "stopped before it could note one)"}
-    usage: dict[str, Any] = {"sittings": [{k: note.get(k) for k in ("started", "wall_seconds", "cpu_seconds",
-                                                                    "load_average")} for note in notes]}
+    usage: Usage = {"sittings": [{"started": note.get("started"), "wall_seconds": note.get("wall_seconds"),
+                                  "cpu_seconds": note.get("cpu_seconds"), "load_average": note.get("load_average")}
+                                 for note in notes]}
     if not notes[0].get("fresh"):
         last = describe(notes[-1].get("environment"))
         usage["environment_note"] = (f"not recorded: the run's first sittings were not noted (run by an older fedfew, "

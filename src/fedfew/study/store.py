@@ -12,16 +12,93 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, TypeGuard
 
 from fedfew.codeversion import numbers_version, package_version
+from fedfew.jsontypes import JSONObject, JSONValue
 from fedfew.study.schema import StudyError, parse_metric
 
 FORMAT = 1
+
+
+class CodeJSON(TypedDict):
+    """A code version as records and equivalence files hold it (:meth:`CodeVersion.to_json`)."""
+
+    package: str
+    source: str
+    commit: str | None
+
+
+class SittingRecord(TypedDict):
+    """What a record keeps of one sitting of its run (:func:`fedfew.study.sittings.run_usage`)."""
+
+    started: str | None
+    wall_seconds: float | None
+    cpu_seconds: float | None
+    load_average: list[float | None] | None
+
+
+class Usage(TypedDict, total=False):
+    """What a record keeps of its run's sittings (:func:`fedfew.study.sittings.run_usage`): ``sittings``,
+    and ``cpu_seconds`` and ``environment`` or else ``environment_note`` (in a record: absent or null in older ones)."""
+
+    sittings: list[SittingRecord] | None
+    cpu_seconds: float | None
+    environment: Mapping[str, JSONValue] | None
+    environment_note: str
+
+
+class _RecordAdded(Usage, total=False):
+    """The fields a record has only sometimes (a base class: ``NotRequired`` needs Python 3.11): its run's
+    evaluated rounds (:func:`fedfew.study.runfolders.evaluated_history`; round, train_*, val_*, test_*)
+    and, for a copy of another study's record, that record's name (:func:`stored_elsewhere`)."""
+
+    history: list[dict[str, float]]
+    reused_from: str
+
+
+class StudyRecord(_RecordAdded):
+    """One cell's store record (:func:`make_record`); :func:`fedfew.study.records.problem` checks a record
+    read back has these fields with these types. A newer version's further fields are allowed."""
+
+    format: int
+    study: str
+    budget: str
+    method: str
+    setting: str
+    seed: int
+    config_hash: str
+    config: JSONObject
+    code: CodeJSON
+    #: What the record keeps of the run's summary (:data:`KEPT_SUMMARY`).
+    metrics: JSONObject
+    wall_seconds: float
+    finished: str
+
+
+class _EquivalenceAdded(TypedDict, total=False):
+    """The fields of an equivalence file that verify writes since it judges other environments by a
+    tolerance (absent in older files: those were exact)."""
+
+    exact: bool
+    tolerance: str
+    environments: dict[str, Mapping[str, JSONValue]]
+
+
+class Equivalence(_EquivalenceAdded):
+    """An equivalence file (``fedfew study verify``): ``code`` gives the numbers of ``equal_to`` on ``cells``."""
+
+    format: int
+    study: str
+    budget: str
+    code: CodeJSON
+    equal_to: CodeJSON
+    cells: list[JSONObject]
+    verified: str
 
 
 @dataclass(frozen=True)
@@ -37,11 +114,11 @@ class CodeVersion:
     def describe(self) -> str:
         return f"fedfew {self.package}, sources {self.source}" + (f", git {self.commit[:10]}" if self.commit else "")
 
-    def to_json(self) -> dict[str, str | None]:
+    def to_json(self) -> CodeJSON:
         return {"package": self.package, "source": self.source, "commit": self.commit}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> CodeVersion:
+    def from_json(cls, data: CodeJSON) -> CodeVersion:
         return cls(data["package"], data["source"], data.get("commit"))
 
 
@@ -72,17 +149,17 @@ class ResultStore:
     def _path(self, config_hash: str, code: CodeVersion) -> Path:
         return self.folder / f"{config_hash}-{code.source}.json"
 
-    def records(self) -> list[dict[str, Any]]:
+    def records(self) -> list[StudyRecord]:
         if not self.folder.is_dir():
             return []
-        out = []
+        out: list[StudyRecord] = []
         for path in sorted(self.folder.glob("*.json")):
             try:
                 record = json.loads(path.read_text())
             except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
                 raise StudyError(f"store record {path} cannot be read ({type(err).__name__}); move it away "
                                  "and run the cell again") from None
-            if not isinstance(record, dict) or record.get("format") != FORMAT or "config_hash" not in record:
+            if not _is_record(record):
                 raise StudyError(f"store record {path} is not a fedfew study record (format {FORMAT})")
             out.append(record)
         return out
@@ -99,15 +176,15 @@ class ResultStore:
             return None
         return CodeVersion.from_json(max(records, key=lambda r: (r["finished"], r["config_hash"]))["code"])
 
-    def get(self, config_hash: str, code: CodeVersion) -> dict[str, Any] | None:
+    def get(self, config_hash: str, code: CodeVersion) -> StudyRecord | None:
         path = self._path(config_hash, code)
         return json.loads(path.read_text()) if path.is_file() else None
 
-    def by_hash(self, code: CodeVersion) -> dict[str, dict[str, Any]]:
+    def by_hash(self, code: CodeVersion) -> dict[str, StudyRecord]:
         """The records of ``code``, and of the versions verified to give its numbers (``fedfew study
         verify``) where ``code`` has none of that cell."""
         same = self.equal_codes(code)
-        found: dict[str, dict[str, Any]] = {}
+        found: dict[str, StudyRecord] = {}
         for r in self.records():
             key = CodeVersion.from_json(r["code"]).key
             if key == code.key or (key in same and r["config_hash"] not in found):
@@ -119,10 +196,10 @@ class ResultStore:
     def _equal_folder(self) -> Path:
         return self.folder / "equal-code"
 
-    def equivalences(self) -> list[dict[str, Any]]:
+    def equivalences(self) -> list[Equivalence]:
         """The verifications in this study's store: {code, equal_to, cells, verified}."""
         folder = self._equal_folder
-        out = []
+        out: list[Equivalence] = []
         for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
             try:
                 data = json.loads(path.read_text())
@@ -156,14 +233,14 @@ class ResultStore:
             return code
         return CodeVersion.from_json(max(verified, key=lambda e: str(e.get("verified", "")))["code"])
 
-    def put_equivalence(self, data: dict[str, Any]) -> Path:
+    def put_equivalence(self, data: Equivalence) -> Path:
         new, old = CodeVersion.from_json(data["code"]), CodeVersion.from_json(data["equal_to"])
         self._equal_folder.mkdir(parents=True, exist_ok=True)
         path = self._equal_folder / f"{new.source}-equals-{old.source}.json"
         path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
         return path
 
-    def put(self, record: dict[str, Any]) -> Path:
+    def put(self, record: StudyRecord) -> Path:
         code = CodeVersion.from_json(record["code"])
         path = self._path(record["config_hash"], code)
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -182,21 +259,22 @@ KEPT_SUMMARY = ("test", "selected_round", "rounds", "seconds", "bytes_down", "by
 
 
 def make_record(study: str, budget: str, method: str, setting: str, seed: int, config_hash: str,
-                config: dict[str, Any], code: CodeVersion, summary: dict[str, Any], wall_seconds: float,
-                history: list[dict[str, Any]] | None = None, usage: dict[str, Any] | None = None) -> dict[str, Any]:
+                config: JSONObject, code: CodeVersion, summary: Mapping[str, JSONValue], wall_seconds: float,
+                history: list[dict[str, float]] | None = None, usage: Usage | None = None) -> StudyRecord:
     """One cell's record; ``history`` is the run's evaluated rounds (:func:`fedfew.study.runfolders.evaluated_history`),
     ``usage`` its environment, CPU seconds and sittings (:func:`fedfew.study.sittings.run_usage`)."""
-    record = {"format": FORMAT, "study": study, "budget": budget, "method": method, "setting": setting, "seed": seed,
+    record: StudyRecord = {"format": FORMAT, "study": study, "budget": budget, "method": method, "setting": setting, "seed": seed,
               "config_hash": config_hash, "config": config, "code": code.to_json(),
               "metrics": {k: summary[k] for k in KEPT_SUMMARY if k in summary},
               "wall_seconds": round(wall_seconds, 2), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     if history:
         record["history"] = history
-    record.update(usage or {})
+    if usage:
+        record = {**record, **usage}
     return record
 
 
-def metric(record: dict[str, Any], path: str) -> float | None:
+def metric(record: StudyRecord, path: str) -> float | None:
     """The value at a dotted ``path`` of a record's metrics (``test.accuracy``, ``test.local_by_client.0``)
     or of its evaluated rounds (``history.last.test_accuracy``, ``history.200.train_l_mi``),
     or with ``[k1,k2,...]`` at the end the mean of those keys of the mapping there
@@ -210,16 +288,18 @@ def metric(record: dict[str, Any], path: str) -> float | None:
     return sum(numbers) / len(numbers) if len(numbers) == len(keys) else None
 
 
-def _history_rounds(record: dict[str, Any]) -> dict[str, Any]:
+def _history_rounds(record: StudyRecord) -> dict[str, Mapping[str, object]]:
     """A record's evaluated rounds by round number, and its last one as ``last``: ``history.last.test_accuracy``
     is the test score of the run's last evaluated round, whichever round the run selected."""
-    rounds: dict[str, Any] = {str(entry["round"]): entry for entry in record.get("history") or [] if "round" in entry}
+    rounds: dict[str, Mapping[str, object]] = {str(entry["round"]): entry for entry in record.get("history") or []
+                                               if "round" in entry}
+    test = record["metrics"].get("test")
     if record.get("history"):
         rounds["last"] = record["history"][-1]
-    elif record["metrics"].get("rounds") == 0 and isinstance(record["metrics"].get("test"), dict):
+    elif record["metrics"].get("rounds") == 0 and isinstance(test, dict):
         # A round-0 run (the untrained control) evaluates one round, round 0: its last evaluated round
         # is its test score, so a last-round table shows the control beside the trained rows.
-        rounds["0"] = rounds["last"] = {"round": 0, **{f"test_{k}": v for k, v in record["metrics"]["test"].items()}}
+        rounds["0"] = rounds["last"] = {"round": 0, **{f"test_{k}": v for k, v in test.items()}}
     return rounds
 
 
@@ -232,18 +312,31 @@ def _at(value: object, parts: list[str]) -> object:
     return float(value) if isinstance(value, (int, float)) else value if isinstance(value, dict) else None
 
 
-def stored_elsewhere(base: str | Path, study: str, config_hash: str, code: CodeVersion) -> dict[str, Any] | None:
+def as_float(value: object) -> float:
+    """``float(value)`` of a value read from JSON (a number, or a string float() reads); for anything else the
+    TypeError float() raises."""
+    if isinstance(value, (int, float, str)):
+        return float(value)
+    raise TypeError(f"float() argument must be a string or a real number, not '{type(value).__name__}'")
+
+
+def _is_record(value: object) -> TypeGuard[StudyRecord]:
+    """Whether ``value`` (read from a store file) is a study record of this format, at a glance."""
+    return isinstance(value, dict) and value.get("format") == FORMAT and "config_hash" in value
+
+
+def stored_elsewhere(base: str | Path, study: str, config_hash: str, code: CodeVersion) -> StudyRecord | None:
     """A record of the same run, the same config hash and code version, in another study's store under
     ``base`` (two studies sharing a row or a control), with ``reused_from`` naming the record of the
     study that ran it (a record that ran is preferred to another study's copy of one); None when no
     other study holds one. An unreadable record there is skipped: it is not this study's to judge, and
     the cell then simply runs."""
-    copies = []
+    copies: list[StudyRecord] = []
     for path in sorted(Path(base).glob(f"*/{config_hash}-{code.source}.json")):
         if path.parent.name == study:
             continue
         try:
-            record = json.loads(path.read_text())
+            record: StudyRecord = json.loads(path.read_text())
             same_code = CodeVersion.from_json(record["code"]).key == code.key
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue

@@ -7,19 +7,20 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from fedfew.errors import FedfewError
-from fedfew.jsontypes import JSONObject
+from fedfew.jsontypes import JSONObject, JSONValue
 from fedfew.study.cell import cell_record, run_noted
 from fedfew.study.folders import cell_folder
 from fedfew.study.grid import Cell, cells
 from fedfew.study.records import CheckedStore
 from fedfew.study.schema import Study, StudyError
 from fedfew.study.sittings import timestamp
-from fedfew.study.store import FORMAT, current_code, foreign_codes, metric
+from fedfew.study.store import FORMAT, StudyRecord, current_code, foreign_codes, metric
 
 #: The progress of `fedfew study verify`, one line per re-run cell, printed as `fedfew study run`'s are
 #: (:data:`fedfew.cli.PROGRESS_LOGGERS`).
@@ -38,6 +39,10 @@ def same_numbers(before: object, now: object) -> bool:
     if isinstance(before, dict) and isinstance(now, dict):
         return all(key in now and same_numbers(value, now[key]) for key, value in before.items())
     return bool(before == now)
+
+
+#: A run's environment as a record holds it (:func:`fedfew.environment.run_environment`).
+Environment = Mapping[str, JSONValue]
 
 
 #: How far a re-run cell's metric may be from its record's when the two ran in different environments
@@ -60,10 +65,10 @@ class Drift:
     tolerance: float | None
     exact: bool
     same_environment: bool
-    environments: tuple[JSONObject | None, JSONObject | None]  # the record's, the re-run's
+    environments: tuple[Environment | None, Environment | None]  # the record's, the re-run's
 
     @classmethod
-    def of(cls, cell: Cell, path: str, before: dict[str, Any], now: dict[str, Any]) -> Drift:
+    def of(cls, cell: Cell, path: str, before: StudyRecord, now: StudyRecord) -> Drift:
         from fedfew.environment import same_environment
 
         if metric(before, path) is None and metric(now, path) is None:
@@ -99,7 +104,7 @@ class Drift:
         return (f"{_percent(self.rerun)}% (stored: {_percent(self.stored)}%, {self.metric}), {self.judged}"
                 + ("" if self.same_environment or self.exact else " (another environment)"))
 
-    def to_json(self, labels: dict[str, tuple[str, JSONObject | None]]) -> JSONObject:
+    def to_json(self, labels: dict[str, tuple[str, Environment | None]]) -> JSONObject:
         c = self.cell
         return {"config_hash": c.config_hash, "method": c.method, "setting": c.setting, "seed": c.seed,
                 "metric": self.metric, "stored": self.stored, "rerun": self.rerun, "difference": self.difference,
@@ -111,14 +116,14 @@ def _percent(value: float | None) -> str:
     return "—" if value is None else f"{100 * value:.4f}"
 
 
-def _env_id(environment: JSONObject | None) -> str:
+def _env_id(environment: Environment | None) -> str:
     return "" if environment is None else json.dumps(environment, sort_keys=True)
 
 
-def _environment_labels(records: list[dict[str, Any]]) -> dict[str, tuple[str, JSONObject | None]]:
+def _environment_labels(records: list[StudyRecord]) -> dict[str, tuple[str, Environment | None]]:
     """E1, E2, ... for the distinct environments of ``records`` in order of appearance ("not recorded"
     for none), by :func:`_env_id`."""
-    labels: dict[str, tuple[str, JSONObject | None]] = {}
+    labels: dict[str, tuple[str, Environment | None]] = {}
     for record in records:
         env = record.get("environment")
         if _env_id(env) not in labels:
@@ -127,7 +132,7 @@ def _environment_labels(records: list[dict[str, Any]]) -> dict[str, tuple[str, J
     return labels
 
 
-def drift_table(drifts: list[Drift], labels: dict[str, tuple[str, JSONObject | None]]) -> str:
+def drift_table(drifts: list[Drift], labels: dict[str, tuple[str, Environment | None]]) -> str:
     """The re-run cells against their records (metric values in percent, the difference in points, the
     environments as stored → re-run), then what each environment label stands for and the tolerance."""
     from fedfew.environment import describe
@@ -148,7 +153,7 @@ def drift_table(drifts: list[Drift], labels: dict[str, tuple[str, JSONObject | N
 
 
 def verify_study(study: Study, root: Path, budget: str, store_base: Path, runs_base: Path, per_method: int = 1,
-                 extra: list[str] | None = None, table_out: TextIO | None = None) -> dict[str, Any]:
+                 extra: list[str] | None = None, table_out: TextIO | None = None) -> dict[str, int | str]:
     """Re-run ``per_method`` stored cells of each method (the first settings and seeds that have a record)
     with this code and compare each with its record of the older code that holds most of the budget's
     cells, like with like (:class:`Drift`): in the record's environment every stored test number must be
@@ -183,7 +188,8 @@ def verify_study(study: Study, root: Path, budget: str, store_base: Path, runs_b
     progress_log.info(f"study {study.name} at budget {budget}: re-running {len(chosen)} of the {held[old.key]} cells "
                       f"stored by sources {old.source} with sources {code.source}")
     shown = study.model_copy(update={"metric": study.budget(budget).metric}) if study.budget(budget).metric else study
-    drifts, records = [], []
+    drifts: list[Drift] = []
+    records: list[StudyRecord] = []
     with dataset_cache():
         for i, cell in enumerate(chosen, 1):
             summary, run_folder = run_noted(cell, cell_folder(runs_base, study, cell, code))
