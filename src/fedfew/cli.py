@@ -26,12 +26,15 @@ import warnings
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fedfew import __version__
 from fedfew.config import load_config
 from fedfew.errors import ConfigError, FedfewError, RunInterrupted
 from fedfew.plugins import command_line_plugins
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +97,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _type_name(annotation: Any) -> str:
+def _type_name(annotation: object) -> str:
     """An option's type as a config writer reads it: ``adam | sgd``, ``int | None``, ``list[str]``."""
     import types
     import typing
@@ -111,7 +114,7 @@ def _type_name(annotation: Any) -> str:
     return annotation.__name__ if isinstance(annotation, type) else str(annotation)
 
 
-def _options_lines(model: type[Any], indent: str, prefix: str = "") -> list[str]:
+def _options_lines(model: type[BaseModel], indent: str, prefix: str = "") -> list[str]:
     """One entry per option of the pydantic ``model``: ``name: type = default, bounds`` and its
     ``Field(description=...)`` wrapped beneath; nested sections (FRL's ``deployment``) follow as
     ``section.option``."""
@@ -126,7 +129,7 @@ def _options_lines(model: type[Any], indent: str, prefix: str = "") -> list[str]
     lines = []
     for name, field in model.model_fields.items():
         if field.default_factory is not None:
-            default: Any = field.default_factory()  # type: ignore[call-arg]
+            default: object = field.default_factory()  # type: ignore[call-arg]
         else:
             default = field.default
         value = ("required" if default is PydanticUndefined
@@ -191,7 +194,15 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _list_privacy(algorithms: Any) -> None:
+class _Names(Protocol):
+    """What the listings read of a registry (:class:`fedfew.registry.Registry`)."""
+
+    def names(self) -> list[str]: ...
+
+    def get(self, name: str) -> object: ...
+
+
+def _list_privacy(algorithms: _Names) -> None:
     """The privacy mechanisms (config ``privacy.mechanism``) and, per algorithm, whether differential
     privacy covers its upload (docs/privacy.md)."""
     from typing import get_args
@@ -219,7 +230,7 @@ def _list_privacy(algorithms: Any) -> None:
         print(f"  {name:{width}s}  {shown}")
 
 
-def _list_secure_aggregation(algorithms: Any, engines: Any) -> None:
+def _list_secure_aggregation(algorithms: _Names, engines: _Names) -> None:
     """The engines that can run ``flower.secure_aggregation`` and, per algorithm, whether it covers its
     rounds (docs/privacy.md, "Secure aggregation")."""
     from fedfew.flower.secure_aggregation import COVERED, NOT_COVERED

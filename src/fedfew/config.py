@@ -265,7 +265,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def load_yaml(text: str) -> Any:
+def load_yaml(text: str) -> object:
     """``yaml.safe_load`` that refuses duplicate keys (:class:`DuplicateKeyError`)."""
     return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
 
@@ -298,7 +298,7 @@ def _leaf_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
     return paths
 
 
-def apply_override(data: dict[str, Any], assignment: str) -> None:
+def apply_override(data: dict[str, object], assignment: str) -> None:
     """Apply one ``key=value`` override in place; the value is parsed as YAML."""
     if "=" not in assignment:
         raise ConfigError(f"override {assignment!r} must look like key=value (e.g. federation.rounds=50)")
@@ -323,35 +323,38 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
     node = data
     parts = key.split(".")
     for part in parts[:-1]:
-        if not isinstance(node.get(part, {}), dict):
+        section = node.setdefault(part, {})
+        if not isinstance(section, dict):
             raise ConfigError(f"override {key!r}: {part!r} is not a section")
-        node = node.setdefault(part, {})
+        node = section
     node[parts[-1]] = value
 
 
-def load_config(source: str | Path | dict[str, Any] | None = None, overrides: list[str] | None = None) -> ExperimentConfig:
+def load_config(source: str | Path | dict[str, object] | None = None, overrides: list[str] | None = None) -> ExperimentConfig:
     """Read and validate a config from a YAML path or a dict, applying ``key=value`` overrides."""
     if source is None:
-        data: dict[str, Any] = {}
+        data: dict[str, object] = {}
     elif isinstance(source, dict):
         data = yaml.safe_load(yaml.safe_dump(source))  # a deep copy
     else:
         path = Path(source)
         text = read_config_text(path)
         try:
-            data = load_yaml(text)
+            loaded = load_yaml(text)
         except DuplicateKeyError as err:
             raise ConfigError(f"config file {path}: {err}; remove one of them") from None
         except yaml.YAMLError as err:
             raise ConfigError(f"config file {path} is not valid YAML: {err}") from None
-        if data is None:
+        if loaded is None:
             raise ConfigError(f"config file {path} is empty: a config sets at least {', '.join(REQUIRED_KEYS)} "
                               "(see src/fedfew/configs/demo.yaml)")
-        if not isinstance(data, dict):
+        if not isinstance(loaded, dict):
             raise ConfigError(f"config file {path} must hold a mapping at the top level")
-        tasks = (data.get("episodes") or {}).get("test_tasks") if isinstance(data.get("episodes"), dict) else None
-        if isinstance(tasks, str) and not Path(tasks).is_absolute():  # relative to the config file
-            data["episodes"]["test_tasks"] = str((path.parent / tasks).resolve())
+        data = loaded
+        episodes = data.get("episodes")
+        tasks = episodes.get("test_tasks") if isinstance(episodes, dict) else None
+        if isinstance(episodes, dict) and isinstance(tasks, str) and not Path(tasks).is_absolute():
+            episodes["test_tasks"] = str((path.parent / tasks).resolve())  # relative to the config file
     before = {section: _name_and_options(data, section) for section in _CHOICES}
     for assignment in overrides or []:
         apply_override(data, assignment)
@@ -377,7 +380,7 @@ _NOTED: set[str] = set()
 REQUIRED_KEYS = ("task", "dataset.name", "algorithm.name")
 
 
-def _check_required(data: dict[str, Any], path: Path) -> None:
+def _check_required(data: dict[str, object], path: Path) -> None:
     missing = []
     for key in REQUIRED_KEYS:
         node: object = data
@@ -396,7 +399,7 @@ _CHOICES = {"partition": ("name", "options"), "model": ("name", "options"), "alg
             "runtime": ("engine", "engine_options")}
 
 
-def _name_and_options(data: dict[str, Any], section: str) -> tuple[object, object]:
+def _name_and_options(data: dict[str, object], section: str) -> tuple[object, object]:
     node = data.get(section)
     if not isinstance(node, dict):
         return None, None
@@ -429,7 +432,7 @@ def _accepted_options(section: str, name: str) -> set[str] | None:
         return None
 
 
-def _drop_stale_options(data: dict[str, Any], section: str, old_name: object, old_options: object) -> None:
+def _drop_stale_options(data: dict[str, object], section: str, old_name: object, old_options: object) -> None:
     """The rule for changing a choice from the command line (``--set partition.name=iid``): when an
     override changed ``SECTION.name``, the options the file gave the old choice that the new one does not
     take are dropped, with a logged note. An option set by an override is kept and validated as usual,
@@ -445,7 +448,9 @@ def _drop_stale_options(data: dict[str, Any], section: str, old_name: object, ol
     dropped = sorted(k for k in options if k not in accepted and k in from_file and from_file[k] == options[k])
     if dropped:
         name_key, options_key = _CHOICES[section]
-        data[section][options_key] = {k: v for k, v in options.items() if k not in dropped}
+        section_data = data[section]
+        if isinstance(section_data, dict):  # it is: _name_and_options found the options in it
+            section_data[options_key] = {k: v for k, v in options.items() if k not in dropped}
         note = (f"{section}.{name_key} changed from {old_name} to {name}: dropped the options it does not take "
                 f"({', '.join(f'{section}.{options_key}.{k}' for k in dropped)})")
         if note not in _NOTED:  # once per process: a study resolves the same change for many cells

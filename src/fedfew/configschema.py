@@ -43,7 +43,7 @@ class Section(NoBoolNumbers):
 class DatasetConfig(Section):
     name: str = "digits"
     root: str | None = None
-    options: dict[str, Any] = Field(default_factory=dict)
+    options: dict[str, object] = Field(default_factory=dict)
 
 
 class HeldOutTest(Section):
@@ -67,7 +67,7 @@ class SplitConfig(Section):
 
     @field_validator("test", mode="before")
     @classmethod
-    def _held_out(cls, value: Any) -> Any:
+    def _held_out(cls, value: object) -> object:
         # a mapping is held-out samples: its errors name splits.test.<key>, not both forms of the union
         if not isinstance(value, dict):
             return value
@@ -87,7 +87,7 @@ class ClassificationConfig(Section):
 class PartitionConfig(Section):
     name: str = "dirichlet"
     num_clients: int = Field(10, ge=1, le=MAX_CLIENTS)
-    options: dict[str, Any] = Field(default_factory=dict)
+    options: dict[str, object] = Field(default_factory=dict)
     #: Entropy for ``numpy.random.default_rng`` in place of the generator derived from the seed: to
     #: reproduce another tool's partition draw for draw (benchmarks/peers.yaml: [seed, 0]).
     rng_entropy: list[int] | None = None
@@ -95,7 +95,7 @@ class PartitionConfig(Section):
 
 class ModelConfig(Section):
     name: str = "conv4"
-    options: dict[str, Any] = Field(default_factory=dict)
+    options: dict[str, object] = Field(default_factory=dict)
     channels_last: bool = True
     #: Build the server's initial model right after torch.manual_seed(init_seed) instead of a seed
     #: derived from the experiment's: to start from the very model another tool starts from.
@@ -104,7 +104,7 @@ class ModelConfig(Section):
 
 class AlgorithmConfig(Section):
     name: str = "fl-maml"
-    options: dict[str, Any] = Field(default_factory=dict)
+    options: dict[str, object] = Field(default_factory=dict)
 
 
 class FederationConfig(Section):
@@ -207,7 +207,7 @@ class RuntimeConfig(Section):
     #: Simulation Engine on Ray; flower.sim.*).
     engine: str = "inprocess"
     #: The engine's options, e.g. ``{workers: 4}`` for the workers engine (unknown keys are errors).
-    engine_options: dict[str, Any] = Field(default_factory=dict)
+    engine_options: dict[str, object] = Field(default_factory=dict)
     #: Run the local updates of a round's clients as one batched computation in this process (one
     #: device; runtime.engine: inprocess): the episodic family (fl-maml, fl-proto, fedfsl-prox) on
     #: stackable models (Conv4). Equal to the sequential path up to floating-point summation order
@@ -222,7 +222,7 @@ class RuntimeConfig(Section):
 
     @field_validator("compile", mode="before")
     @classmethod
-    def _compile_off(cls, value: Any) -> Any:
+    def _compile_off(cls, value: object) -> object:
         """YAML reads a bare ``off`` as false (and ``on`` as true): false is "off", true "default"."""
         if value is False:
             return "off"
@@ -234,7 +234,7 @@ class RuntimeConfig(Section):
 
     @model_validator(mode="before")
     @classmethod
-    def _workers_alias(cls, data: Any) -> Any:
+    def _workers_alias(cls, data: object) -> object:
         """The old ``runtime.workers: N`` (N > 0: the workers engine with N workers; 0: in process)."""
         if not isinstance(data, dict) or "workers" not in data:
             return data
@@ -266,7 +266,7 @@ class FlowerSimConfig(Section):
     #: A Ray cluster to join ("HOST:PORT" of `ray start --head`); None: a private Ray instance.
     address: str | None = None
     #: More ray.init arguments (e.g. num_cpus for the private instance, _temp_dir).
-    init_args: dict[str, Any] = Field(default_factory=dict)
+    init_args: dict[str, object] = Field(default_factory=dict)
 
 
 class SecureAggregationConfig(Section):
@@ -433,7 +433,7 @@ class ExperimentSchema(Section):
     privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
 
 
-def allowed_keys(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> list[str]:
+def allowed_keys(model: type[BaseModel] | None, loc: tuple[int | str, ...]) -> list[str]:
     """Field names allowed at ``loc`` (for 'did you mean' hints)."""
     current: Any = model
     for part in loc[:-1]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 import torch
 
@@ -37,11 +37,11 @@ class DataSource(TypedDict, total=False):
 MAX_FILES = 100_000
 
 
-def data_record(experiment: Experiment) -> dict[str, Any]:
+def data_record(experiment: Experiment) -> dict[str, object]:
     """The data record of a built :class:`~fedfew.experiment.Experiment`."""
     config, dataset = experiment.config, experiment.dataset
     names = dataset.class_names
-    record: dict[str, Any] = {
+    record: dict[str, object] = {
         "dataset": config.dataset.name,
         "options": config.dataset.options,
         **source_of(config.dataset.name, config.dataset.root, config.dataset.options, dataset.extras),

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from fedfew.config import ExperimentConfig
@@ -92,7 +92,7 @@ def same_environment(a: Mapping[str, object] | None, b: Mapping[str, object] | N
     return isinstance(a, Mapping) and isinstance(b, Mapping) and all(a.get(k) == b.get(k) for k in COMPARED)
 
 
-def describe(environment: Mapping[str, object] | None) -> str:
+def describe(environment: object) -> str:
     """One environment in words: the processor first (what most often differs), then versions, threads and
     precision."""
     if not isinstance(environment, Mapping):  # none (an older record), or not one that can be read
@@ -108,7 +108,7 @@ def describe(environment: Mapping[str, object] | None) -> str:
             f"numpy {e.get('numpy', '?')}, {threads} thread{'' if threads == 1 else 's'}, {e.get('precision', '?')}")
 
 
-def describe_environments(records: Iterable[Mapping[str, Any]]) -> str:
+def describe_environments(records: Iterable[Mapping[str, object]]) -> str:
     """The environments of stored records (one per run), most runs first, as a report's header says them:
     ``Environment: ... (all 6 runs).`` or ``Environments: 4 runs on ...; 2 runs: environment not
     recorded.`` Empty for no records. A record whose sittings ran in different environments, or whose

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from fedfew.config import ConfigError, load_config
 from fedfew.engine import serialize
@@ -19,7 +19,16 @@ EVALUATE_KEYS = ("episodes.", "eval.", "runtime.", "classification.test_fraction
                  "algorithm.options.deployment")
 
 
-def evaluate_run(path: str | Path, overrides: list[str] | None = None) -> dict[str, Any]:
+class Evaluation(TypedDict):
+    """One line of a run folder's ``evaluations.jsonl`` (what :func:`evaluate_run` returns)."""
+
+    round: int | None
+    overrides: list[str]
+    test: dict[str, float]
+    seconds: float
+
+
+def evaluate_run(path: str | Path, overrides: list[str] | None = None) -> Evaluation:
     """Score a complete run's saved model(s) on the test data again (with changed evaluation settings,
     e.g. ``episodes.test_episodes``), without training. Appends the result to
     ``RUN/evaluations.jsonl`` and returns it."""
@@ -48,7 +57,7 @@ def evaluate_run(path: str | Path, overrides: list[str] | None = None) -> dict[s
         test = simulator.evaluate(experiment.test, server, states)
     finally:
         simulator.engine.close()
-    result = {"round": meta.get("round"), "overrides": list(overrides or []), "test": test,
+    result: Evaluation = {"round": meta.get("round"), "overrides": list(overrides or []), "test": test,
               "seconds": round(time.perf_counter() - start, 2)}
     with open(folder.path / "evaluations.jsonl", "a") as f:
         f.write(strict_json(result) + "\n")

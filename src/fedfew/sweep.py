@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import yaml
 
 from fedfew.config import ConfigError, ExperimentConfig, load_config
 from fedfew.experiment import dataset_cache
+from fedfew.jsontypes import JSONObject, JSONValue
 from fedfew.results import markdown_table, plot_curves
 from fedfew.runfolder import check_output_base, strict_json
 from fedfew.runner import run_experiment, validate_all
@@ -18,7 +19,7 @@ from fedfew.runner import run_experiment, validate_all
 __all__ = ["parse_grid", "sweep", "sweep_configs", "write_comparison"]
 
 
-def parse_grid(items: list[str]) -> list[tuple[str, list[Any]]]:
+def parse_grid(items: list[str]) -> list[tuple[str, list[JSONValue]]]:
     """``key=v1,v2`` items -> [(key, [v1, v2])], values parsed as YAML."""
     grid = []
     for item in items:
@@ -32,7 +33,7 @@ def parse_grid(items: list[str]) -> list[tuple[str, list[Any]]]:
     return grid
 
 
-def sweep_configs(config_path: str | Path | dict[str, Any], grid: list[tuple[str, list[Any]]],
+def sweep_configs(config_path: str | Path | dict[str, object], grid: list[tuple[str, list[JSONValue]]],
                   overrides: list[str]) -> list[tuple[str, ExperimentConfig]]:
     """(label, config) for every point of the grid, all validated."""
     keys = [k for k, _ in grid]
@@ -48,8 +49,8 @@ def sweep_configs(config_path: str | Path | dict[str, Any], grid: list[tuple[str
     return points
 
 
-def sweep(config_path: str | Path | dict[str, Any], grid: list[tuple[str, list[Any]]], overrides: list[str],
-          out_base: str | Path, progress: bool = True) -> list[dict[str, Any]]:
+def sweep(config_path: str | Path | dict[str, object], grid: list[tuple[str, list[JSONValue]]], overrides: list[str],
+          out_base: str | Path, progress: bool = True) -> list[JSONObject]:
     """Run every combination of the grid (each validated first); write a combined table and plot
     under ``out_base``."""
     points = sweep_configs(config_path, grid, overrides)
@@ -62,12 +63,12 @@ def sweep(config_path: str | Path | dict[str, Any], grid: list[tuple[str, list[A
     return summaries
 
 
-def write_comparison(summaries: list[dict[str, Any]], folder: Path, title: str) -> str:
+def write_comparison(summaries: list[JSONObject], folder: Path, title: str) -> str:
     check_output_base(folder)
     folder.mkdir(parents=True, exist_ok=True)
     table = markdown_table(summaries, label_key="label")
     (folder / "results.md").write_text(f"# {title}\n\n{table}")
-    plot_curves({s["label"]: s["history"] for s in summaries}, folder / "accuracy.png", title)
+    plot_curves({str(s["label"]): cast("list[dict[str, float]]", s["history"]) for s in summaries}, folder / "accuracy.png", title)
     with (folder / "summaries.jsonl").open("w") as f:
         for s in summaries:
             f.write(strict_json({k: v for k, v in s.items() if k not in ("history", "_simulator")}) + "\n")

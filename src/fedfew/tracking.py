@@ -21,10 +21,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from fedfew.configschema import ExperimentSchema
 from fedfew.errors import ConfigError
+from fedfew.jsontypes import JSONValue
 from fedfew.registry import Registry
 
 
@@ -37,7 +37,7 @@ class Tracker:
     def log_round(self, round_index: int, record: Mapping[str, object]) -> None:
         raise NotImplementedError
 
-    def finish(self, summary: dict[str, Any]) -> None:
+    def finish(self, summary: Mapping[str, JSONValue]) -> None:
         """The run is complete: final metrics and artifacts."""
 
     def close(self, failed: bool = False) -> None:
@@ -58,11 +58,21 @@ def numeric(record: Mapping[str, object], prefix: str = "") -> dict[str, float]:
     return out
 
 
-def final_step(summary: dict[str, Any]) -> int:
+def final_step(summary: Mapping[str, JSONValue]) -> int:
     """The step of the final test metrics: the run's last round (``summary["rounds"]``: a run that
     reaches :meth:`Tracker.finish` ran every round; 0 for the untrained control)."""
-    history = summary.get("history") or []
-    return int(history[-1]["round"]) if history else int(summary.get("rounds") or 0)
+    history, rounds = summary.get("history"), summary.get("rounds")
+    if isinstance(history, list) and history and isinstance(history[-1], dict):
+        last = history[-1]["round"]
+        if isinstance(last, (int, float)):
+            return int(last)
+    return int(rounds) if isinstance(rounds, (int, float)) else 0
+
+
+def test_scores(summary: Mapping[str, JSONValue]) -> Mapping[str, JSONValue]:
+    """The summary's final test metrics (``summary["test"]``), empty where it has none."""
+    test = summary.get("test")
+    return test if isinstance(test, dict) else {}
 
 
 def flat_params(data: object, prefix: str = "") -> dict[str, str]:
@@ -90,9 +100,9 @@ class TensorBoardTracker(Tracker):
             self.writer.add_scalar(key, value, round_index)
         self.writer.flush()
 
-    def finish(self, summary: dict[str, Any]) -> None:
+    def finish(self, summary: Mapping[str, JSONValue]) -> None:
         step = final_step(summary)
-        for key, value in numeric(summary.get("test", {}), "final_test/").items():
+        for key, value in numeric(test_scores(summary), "final_test/").items():
             self.writer.add_scalar(key, value, step)
         self.writer.flush()
 
@@ -135,13 +145,13 @@ class MLflowTracker(Tracker):
         if metrics:
             self.client.log_batch(self.run_id, metrics=metrics)
 
-    def finish(self, summary: dict[str, Any]) -> None:
+    def finish(self, summary: Mapping[str, JSONValue]) -> None:
         import time
 
         from mlflow.entities import Metric
 
         now, step = int(time.time() * 1000), final_step(summary)
-        metrics = [Metric(k, v, now, step) for k, v in numeric(summary.get("test", {}), "final_test/").items()]
+        metrics = [Metric(k, v, now, step) for k, v in numeric(test_scores(summary), "final_test/").items()]
         if metrics:
             self.client.log_batch(self.run_id, metrics=metrics)
         for name in ("results.md", "summary.json"):
@@ -187,7 +197,7 @@ class Trackers:
         for tracker in self.trackers:
             tracker.log_round(round_index, record)
 
-    def finish(self, summary: dict[str, Any]) -> None:
+    def finish(self, summary: Mapping[str, JSONValue]) -> None:
         for tracker in self.trackers:
             tracker.finish(summary)
 

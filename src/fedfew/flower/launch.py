@@ -24,13 +24,14 @@ from fedfew.progress import progress_bar
 
 if TYPE_CHECKING:
     from fedfew.configschema import ExperimentSchema
+    from fedfew.flower.local import FlowerSettings
 
 __all__ = ["FlowerLaunch", "FlowerRunError", "flower_settings", "run_local_flower", "run_on_federation"]
 
 logger = logging.getLogger(__name__)
 
 
-def flower_settings(config: ExperimentSchema) -> Any:
+def flower_settings(config: ExperimentSchema) -> FlowerSettings:
     """The ``flower:`` section as the local federation takes it (an error if Flower is missing)."""
     if importlib.util.find_spec("flwr") is None:
         raise ConfigError("runtime.engine=flower needs Flower: pip install 'fedfew[flower]'")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, overload
@@ -47,7 +48,7 @@ class NodeConfigError(UsageError):
     """A SuperNode's --node-config lacks what fedfew needs."""
 
 
-def node_settings(node_config: dict[str, Any]) -> tuple[int, str | None, Path]:
+def node_settings(node_config: Mapping[str, bool | float | int | str]) -> tuple[int, str | None, Path]:
     """(client id, data root, cache folder) from a SuperNode's ``--node-config``."""
     if "client-id" not in node_config:
         raise NodeConfigError("this SuperNode was started without --node-config 'client-id=K': fedfew needs each "
@@ -62,7 +63,7 @@ def node_settings(node_config: dict[str, Any]) -> tuple[int, str | None, Path]:
 
 
 # -- the run's config, kept in context.state ---------------------------------------------------------
-def store_config(state: RecordDict, config: dict[str, Any]) -> None:
+def store_config(state: RecordDict, config: Mapping[str, object]) -> None:
     state[CONFIG_KEY] = ConfigRecord({"json": json.dumps(config)})
 
 

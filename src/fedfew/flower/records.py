@@ -45,7 +45,7 @@ def array_to_tensor(array: Array) -> torch.Tensor:
     return torch.frombuffer(bytearray(array.data), dtype=dtype).reshape(tuple(array.shape))
 
 
-def to_records(obj: Any, static: Mapping[str, torch.Tensor] | None = None) -> tuple[ArrayRecord, ConfigRecord]:
+def to_records(obj: object, static: Mapping[str, torch.Tensor] | None = None) -> tuple[ArrayRecord, ConfigRecord]:
     """(arrays, skeleton) for any state-form object. Tensors equal to one of ``static`` (frozen
     parameters the receiver holds too) are left out and named, with their digest, in the skeleton's
     record."""

@@ -43,9 +43,11 @@ from queue import Empty, Queue
 from typing import Any
 
 from flwr.app import Context, Message
+from flwr.app.typing import ConfigRecordValues
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
+from fedfew.configschema import FlowerSimConfig
 from fedfew.data.offline import offline_environment
 from fedfew.engine.compute import Compute
 from fedfew.engine.engines import ExperimentBuilder, Faults
@@ -125,7 +127,7 @@ def _check_reachable(address: str) -> None:
                                    "Ray instance)") from None
 
 
-def _init_ray(settings: Any, env: dict[str, str]) -> None:
+def _init_ray(settings: FlowerSimConfig, env: dict[str, str]) -> None:
     import ray
 
     if settings.address:
@@ -172,7 +174,7 @@ class Simulation:
     running in a thread of this process, whose ServerApp hands over its Grid and waits until
     :meth:`close`. Several runs may use one in turn (each run's ``query`` starts the nodes afresh)."""
 
-    def __init__(self, num_nodes: int, settings: Any, data_root: str | None = None,
+    def __init__(self, num_nodes: int, settings: FlowerSimConfig, data_root: str | None = None,
                  startup_timeout: float = 300.0, *, builder: ExperimentBuilder) -> None:
         from flwr.simulation import run_simulation
 
@@ -194,7 +196,7 @@ class Simulation:
                 grids.put(grid)
                 self._done.wait()
 
-            resources = {"num_cpus": settings.num_cpus, "num_gpus": settings.num_gpus}
+            resources: dict[str, ConfigRecordValues] = {"num_cpus": settings.num_cpus, "num_gpus": settings.num_gpus}
 
             def simulate() -> None:
                 try:
