@@ -18,10 +18,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import yaml
 
@@ -58,7 +60,28 @@ def simulation(cluster: RayCluster) -> Any:
     settings = load_config({}, [f"flower.sim.address={cluster.address}"]).flower.sim
     with Simulation(4, settings, None, startup_timeout=300, builder=NODE_BUILDER) as sim:
         yield sim
-    assert not (descendant_pids(os.getpid()) - before)
+    assert not _left_after(before), _described(_left_after(before))
+
+
+def _left_after(before: set[int], wait: float = 10.0) -> set[int]:
+    """Processes below this one that were not there ``before``, once any that are still exiting have
+    had ``wait`` seconds to do so (a process ends asynchronously after its SIGTERM)."""
+    deadline = time.monotonic() + wait
+    while (left := descendant_pids(os.getpid()) - before) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+def _described(pids: set[int]) -> str:
+    """Each leftover process's pid, status and command line: which part of Ray or Flower it is."""
+    lines = []
+    for pid in sorted(pids):
+        try:
+            process = psutil.Process(pid)
+            lines.append(f"{pid} {process.status()} {' '.join(process.cmdline())[:200]}")
+        except psutil.Error as err:
+            lines.append(f"{pid} ({err})")
+    return "processes left: " + "; ".join(lines)
 
 
 def run(config: dict[str, Any], factory: Any = None) -> dict[str, Any]:

@@ -30,13 +30,16 @@ def alive(pid: int) -> bool:
 
 def _identity(process: psutil.Process) -> Identity | None:
     try:
+        if process.status() == psutil.STATUS_ZOMBIE:  # ended, waiting for its parent to reap it: not running
+            return None
         return process.pid, process.create_time()
     except psutil.Error:  # gone meanwhile
         return None
 
 
 def descendants(pid: int) -> list[Identity]:
-    """Every process below ``pid`` (children, grandchildren, ...), whatever its session."""
+    """Every running process below ``pid`` (children, grandchildren, ...), whatever its session; a
+    zombie (ended, not yet reaped by its parent) is not counted."""
     try:
         below = psutil.Process(pid).children(recursive=True)
     except psutil.NoSuchProcess:
