@@ -14,7 +14,7 @@ import socket
 import sys
 import time
 import traceback
-from typing import Any, cast
+from typing import cast
 
 import psutil
 import torch
@@ -35,6 +35,7 @@ from fedfew.flower.node import (
 )
 from fedfew.flower.records import from_records, to_records
 from fedfew.flower.secagg import SECURE_KEY, secure_input
+from fedfew.jsontypes import JSONObject
 
 
 def _process_started() -> float:
@@ -53,9 +54,9 @@ def _process_started() -> float:
 PROCESS_STARTED, IMPORTED_AT = _process_started(), time.time()
 
 
-def where_this_runs() -> dict[str, Any]:
+def where_this_runs() -> JSONObject:
     """Which machine and process answered (and, on Ray, which Ray node): recorded with each reply."""
-    where: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid()}
+    where: JSONObject = {"host": socket.gethostname(), "pid": os.getpid()}
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         where["ray_node"] = ray.get_runtime_context().get_node_id()
@@ -69,7 +70,7 @@ def _payload_records(msg: Message) -> tuple[ArrayRecord, ConfigRecord]:
     return cast(ArrayRecord, msg.content["payload"]), cast(ConfigRecord, msg.content["payload.meta"])
 
 
-def _error_reply(msg: Message, cid: Any, err: BaseException) -> Message:
+def _error_reply(msg: Message, cid: object, err: BaseException) -> Message:
     detail = "".join(traceback.format_exception_only(type(err), err)).strip()
     return Message(RecordDict({"error": ConfigRecord({"client": str(cid), "message": detail})}), reply_to=msg)
 
@@ -77,7 +78,7 @@ def _error_reply(msg: Message, cid: Any, err: BaseException) -> Message:
 def hello(msg: Message, context: Context, builder: ExperimentBuilder, prepare: bool = True) -> Message:
     """Store the run's config; with ``prepare``, build and cache the node's algorithm and data now (a
     simulated node's cache was written by the server: it skips this)."""
-    cid: Any = context.node_config.get("client-id")
+    cid: object = context.node_config.get("client-id")
     try:
         client_id, data_root, cache_dir = node_settings(dict(context.node_config))
         config = json.loads(str(msg.content["fedfew"]["config"]))
@@ -94,7 +95,7 @@ def hello(msg: Message, context: Context, builder: ExperimentBuilder, prepare: b
 
 def train(msg: Message, context: Context, builder: ExperimentBuilder) -> Message:
     """Run the client task of ``msg`` on this node's data and private state; reply with the upload."""
-    cid: Any = context.node_config.get("client-id")
+    cid: object = context.node_config.get("client-id")
     started = time.time()
     try:
         torch.set_num_threads(int(os.environ.get("FEDFEW_NODE_THREADS", "1")))
@@ -127,7 +128,7 @@ def train(msg: Message, context: Context, builder: ExperimentBuilder) -> Message
 
 def evaluate(msg: Message, context: Context, builder: ExperimentBuilder) -> Message:
     """Score this node's own model on the split ``msg`` names (a personalised method's evaluation)."""
-    cid: Any = context.node_config.get("client-id")
+    cid: object = context.node_config.get("client-id")
     try:
         torch.set_num_threads(int(os.environ.get("FEDFEW_NODE_THREADS", "1")))
         client_id, data_root, cache_dir = node_settings(dict(context.node_config))

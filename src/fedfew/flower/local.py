@@ -20,10 +20,9 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from fedfew.flower.errors import FlowerPortError, FlowerRunError
 from fedfew.flower.security import make_node_key, make_tls
@@ -208,7 +207,7 @@ class LocalFederation:
         raise FlowerRunError(f"the {process.name} did not listen on {HOST}:{port} within {timeout:.0f} s")
 
     # -- running the app ------------------------------------------------------------------------------
-    def run_app(self, run_config: dict[str, str], on_poll: Any = None, app: Path | None = None) -> int:
+    def run_app(self, run_config: dict[str, str], on_poll: Callable[[], None] | None = None, app: Path | None = None) -> int:
         """``flwr run`` the fedfew app (``app``, a folder from :func:`write_app`; default: one written
         here) with ``run_config``; returns when the run ends."""
         app = app or write_app(self.folder / "app")

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
+from typing import TYPE_CHECKING, Literal, Protocol, TypedDict
 
 import numpy as np
 import torch
@@ -109,11 +109,11 @@ class SecureAggregationError(ConfigError):
     """Secure aggregation asked of an algorithm, engine or setting that cannot honour it (exit 2)."""
 
 
-def _option(options: Any, name: str, default: Any = None) -> Any:
+def _option(options: object, name: str, default: object = None) -> object:
     return options.get(name, default) if isinstance(options, Mapping) else getattr(options, name, default)
 
 
-def refusal(name: str, options: Any) -> str | None:
+def refusal(name: str, options: object) -> str | None:
     """None when secure aggregation covers algorithm ``name`` with ``options`` (its validated Options or
     their dict); otherwise why not, in words for the user."""
     if name not in COVERED:
@@ -185,7 +185,8 @@ def largest_weight(kind: str, algorithm: Algorithm, clients: Collection[ClientDa
     if kind == "uniform":
         return 1.0
     if kind == "episodes":
-        steps, batch = _option(algorithm.options, "local_steps"), _option(algorithm.options, "meta_batch")
+        # An algorithm's options are its validated Options (attributes; _option reads them the same way).
+        steps, batch = getattr(algorithm.options, "local_steps", None), getattr(algorithm.options, "meta_batch", None)
         if steps is None or batch is None:
             raise SecureAggregationError(f"flower.secure_aggregation.max_weight: {algorithm.name} weights by episodes "
                                          "but does not say how many a client trains: set max_weight")
