@@ -10,7 +10,6 @@ import hashlib
 import os
 from functools import cache
 from pathlib import Path
-from typing import Any
 
 #: What can change a run's numbers, relative to the package folder: every file under these folders (a
 #: module added to one later is covered without a change here; the bundled data files too) ...
@@ -83,7 +82,7 @@ def _without_docstrings(tree: ast.AST) -> ast.AST:
     return tree
 
 
-def _dump(node: Any) -> str:
+def _dump(node: object) -> str:
     if isinstance(node, ast.AST):
         fields = [f"{name}={_dump(value)}" for name, value in ast.iter_fields(node)
                   if (value is not None and value != []) or (name == "value" and isinstance(node, ast.Constant))]

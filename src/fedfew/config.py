@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -330,12 +331,12 @@ def apply_override(data: dict[str, object], assignment: str) -> None:
     node[parts[-1]] = value
 
 
-def load_config(source: str | Path | dict[str, object] | None = None, overrides: list[str] | None = None) -> ExperimentConfig:
+def load_config(source: str | Path | Mapping[str, object] | None = None, overrides: list[str] | None = None) -> ExperimentConfig:
     """Read and validate a config from a YAML path or a dict, applying ``key=value`` overrides."""
     if source is None:
         data: dict[str, object] = {}
-    elif isinstance(source, dict):
-        data = yaml.safe_load(yaml.safe_dump(source))  # a deep copy
+    elif isinstance(source, Mapping):
+        data = yaml.safe_load(yaml.safe_dump(dict(source)))  # a deep copy
     else:
         path = Path(source)
         text = read_config_text(path)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import difflib
 import logging
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -435,7 +435,7 @@ class ExperimentSchema(Section):
 
 def allowed_keys(model: type[BaseModel] | None, loc: tuple[int | str, ...]) -> list[str]:
     """Field names allowed at ``loc`` (for 'did you mean' hints)."""
-    current: Any = model
+    current: object = model
     for part in loc[:-1]:
         if current is None or not hasattr(current, "model_fields") or part not in current.model_fields:
             return []

@@ -22,22 +22,22 @@ from __future__ import annotations
 import base64
 import json
 from pathlib import Path
-from typing import Any
 
-from flwr.app import Context, Message
+from flwr.app import Context, Message, UserConfig
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from fedfew.experiment import NODE_BUILDER
 from fedfew.flower import handlers
 from fedfew.flower.secagg import secure_aggregation_mod
+from fedfew.jsontypes import JSONObject
 
 server_app = ServerApp()
 client_app = ClientApp()
 
 
 # -- the server ------------------------------------------------------------------------------------
-def run_settings(run_config: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+def run_settings(run_config: UserConfig) -> tuple[JSONObject, str | None]:
     """(config as a dict, run folder) from the run configuration."""
     import yaml
 

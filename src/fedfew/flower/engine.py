@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
@@ -42,6 +42,7 @@ from fedfew.engine.store import ClientStates, RemoteClientStates
 from fedfew.engine.tasks import ClientTask
 from fedfew.flower.errors import FlowerRunError as FlowerRunError
 from fedfew.flower.records import array_bytes, from_records, record_int, to_records
+from fedfew.jsontypes import JSONObject, JSONValue
 
 if TYPE_CHECKING:
     from fedfew.flower.secure_aggregation import SecureSettings
@@ -53,6 +54,18 @@ def remote_states(client_ids: list[int]) -> ClientStates:
     return RemoteClientStates(client_ids)
 
 
+class _LogEntry(TypedDict, total=False):
+    """A line of the message log (``RUN/flower/messages.jsonl``): what one reply carried, and when."""
+
+    type: str
+    key: str
+    client: int
+    records: dict[str, list[str]]  # record name -> its keys
+    array_bytes: dict[str, int]  # array record name -> bytes of its arrays
+    timing: JSONObject
+    where: JSONValue
+
+
 class FlowerEngine(Engine):
     """The server side of a Flower run (built by the ServerApp with its grid): a task is a message
     to the client's node, which keeps the client's private state."""
@@ -60,7 +73,7 @@ class FlowerEngine(Engine):
     name = "flower"
     holds_states = False
 
-    def __init__(self, grid: Grid, algorithm: Algorithm, seed: int, config: dict[str, Any], num_clients: int,
+    def __init__(self, grid: Grid, algorithm: Algorithm, seed: int, config: JSONObject, num_clients: int,
                  faults: Faults | None = None, compute: Compute = CPU_FP32, round_timeout: float = 600.0,
                  startup_timeout: float = 300.0, message_log: Path | None = None,
                  secure: SecureSettings | None = None) -> None:
@@ -76,7 +89,7 @@ class FlowerEngine(Engine):
         self.node_of = self._connect(config, num_clients, startup_timeout)
 
     # -- setting up -------------------------------------------------------------------------------
-    def _connect(self, config: dict[str, Any], num_clients: int, timeout: float) -> dict[int, int]:
+    def _connect(self, config: JSONObject, num_clients: int, timeout: float) -> dict[int, int]:
         deadline = time.monotonic() + timeout
         while len(list(self.grid.get_node_ids())) < num_clients:
             if time.monotonic() > deadline:
@@ -198,7 +211,7 @@ class FlowerEngine(Engine):
         handler began and ended, and the reply was back (what a round's time is made of)."""
         if self.message_log is None:
             return
-        entry: dict[str, Any] = {
+        entry: _LogEntry = {
             "type": kind, "key": key, "client": cid,
             "records": {name: sorted(record.keys()) for name, record in content.items()},
             "array_bytes": {name: array_bytes(record) for name, record in content.array_records.items()}}

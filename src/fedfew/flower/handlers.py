@@ -35,6 +35,7 @@ from fedfew.flower.node import (
 )
 from fedfew.flower.records import from_records, to_records
 from fedfew.flower.secagg import SECURE_KEY, secure_input
+from fedfew.jsontypes import JSONObject
 
 
 def _process_started() -> float:
@@ -53,9 +54,9 @@ def _process_started() -> float:
 PROCESS_STARTED, IMPORTED_AT = _process_started(), time.time()
 
 
-def where_this_runs() -> dict[str, object]:
+def where_this_runs() -> JSONObject:
     """Which machine and process answered (and, on Ray, which Ray node): recorded with each reply."""
-    where: dict[str, object] = {"host": socket.gethostname(), "pid": os.getpid()}
+    where: JSONObject = {"host": socket.gethostname(), "pid": os.getpid()}
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         where["ray_node"] = ray.get_runtime_context().get_node_id()

@@ -13,18 +13,19 @@ import base64
 import importlib.util
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
 from fedfew.engine.engines import ENGINES, Engine, EngineSetup, InProcessEngine, Launch, RunFolderView
 from fedfew.errors import ConfigError, RunInterrupted
 from fedfew.flower.errors import FlowerRunError
+from fedfew.jsontypes import JSONObject
 from fedfew.progress import progress_bar
 
 if TYPE_CHECKING:
     from fedfew.configschema import ExperimentSchema
-    from fedfew.flower.local import FlowerSettings
+    from fedfew.flower.local import FlowerSettings, LocalFederation
 
 __all__ = ["FlowerLaunch", "FlowerRunError", "flower_settings", "run_local_flower", "run_on_federation"]
 
@@ -55,7 +56,7 @@ class FlowerLaunch(Engine):
     honours_secure_aggregation = True
 
     @classmethod
-    def launch(cls, run: Launch) -> dict[str, Any]:
+    def launch(cls, run: Launch) -> JSONObject:
         return run_local_flower(run.folder, run.config, run.progress, run.label, run.resume)
 
 
@@ -87,7 +88,7 @@ class FlowerSimLaunch(Engine):
 
 
 def run_local_flower(folder: RunFolderView, config: ExperimentSchema, progress: bool | None, label: str | None,
-                     resume: bool = False) -> dict[str, Any]:
+                     resume: bool = False) -> JSONObject:
     """``runtime.engine: flower`` on this machine: a SuperLink and a SuperNode per client as separate
     processes, the ServerApp (started by the SuperLink) training in ``folder``; every process stopped
     at the end, on error or Ctrl-C too."""
@@ -106,8 +107,8 @@ def run_local_flower(folder: RunFolderView, config: ExperimentSchema, progress: 
         raise RunInterrupted(folder.path, status.get("round", 0), config.federation.rounds) from None
 
 
-def run_on_federation(federation: Any, folder: RunFolderView, config: ExperimentSchema, progress: bool | None = False,
-                      label: str | None = None, resume: bool = False) -> dict[str, Any]:
+def run_on_federation(federation: LocalFederation, folder: RunFolderView, config: ExperimentSchema, progress: bool | None = False,
+                      label: str | None = None, resume: bool = False) -> JSONObject:
     """Run ``config`` in ``folder`` on a started :class:`~fedfew.flower.local.LocalFederation` (the
     ServerApp trains; this process follows the run folder) and return the summary."""
     show = config.runtime.progress if progress is None else progress

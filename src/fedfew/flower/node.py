@@ -23,22 +23,25 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, overload
+from typing import Protocol, TypedDict, overload
 
-from flwr.app import ConfigRecord, RecordDict
+import torch
+from flwr.app import ConfigRecord, RecordDict, UserConfig
 
 from fedfew.configschema import ExperimentSchema
 from fedfew.data.dataset import LabelledDataset
 from fedfew.engine import serialize
-from fedfew.engine.algorithm import Algorithm, ClientData, State
+from fedfew.engine.algorithm import Algorithm, ClientData, EvalData, State
+from fedfew.engine.algorithm import Context as AlgorithmContext
 from fedfew.engine.compute import Compute
 from fedfew.engine.engines import ExperimentBuilder
 from fedfew.engine.protocol import MAIN
 from fedfew.errors import UsageError
 from fedfew.flower.records import from_records, record_int, to_records
+from fedfew.jsontypes import JSONObject
 
 CONFIG_KEY = "fedfew.config"
 EPHEMERAL_KEY = "fedfew.ephemeral"
@@ -48,7 +51,7 @@ class NodeConfigError(UsageError):
     """A SuperNode's --node-config lacks what fedfew needs."""
 
 
-def node_settings(node_config: Mapping[str, bool | float | int | str]) -> tuple[int, str | None, Path]:
+def node_settings(node_config: UserConfig) -> tuple[int, str | None, Path]:
     """(client id, data root, cache folder) from a SuperNode's ``--node-config``."""
     if "client-id" not in node_config:
         raise NodeConfigError("this SuperNode was started without --node-config 'client-id=K': fedfew needs each "
@@ -63,7 +66,7 @@ def node_settings(node_config: Mapping[str, bool | float | int | str]) -> tuple[
 
 
 # -- the run's config, kept in context.state ---------------------------------------------------------
-def store_config(state: RecordDict, config: Mapping[str, object]) -> None:
+def store_config(state: RecordDict, config: JSONObject) -> None:
     state[CONFIG_KEY] = ConfigRecord({"json": json.dumps(config)})
 
 
@@ -127,7 +130,31 @@ class NodeSetup:
     compute: Compute
 
 
-def _dataset_dict(data: LabelledDataset | None) -> dict[str, Any] | None:
+class CachedDataset(TypedDict):
+    """A client's dataset as its node's cache file holds it (:func:`cache_client`)."""
+
+    inputs: torch.Tensor
+    labels: torch.Tensor
+    class_names: list[str]
+    name: str
+    groups: torch.Tensor | None
+    lengths: torch.Tensor | None
+    splits: dict[str, list[int]]
+
+
+class CachedExperiment(Protocol):
+    """What :func:`cache_client` reads of a built experiment (``fedfew.experiment.Experiment``, a layer
+    above this one)."""
+
+    @property
+    def clients(self) -> Sequence[ClientData]: ...
+    @property
+    def context(self) -> AlgorithmContext: ...
+    @property
+    def dataset(self) -> LabelledDataset: ...
+
+
+def _dataset_dict(data: LabelledDataset | None) -> CachedDataset | None:
     if data is None:
         return None
     return {"inputs": data.inputs, "labels": data.labels, "class_names": list(data.class_names), "name": data.name,
@@ -135,10 +162,10 @@ def _dataset_dict(data: LabelledDataset | None) -> dict[str, Any] | None:
 
 
 @overload
-def _dataset_from(d: dict[str, Any]) -> LabelledDataset: ...
+def _dataset_from(d: CachedDataset) -> LabelledDataset: ...
 @overload
 def _dataset_from(d: None) -> None: ...
-def _dataset_from(d: dict[str, Any] | None) -> LabelledDataset | None:
+def _dataset_from(d: CachedDataset | None) -> LabelledDataset | None:
     if d is None:
         return None
     return LabelledDataset(inputs=d["inputs"], labels=d["labels"], class_names=d["class_names"], name=d["name"],
@@ -181,7 +208,7 @@ def node_setup(config: ExperimentSchema, client_id: int, data_root: str | None, 
     return NodeSetup(config, experiment.algorithm, experiment.clients[client_id], compute)
 
 
-def cache_client(config: ExperimentSchema, experiment: Any, client_id: int, data_root: str | None,
+def cache_client(config: ExperimentSchema, experiment: CachedExperiment, client_id: int, data_root: str | None,
                  cache_dir: Path, builder: ExperimentBuilder) -> Path:
     """Write client ``client_id``'s cache file from a built experiment (what :func:`node_setup` reads):
     the simulation engine writes every client's once, so that its virtual nodes never load the dataset."""
@@ -198,7 +225,7 @@ def cache_client(config: ExperimentSchema, experiment: Any, client_id: int, data
 
 
 def node_evaluation_data(config: ExperimentSchema, data_root: str | None, split: str,
-                         builder: ExperimentBuilder) -> Any:
+                         builder: ExperimentBuilder) -> EvalData:
     """The fixed evaluation tasks (or labelled set) of ``split``, built as the server builds them:
     a personalised method's clients score their own models on the same tasks."""
     experiment = builder.build_experiment(with_data_root(config, data_root))

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord
 
+from fedfew.engine.algorithm import State
 from fedfew.engine.serialize import flatten, unflatten
 from fedfew.engine.static import StaticMismatchError, digest, is_static, leaf_name
 
@@ -52,14 +53,14 @@ def to_records(obj: object, static: Mapping[str, torch.Tensor] | None = None) ->
     tensors, skeleton = flatten(obj, dedup=False)
     kept = {key: t for key, t in tensors.items() if not (static and is_static(key, t, static))}
     arrays = ArrayRecord({key: tensor_to_array(t) for key, t in kept.items()})
-    meta: dict[str, Any] = {"skeleton": json.dumps(skeleton)}
+    meta = ConfigRecord({"skeleton": json.dumps(skeleton)})
     left_out = {key: digest(t) for key, t in tensors.items() if key not in kept}
     if left_out:
         meta["static"] = json.dumps(left_out)
-    return arrays, ConfigRecord(meta)
+    return arrays, meta
 
 
-def from_records(arrays: Record, meta: Record, static: Mapping[str, torch.Tensor] | None = None) -> Any:
+def from_records(arrays: Record, meta: Record, static: Mapping[str, torch.Tensor] | None = None) -> State:
     if not isinstance(arrays, ArrayRecord) or not isinstance(meta, ConfigRecord):
         raise TypeError(f"a payload is an ArrayRecord and a ConfigRecord, not {type(arrays).__name__} and "
                         f"{type(meta).__name__}")

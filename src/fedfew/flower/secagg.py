@@ -27,7 +27,7 @@ import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Protocol, TypedDict, cast
 
 import numpy as np
 import torch
@@ -35,11 +35,17 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.client.mod import secaggplus_mod
 from flwr.common import (
     Code,
+    DisconnectRes,
     EvaluateIns,
     EvaluateRes,
     FitIns,
     FitRes,
+    GetParametersIns,
+    GetParametersRes,
+    GetPropertiesIns,
+    GetPropertiesRes,
     Parameters,
+    ReconnectIns,
     Scalar,
     Status,
     bytes_to_ndarray,
@@ -142,7 +148,7 @@ def secure_aggregation_mod(msg: Message, ctxt: Context, call_next: Callable[[Mes
         return Message(RecordDict({"error": record}), reply_to=msg)
 
 
-def secure_input(spec: SecureSpec, payload: Mapping[str, Any], result: ClientResult, frozen: Collection[str]) -> RecordDict:
+def secure_input(spec: SecureSpec, payload: Payload, result: ClientResult, frozen: Collection[str]) -> RecordDict:
     """What fedfew's train handler replies in a secure round: the client's vector as the ``FitRes`` that
     ``secaggplus_mod`` masks (weight 1: fedfew's weights are inside the vector), and whether it sat the
     round out (the one thing of its result that travels in the clear). Its metrics, sample counts and
@@ -167,11 +173,31 @@ def content_bytes(content: RecordDict) -> int:
     return total
 
 
-@dataclasses.dataclass
-class _Proxy:
-    """What the workflow knows of a sampled client: its node id."""
+class _Proxy(ClientProxy):
+    """What the workflow knows of a sampled client: its node id. Flower's legacy calls to a client are
+    never made (the workflow sends its messages through :class:`_Exchange`)."""
 
-    node_id: int
+    def __init__(self, node_id: int) -> None:
+        super().__init__(str(node_id))
+        self.node_id = node_id
+
+    def _not_used(self) -> NotImplementedError:
+        return NotImplementedError("a secure round reaches its clients through fedfew's exchange")
+
+    def get_properties(self, ins: GetPropertiesIns, timeout: float | None, group_id: int | None) -> GetPropertiesRes:
+        raise self._not_used()
+
+    def get_parameters(self, ins: GetParametersIns, timeout: float | None, group_id: int | None) -> GetParametersRes:
+        raise self._not_used()
+
+    def fit(self, ins: FitIns, timeout: float | None, group_id: int | None) -> FitRes:
+        raise self._not_used()
+
+    def evaluate(self, ins: EvaluateIns, timeout: float | None, group_id: int | None) -> EvaluateRes:
+        raise self._not_used()
+
+    def reconnect(self, ins: ReconnectIns, timeout: float | None, group_id: int | None) -> DisconnectRes:
+        raise self._not_used()
 
 
 class _Round(Strategy):
@@ -180,15 +206,15 @@ class _Round(Strategy):
 
     def __init__(self, nodes: list[int]) -> None:
         self.nodes = nodes
-        self.summed: list[tuple[Any, FitRes]] | None = None
+        self.summed: list[tuple[ClientProxy, FitRes]] | None = None
 
-    # The fit side's client is a _Proxy (a node id), not the ClientProxy Strategy names: Any there.
+    # The fit side's clients are _Proxy objects (a node id each).
     def configure_fit(self, server_round: int, parameters: Parameters,
-                      client_manager: ClientManager) -> list[tuple[Any, FitIns]]:
+                      client_manager: ClientManager) -> list[tuple[ClientProxy, FitIns]]:
         return [(_Proxy(n), FitIns(Parameters(tensors=[], tensor_type=""), {})) for n in self.nodes]
 
-    def aggregate_fit(self, server_round: int, results: list[tuple[Any, FitRes]],
-                      failures: list[tuple[Any, FitRes] | BaseException]) -> tuple[None, dict[str, Scalar]]:
+    def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],
+                      failures: list[tuple[ClientProxy, FitRes] | BaseException]) -> tuple[None, dict[str, Scalar]]:
         self.summed = list(results)
         return None, {}
 
@@ -242,6 +268,32 @@ class _Exchange:
         return out
 
 
+class SecureRoundRecord(TypedDict):
+    """A secure round as :attr:`SecureRounds.history` and ``RUN/flower/secagg.jsonl`` record it."""
+
+    round: int
+    mode: str
+    asked: list[int]
+    summed: list[int]
+    trained: list[int]
+    dropped: list[int]
+    num_shares: int
+    threshold: int
+    step: float
+    coordinates: int
+    weight_sum: float | None
+    dp_clip_margin: float
+    error_bound: float
+    seconds: dict[str, float]  # stage -> wall-clock seconds of its exchange
+
+
+class LastRound(TypedDict, total=False):
+    """The last secure round's arrays as the server saw them (:attr:`SecureRounds.last`)."""
+
+    sum: np.ndarray  # the unmasked sum
+    masked: dict[int, np.ndarray]  # the third stage's masked vector, by client
+
+
 class SecureRounds:
     """A Flower engine's rounds under secure aggregation (``FlowerEngine.secure``)."""
 
@@ -251,10 +303,10 @@ class SecureRounds:
         self.frozen = frozenset(static_tensors(algorithm))
         #: Per round: who was summed, who dropped, the threshold and the error bound (also appended to
         #: RUN/flower/secagg.jsonl).
-        self.history: list[dict[str, Any]] = []
+        self.history: list[SecureRoundRecord] = []
         #: The last round's arrays as the server saw them: the third stage's masked vectors (by client)
         #: and the unmasked sum.
-        self.last: dict[str, Any] = {}
+        self.last: LastRound = {}
 
     def spec(self, task: ClientTask, shapes: list[tuple[str, tuple[int, ...]]]) -> tuple[SecureSpec, ClientTask, float]:
         """(what the nodes are told to send, the task they run, the central-dp clip margin)."""
@@ -334,8 +386,8 @@ class SecureRounds:
                 f"(flower.secure_aggregation.reconstruction_threshold={self.settings.reconstruction_threshold}, "
                 f"num_shares={self.settings.num_shares}): the round's sum cannot be recovered")
 
-    def _results(self, engine: FlowerEngine, task: ClientTask, spec: SecureSpec, model: Mapping[str, Any],
-                 summed: list[tuple[Any, FitRes]], exchange: _Exchange, margin: float, asked: list[int],
+    def _results(self, engine: FlowerEngine, task: ClientTask, spec: SecureSpec, model: Mapping[str, torch.Tensor],
+                 summed: list[tuple[ClientProxy, FitRes]], exchange: _Exchange, margin: float, asked: list[int],
                  flow: WorkflowState) -> Delivery:
         client_of = {node: cid for cid, node in engine.node_of.items()}
         cids = sorted(client_of[proxy.node_id] for proxy, _ in summed)
@@ -357,11 +409,11 @@ class SecureRounds:
     def _record(self, engine: FlowerEngine, task: ClientTask, spec: SecureSpec, out: SecureSum, asked: list[int],
                 exchange: _Exchange, flow: WorkflowState, margin: float) -> None:
         summed = sorted(out.results)
-        entry = {"round": task.round + 1, "mode": spec["mode"], "asked": asked, "summed": summed,
+        entry: SecureRoundRecord = {"round": task.round + 1, "mode": spec["mode"], "asked": asked, "summed": summed,
                  "trained": out.trained, "dropped": sorted(set(asked) - set(summed)), "num_shares": flow.num_shares,
                  "threshold": flow.threshold, "step": self.settings.step, "coordinates": int(out.total.size),
                  "weight_sum": out.weight_sum, "dp_clip_margin": margin, "error_bound": out.error_bound,
-                 "seconds": exchange.seconds}
+                 "seconds": dict(exchange.seconds)}
         if entry["dropped"]:
             logger.warning("secure aggregation, round %d: client(s) %s dropped during the protocol; the sum of the "
                            "other %d was unmasked", task.round + 1, entry["dropped"], len(summed))

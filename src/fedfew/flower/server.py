@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
 
 from flwr.serverapp import Grid
 
@@ -17,13 +16,14 @@ from fedfew.engine.store import ClientStates
 from fedfew.experiment import Experiment
 from fedfew.flower.engine import FlowerEngine
 from fedfew.flower.secure_aggregation import SecureSettings
+from fedfew.jsontypes import JSONObject
 from fedfew.runfolder import RunFolder
 from fedfew.runner import _train, new_run
 
 logger = logging.getLogger(__name__)
 
 
-def run_on_flower(grid: Grid, config_data: dict[str, Any], run_dir: str | None) -> dict[str, Any]:
+def run_on_flower(grid: Grid, config_data: JSONObject, run_dir: str | None) -> JSONObject:
     """Run ``config_data`` with the Flower engine in the run folder ``run_dir`` (made by ``fedfew
     run``; or a new run folder under it, or under runtime.output_dir)."""
     config = load_config(config_data)

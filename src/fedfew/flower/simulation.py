@@ -40,23 +40,24 @@ import time
 from importlib import import_module
 from pathlib import Path
 from queue import Empty, Queue
-from typing import Any
+from typing import Any, Protocol
 
 from flwr.app import Context, Message
 from flwr.app.typing import ConfigRecordValues
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from fedfew.configschema import FlowerSimConfig
+from fedfew.configschema import ExperimentSchema, FlowerSimConfig
 from fedfew.data.offline import offline_environment
 from fedfew.engine.compute import Compute
 from fedfew.engine.engines import ExperimentBuilder, Faults
+from fedfew.engine.store import ClientStates
 from fedfew.errors import UsageError
 from fedfew.flower import handlers
 from fedfew.flower.engine import FlowerEngine, FlowerRunError
-from fedfew.flower.node import cache_client
+from fedfew.flower.node import CachedExperiment, cache_client
 from fedfew.flower.secagg import secure_aggregation_mod
-from fedfew.flower.secure_aggregation import SecureSettings
+from fedfew.flower.secure_aggregation import BuiltExperiment, SecureSettings
 from fedfew.processes import descendant_pids, end
 
 log = logging.getLogger(__name__)
@@ -136,6 +137,7 @@ def _init_ray(settings: FlowerSimConfig, env: dict[str, str]) -> None:
         raise SimulationSetupError("Ray is already initialised in this process: runtime.engine=flower-sim starts "
                                    "(or joins) its own; set flower.sim.address to join a cluster")
     pythonpath = os.pathsep.join([p for p in sys.path if p] + [os.environ.get("PYTHONPATH", "")])
+    # ray.init's keyword arguments, with flower.sim.init_args (any of ray.init's) over fedfew's defaults.
     args: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": False,
                             **settings.init_args}
     args["address"] = settings.address or "local"
@@ -249,13 +251,21 @@ class Simulation:
 
 
 # -- the engine ------------------------------------------------------------------------------------
+class SimExperiment(CachedExperiment, BuiltExperiment, Protocol):
+    """What the simulation's engine reads of a built experiment (``fedfew.experiment.Experiment``, a layer
+    above this one): its config, and what the clients' cache files and secure aggregation read."""
+
+    @property
+    def config(self) -> ExperimentSchema: ...
+
+
 class FlowerSimEngine(FlowerEngine):
     """The Flower engine talking to the virtual SuperNodes of a :class:`Simulation`: its own, started
     here with ``builder`` and stopped by :meth:`close`, unless one is given (with its own builder)."""
 
     name = "flower-sim"
 
-    def __init__(self, experiment: Any, faults: Faults | None, compute: Compute, run_dir: Path | None,
+    def __init__(self, experiment: SimExperiment, faults: Faults | None, compute: Compute, run_dir: Path | None,
                  simulation: Simulation | None = None, builder: ExperimentBuilder | None = None) -> None:
         config = experiment.config
         self._owned = simulation is None
@@ -287,7 +297,7 @@ class FlowerSimEngine(FlowerEngine):
             self.simulation.close()
 
 
-def start_simulation_engine(experiment: Any, states: Any, faults: Faults, compute: Compute,
+def start_simulation_engine(experiment: SimExperiment, states: ClientStates | None, faults: Faults, compute: Compute,
                             builder: ExperimentBuilder, states_dir: Path | None = None) -> FlowerSimEngine:
     """The engine factory for ``runtime.engine: flower-sim`` (the run folder is ``states_dir``'s parent)."""
     return FlowerSimEngine(experiment, faults, compute, states_dir.parent if states_dir is not None else None,
