@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import TypeGuard
 
 from fedfew.config import dump_config
 from fedfew.jsontypes import JSONObject
+from fedfew.runfolder import RunFolder
 from fedfew.study.folders import existing_run
 from fedfew.study.grid import Cell
 from fedfew.study.runfolders import evaluated_history, finished, run_seconds
@@ -20,17 +22,29 @@ from fedfew.study.store import CodeVersion, StudyRecord, make_record, metric
 log = logging.getLogger(__name__)
 
 
+def continues(previous: Path | None) -> TypeGuard[Path]:
+    """Whether a cell's unfinished run folder has a checkpoint to resume from (without one, the cell
+    starts again in a new run folder)."""
+    return previous is not None and RunFolder(previous).has_checkpoint()
+
+
 def run_cell(cell: Cell, folder: Path) -> tuple[JSONObject, Path]:
     """Run the cell in its cell folder ``folder``, resume its interrupted run, or read its finished one;
     returns the run's summary and its run folder."""
     from fedfew.runner import resume_run, run_experiment
 
     previous = existing_run(folder)
-    if previous is not None:
-        if finished(previous):
-            return json.loads((previous / "summary.json").read_text()), previous
+    if previous is not None and finished(previous):
+        return json.loads((previous / "summary.json").read_text()), previous
+    if continues(previous):
         log.info("resuming %s in %s", cell.title, previous)
         return resume_run(previous, progress=False), previous
+    if previous is not None:
+        # Nothing to continue (no checkpoint): resuming would only repeat the run from round 0 with the
+        # config its folder recorded, data folder included, so a cell that failed for want of data
+        # would fail again after $FEDFEW_DATA is fixed. A new run folder (the newest, so the one used
+        # from now on) takes this process's config; the old one stays for its error.
+        log.info("%s: the run in %s left no checkpoint; starting it again", cell.title, previous)
     summary = run_experiment(cell.config, folder, progress=False)
     return summary, Path(summary["folder"])
 
@@ -40,7 +54,7 @@ def run_noted(cell: Cell, folder: Path) -> tuple[JSONObject, Path]:
     previous = existing_run(folder)
     if finished(previous):
         return run_cell(cell, folder)
-    with noted_sitting(folder, cell.config, fresh=previous is None):
+    with noted_sitting(folder, cell.config, fresh=not continues(previous)):
         return run_cell(cell, folder)
 
 

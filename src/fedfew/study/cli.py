@@ -38,7 +38,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     study, root = load_study(args.study)
     seeds = parse_seeds(args.seeds) if args.seeds is not None else None  # --seeds "": an error, not the default
     counts = run_study(study, root, args.budget, _store(args, root), Path(args.runs), seeds, args.set, args.new_code,
-                       reuse=not args.no_reuse)
+                       reuse=not args.no_reuse, methods=args.method)
     held = f", {counts['held']} left to other processes" if counts.get("held") else ""
     reused = f", {counts['reused']} copied from other studies' stores" if counts.get("reused") else ""
     others = f", {counts['stored_by_others']} stored by other processes" if counts.get("stored_by_others") else ""
@@ -195,6 +195,9 @@ def add_parser(sub: argparse._SubParsersAction, plugin_option: object = None) ->
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config value in every cell (repeatable); part of each cell's key")
     run.add_argument("--runs", default="runs/studies", help="base folder for the cells' run folders")
+    run.add_argument("--method", action="append", default=None, metavar="ROW",
+                     help="run only this row's cells (repeatable; a row as the study names it, e.g. "
+                          "'FL-Proto, untrained'): a long budget's cheap rows first")
     run.add_argument("--new-code", action="store_true",
                      help="the store holds these cells from other code: add this version's results beside them")
     run.add_argument("--no-reuse", action="store_true",

@@ -6,6 +6,7 @@ sharing the study has claimed (:mod:`fedfew.study.claims`) is left to it. Progre
 
 from __future__ import annotations
 
+import difflib
 import logging
 import time
 from pathlib import Path
@@ -44,15 +45,29 @@ def still_mine(cells_left: list[Cell], store: ResultStore, code: CodeVersion,
             and (c.config_hash not in where or claim_owner(where[c.config_hash].folder) is None)]
 
 
+def of_methods(todo: list[Cell], methods: list[str] | None, where: str) -> list[Cell]:
+    """The cells of the rows ``methods`` (all when None), each name checked against the rows ``where`` has."""
+    if methods is None:
+        return todo
+    rows = list(dict.fromkeys(cell.method for cell in todo))
+    for method in methods:
+        if method not in rows:
+            close = difflib.get_close_matches(method, rows, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise StudyError(f"--method {method!r}: {where} has no such row{hint} (its rows: {', '.join(map(repr, rows))})")
+    return [cell for cell in todo if cell.method in methods]
+
+
 def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base: Path,
               seeds: list[int] | None = None, extra: list[str] | None = None, new_code: bool = False,
-              reuse: bool = True) -> dict[str, int]:
-    """Run every cell of ``study`` at ``budget`` not yet in the store. A cell whose run another study's
-    store already holds (the same config hash and code version) is copied from there, not run again,
-    unless ``reuse`` is False. Returns counts (cells, run, skipped, held, reused)."""
+              reuse: bool = True, methods: list[str] | None = None) -> dict[str, int]:
+    """Run every cell of ``study`` at ``budget`` not yet in the store (of the rows ``methods`` only, when
+    given: a long budget's cheap rows first). A cell whose run another study's store already holds (the
+    same config hash and code version) is copied from there, not run again, unless ``reuse`` is False.
+    Returns counts (cells, run, skipped, held, reused)."""
     from fedfew.experiment import dataset_cache
 
-    todo = cells(study, root, budget, seeds, extra)  # every config validated before any work
+    todo = of_methods(cells(study, root, budget, seeds, extra), methods, f"study {study.name} at budget {budget}")
     store = CheckedStore(store_base, study.name, "left out: its cell runs again and the record is overwritten")
     code = current_code()
     others = foreign_codes(store, code, (c.config_hash for c in todo))
