@@ -19,7 +19,8 @@ does it (wrappers installed by the child before the run; nothing in fedfew is ch
     results.md    the table
     plot          accuracy.png (matplotlib)
     close         the engine closed (worker processes stopped), summary.json, the rest of the run
-    exit          the child's last line until the process is gone (interpreter shutdown)
+    exit          the child's last line until the process is gone (exit handlers; the interpreter's
+                  shutdown too where the sources predate ``fedfew.cli.exit_quickly``)
 
 Prints one line per phase with its seconds and share of the whole, and the load average before and
 after. Seconds on a busy machine mean little; the shares within one run say where the fixed cost is.
@@ -92,6 +93,11 @@ def child(config_path: str, overrides: list[str], out: str) -> None:
                                   "round_seconds": [row.get("seconds") for row in summary["history"]]}), flush=True)
     marks_end = time.time()
     print("LAST " + repr(marks_end), flush=True)
+    try:  # end as the `fedfew` command does
+        from fedfew.cli import exit_quickly
+    except ImportError:  # sources from before it (--src): the ordinary exit
+        return
+    exit_quickly(0)
 
 
 def one(args: argparse.Namespace) -> dict[str, Any]:

@@ -58,3 +58,31 @@ def test_demo_end_to_end_small(tmp_path: Path, capsys: pytest.CaptureFixture[str
     for name in ("| untrained |", "| local |", "| fl-proto |", "| fedavg |", "omniglot-mini"):
         assert name in out
     assert (tmp_path / "results.md").is_file() and (tmp_path / "accuracy.png").is_file()
+
+
+def test_the_command_exits_with_mains_code_after_the_exit_handlers_and_every_line(tmp_path: Path) -> None:
+    """`fedfew` ends without Python's own shutdown (exit_quickly): the exit code is main's, every line
+    written to a pipe arrives, exit handlers (here a plugin's) still run, and a thread still running
+    is waited for as by an ordinary exit."""
+    import subprocess
+    import sys
+
+    plugin = tmp_path / "exits.py"
+    plugin.write_text(
+        "import atexit, pathlib, threading, time\n"
+        f"folder = pathlib.Path({str(tmp_path)!r})\n"
+        "atexit.register(lambda: (folder / 'handler-ran').write_text('yes'))\n"
+        "if (folder / 'with-thread').exists():\n"
+        "    threading.Thread(target=lambda: (time.sleep(1.0), (folder / 'thread-done').write_text('yes'))).start()\n"
+        "print('\\n'.join(f'line {i}' for i in range(20000)))\n")
+    command = [sys.executable, "-m", "fedfew", "list", "algorithms", "--plugin", str(plugin)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[19999] == "line 19999" and "fl-maml" in done.stdout
+    assert (tmp_path / "handler-ran").read_text() == "yes"
+    (tmp_path / "with-thread").write_text("")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and (tmp_path / "thread-done").read_text() == "yes"
+    bad = subprocess.run([sys.executable, "-m", "fedfew", "list", "algorithms", "no-such-algorithm"],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.startswith("fedfew: ") and bad.stderr.count("\n") == 1

@@ -1,8 +1,6 @@
 """``python -m fedfew``: the ``fedfew`` command."""
 
-import sys
-
-from fedfew.cli import main
+from fedfew.cli import run_command
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_command()
