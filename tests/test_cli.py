@@ -61,23 +61,27 @@ def test_demo_end_to_end_small(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 
 def test_the_command_exits_with_mains_code_after_the_exit_handlers_and_every_line(tmp_path: Path) -> None:
-    """`fedfew` ends without Python's own shutdown (exit_quickly): the exit code is main's, every line
-    written to a pipe arrives, exit handlers (here a plugin's) still run, and a thread still running
-    is waited for as by an ordinary exit."""
+    """`fedfew` ends without Python's own shutdown (exit_quickly), daemon threads alive or not: the exit
+    code is main's, every line written to a pipe arrives, exit handlers (here a plugin's) still run,
+    and a non-daemon thread still running is waited for as by an ordinary exit."""
     import subprocess
     import sys
+    import time
 
     plugin = tmp_path / "exits.py"
     plugin.write_text(
         "import atexit, pathlib, threading, time\n"
         f"folder = pathlib.Path({str(tmp_path)!r})\n"
         "atexit.register(lambda: (folder / 'handler-ran').write_text('yes'))\n"
+        "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()  # not waited for\n"
         "if (folder / 'with-thread').exists():\n"
         "    threading.Thread(target=lambda: (time.sleep(1.0), (folder / 'thread-done').write_text('yes'))).start()\n"
         "print('\\n'.join(f'line {i}' for i in range(20000)))\n")
     command = [sys.executable, "-m", "fedfew", "list", "algorithms", "--plugin", str(plugin)]
+    start = time.monotonic()
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
+    assert time.monotonic() - start < 50  # the daemon thread's 60 s sleep did not hold the exit
     assert done.stdout.splitlines()[19999] == "line 19999" and "fl-maml" in done.stdout
     assert (tmp_path / "handler-ran").read_text() == "yes"
     (tmp_path / "with-thread").write_text("")
@@ -86,3 +90,22 @@ def test_the_command_exits_with_mains_code_after_the_exit_handlers_and_every_lin
     bad = subprocess.run([sys.executable, "-m", "fedfew", "list", "algorithms", "no-such-algorithm"],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stderr.startswith("fedfew: ") and bad.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("daemon, quick", [(True, True), (False, False)])
+def test_exit_quickly_skips_the_shutdown_unless_a_non_daemon_thread_runs(tmp_path: Path, daemon: bool,
+                                                                        quick: bool) -> None:
+    import subprocess
+    import sys
+
+    marker = tmp_path / "quick"
+    script = (
+        "import os, threading, time\n"
+        "real_exit = os._exit\n"
+        f"os._exit = lambda code: (open({str(marker)!r}, 'w').close(), real_exit(code))\n"
+        f"threading.Thread(target=time.sleep, args=(1.0,), daemon={daemon}).start()\n"
+        "from fedfew.cli import exit_quickly\n"
+        "exit_quickly(3)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3, done.stderr
+    assert marker.exists() == quick

@@ -533,10 +533,12 @@ def exit_quickly(code: int) -> NoReturn:
     That shutdown (every module torn down, every object collected: torch's are many) costs a run about
     half a second after its results are written (docs/performance.md, "exit"), and frees only memory
     the process is about to give back. The exit handlers still run: logging's flush, weakref
-    finalizers (temporary folders), multiprocessing's joins of its children, Ray's shutdown. A thread
-    still running (a tracker's writer, say) keeps the ordinary exit, which waits for it."""
-    if threading.active_count() > 1:
-        sys.exit(code)
+    finalizers (temporary folders), multiprocessing's joins of its children, Ray's shutdown. A
+    non-daemon thread still running (a tracker's writer, say) keeps the ordinary exit, which waits for
+    it."""
+    main_thread = threading.main_thread()
+    if any(thread is not main_thread and not thread.daemon for thread in threading.enumerate()):
+        sys.exit(code)  # the ordinary exit waits for it (daemon threads, such as tqdm's monitor, it does not)
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed pipe or stream: nothing left to say
