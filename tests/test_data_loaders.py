@@ -79,6 +79,32 @@ def test_omniglot_npz(tmp_path: Path) -> None:
         load_dataset("omniglot", tmp_path)  # 1100/100/423 of only 5 classes
 
 
+def test_omniglot_resized_images_are_cached_by_content_and_read_back_equal(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The resized images come back from the cache bit for bit; a changed file or option is a new
+    entry, and a damaged cache file is computed again, not trusted."""
+    monkeypatch.setenv("FEDFEW_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "data" / "omniglot"
+    folder.mkdir(parents=True)
+    write_omniglot_npz(folder / "images_background.npz", chars=3)
+    write_omniglot_npz(folder / "images_evaluation.npz", chars=2, seed=1)
+    computed = load_dataset("omniglot", tmp_path / "data", split="official")
+    entries = sorted((tmp_path / "cache" / "omniglot").glob("*.safetensors"))
+    assert len(entries) == 2  # one a half
+    cached = load_dataset("omniglot", tmp_path / "data", split="official")
+    assert torch.equal(cached.inputs, computed.inputs) and torch.equal(cached.labels, computed.labels)
+    assert cached.class_names == computed.class_names
+    load_dataset("omniglot", tmp_path / "data", split="official", image_size=14)
+    assert len(list((tmp_path / "cache" / "omniglot").glob("*.safetensors"))) == 4  # another option, other entries
+    write_omniglot_npz(folder / "images_evaluation.npz", chars=2, seed=2)  # other bytes, same name
+    changed = load_dataset("omniglot", tmp_path / "data", split="official")
+    assert not torch.equal(changed.inputs, computed.inputs)
+    for entry in (tmp_path / "cache" / "omniglot").glob("*.safetensors"):
+        entry.write_bytes(b"not a safetensors file")
+    again = load_dataset("omniglot", tmp_path / "data", split="official")
+    assert torch.equal(again.inputs, changed.inputs)
+
+
 def test_omniglot_missing_and_corrupt(tmp_path: Path) -> None:
     with pytest.raises(DataNotFoundError, match="images_background.npz") as err:
         load_dataset("omniglot", tmp_path)

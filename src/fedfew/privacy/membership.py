@@ -39,7 +39,6 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from scipy.stats import rankdata
 
 from fedfew import stats
 from fedfew.data import LabelledDataset
@@ -56,6 +55,8 @@ METHOD = ("loss threshold (Yeom et al. 2018); advantage = 2 AUC - 1; best_thresh
 
 def auc_advantage(member_losses: np.ndarray, non_member_losses: np.ndarray) -> float:
     """2 AUC - 1, AUC = P(member loss < non-member loss) + P(equal) / 2, by the rank-sum (Mann-Whitney)."""
+    from scipy.stats import rankdata  # here, not at import: scipy.stats costs every run ~0.3 s to import
+
     m, n = len(member_losses), len(non_member_losses)
     ranks = rankdata(np.concatenate([member_losses, non_member_losses]))  # ascending loss, ties averaged
     # The non-members' rank sum counts, for each non-member, the members below it (ties half) plus itself.
