@@ -1,6 +1,7 @@
 """The fixed cost of one ``fedfew run``, phase by phase (issue 42, item 1).
 
     python benchmarks/bench_fixed_cost.py [CONFIG] [--set key=value ...] [--repeat N] [--json FILE] [--src DIR]
+    python benchmarks/bench_fixed_cost.py --table LABEL=FILE,FILE,... [--table LABEL=...]   # the docs' table
 
 Runs CONFIG (default ``benchmarks/peers.yaml``) in a child process, as ``fedfew run`` would (the same
 ``run_experiment``, into a temporary output folder), and times each phase from outside the code that
@@ -31,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -124,6 +126,40 @@ def one(args: argparse.Namespace) -> dict[str, Any]:
             "test_accuracy": record["test_accuracy"], "round_seconds": record["round_seconds"]}
 
 
+def table(columns: list[str]) -> str:
+    """The markdown table docs/performance.md shows: per phase, each column's median seconds over its
+    JSON files' runs (min-max) and the median's share of the median whole process."""
+    runs_of: dict[str, list[dict[str, Any]]] = {}
+    for column in columns:
+        label, _, files = column.partition("=")
+        if not files:
+            sys.exit(f"--table {column!r}: expected LABEL=FILE,FILE,...")
+        runs_of[label] = [run for name in files.split(",") for run in json.loads(Path(name).read_text())["runs"]]
+
+    def cell(values: list[float], whole: float) -> str:
+        middle = statistics.median(values)
+        return f"{middle:.2f} ({min(values):.2f}-{max(values):.2f}), {100 * middle / whole:.1f}%"
+
+    wholes = {label: statistics.median(run["total"] for run in runs) for label, runs in runs_of.items()}
+    lines = ["| phase | " + " | ".join(f"{label} ({len(runs)} runs)" for label, runs in runs_of.items()) + " |",
+             "|---" * (len(runs_of) + 1) + "|"]
+    for phase in PHASES:
+        lines.append(f"| {phase} | " + " | ".join(cell([run["phases"][phase] for run in runs], wholes[label])
+                                                 for label, runs in runs_of.items()) + " |")
+        if phase == "rounds":  # round 1 carries each process's warm-up; the last round, the test
+            lines.append("| of which round 1 | " + " | ".join(
+                cell([run["round_seconds"][0] for run in runs], wholes[label]) for label, runs in runs_of.items()) + " |")
+            lines.append("| of which a middle round (median of rounds 2 to n-1) | " + " | ".join(
+                cell([statistics.median(b - a for a, b in zip(run["round_seconds"][:-2], run["round_seconds"][1:-1]))
+                      for run in runs], wholes[label]) for label, runs in runs_of.items()) + " |")
+    lines.append("| **whole process** | " + " | ".join(
+        f"{wholes[label]:.2f} ({min(r['total'] for r in runs):.2f}-{max(r['total'] for r in runs):.2f})"
+        for label, runs in runs_of.items()) + " |")
+    loads = [load for runs in runs_of.values() for run in runs for load in (run["load_before"], run["load_after"])]
+    lines.append(f"\nLoad average before and after the runs: {min(loads):.2f}-{max(loads):.2f}.")
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("config", nargs="?", default=str(REPO / "benchmarks" / "peers.yaml"))
@@ -131,11 +167,16 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--src", default=None, help="the fedfew source folder to run (default: this checkout's src)")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--table", action="append", default=[], metavar="LABEL=FILE,FILE",
+                        help="print the phase table of these --json files (one column per --table) and stop")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.config, args.set, args.out)
+        return 0
+    if args.table:
+        print(table(args.table))
         return 0
     os.environ.setdefault("FEDFEW_DATA", str(REPO.parent / "shared" / "data"))
     runs = []

@@ -5,7 +5,7 @@ import pkgutil
 
 from fedfew.engine.algorithm import ALGORITHMS
 
-_HELPERS = {"common", "episodic", "batched_episodic"}
+_HELPERS = {"common", "episodic", "batched_episodic", "optimizers"}
 
 for _info in pkgutil.iter_modules(__path__):
     if _info.name not in _HELPERS and not _info.name.startswith("_"):

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
+from fedfew.algorithms.optimizers import SGD, Adam, LocalOptimizer
 from fedfew.data.dataset import LabelledDataset
 from fedfew.engine.algorithm import ClientResult, EpisodeShape, EvalData, Options, Payload, State
 from fedfew.engine.state import get_state, load_state_
@@ -41,11 +42,13 @@ def local_sampler(data: LabelledDataset, shape: EpisodeShape) -> EpisodeSampler 
         return None
 
 
-def make_optimizer(name: str, params: Any, lr: float, momentum: float = 0.0, weight_decay: float = 0.0) -> torch.optim.Optimizer:
+def make_optimizer(name: str, params: Any, lr: float, momentum: float = 0.0, weight_decay: float = 0.0) -> LocalOptimizer:
+    """A client's local optimiser: torch.optim's SGD or Adam step without its class (see
+    fedfew.algorithms.optimizers: the same arithmetic, without the 1.2 s import of torch._dynamo)."""
     if name == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+        return SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
     if name == "adam":
-        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+        return Adam(params, lr=lr, weight_decay=weight_decay)
     raise ValueError(f"unknown optimizer {name!r}; use sgd or adam")
 
 

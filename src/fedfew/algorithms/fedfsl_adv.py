@@ -48,6 +48,7 @@ from torch import nn
 
 from fedfew.algorithms.common import local_sampler, make_optimizer
 from fedfew.algorithms.fedfsl import FedFSLMI, FedFSLMIOptions, prediction_kl
+from fedfew.algorithms.optimizers import LocalOptimizer
 from fedfew.engine.algorithm import ClientData, ClientResult, Context, Payload, State, register
 from fedfew.engine.state import get_state, load_state_
 from fedfew.episodes import Episode
@@ -151,7 +152,7 @@ class FedFSLMIAdv(FedFSLMI):
         return total, {k: v / len(episodes) for k, v in sums.items()}
 
     @staticmethod
-    def step_on(objective: torch.Tensor, params: list[nn.Parameter], optimizer: torch.optim.Optimizer) -> None:
+    def step_on(objective: torch.Tensor, params: list[nn.Parameter], optimizer: LocalOptimizer) -> None:
         """One optimiser step on ``params`` only: the other parameters get no gradient and no update."""
         grads = torch.autograd.grad(objective, params)
         for p, g in zip(params, grads):
@@ -161,14 +162,14 @@ class FedFSLMIAdv(FedFSLMI):
             p.grad = None
 
     def stage_one(self, episodes: list[Episode], references: list[torch.Tensor | None],
-                  optimizer: torch.optim.Optimizer, anchor: dict[str, torch.Tensor] | None = None) -> dict[str, float]:
+                  optimizer: LocalOptimizer, anchor: dict[str, torch.Tensor] | None = None) -> dict[str, float]:
         """Eq. 15: update theta and theta' (Theta fixed) to fit the episodes and maximise their discrepancy."""
         objective, metrics = self.adversarial_objective(episodes, references, -self.options.eta, anchor)
         self.step_on(objective, self.classifier_parameters(), optimizer)
         return metrics
 
     def stage_two(self, episodes: list[Episode], references: list[torch.Tensor | None],
-                  optimizer: torch.optim.Optimizer, anchor: dict[str, torch.Tensor] | None = None) -> dict[str, float]:
+                  optimizer: LocalOptimizer, anchor: dict[str, torch.Tensor] | None = None) -> dict[str, float]:
         """Eq. 16: update Theta (theta, theta' fixed) to fit the episodes and minimise the discrepancy."""
         objective, metrics = self.adversarial_objective(episodes, references, self.options.lam, anchor)
         self.step_on(objective, self.generator_parameters(), optimizer)
