@@ -6,7 +6,8 @@ nodes on 127.0.0.1 (a head and a second raylet, started once for the module and 
 * the full path (``--set runtime.engine=flower-sim --set flower.sim.address=...``) runs its clients on
   both nodes (each reply records the Ray node it ran on) and leaves no process behind;
 * a private Ray instance from the command line, and bad input (an unreachable address, a GPU the
-  cluster lacks): one line, exit 2, no process left.
+  cluster lacks): one line, exit 2, no process left;
+* CPUs another job holds: the run waits for them up to ``flower.startup_timeout``, then one line, exit 2.
 
 Marked ``flower``: ``make test-flower`` (CI) runs them; a few minutes in all."""
 
@@ -264,6 +265,58 @@ def fedfew_run(args: list[str], marker: str, timeout: float = 600) -> subprocess
     env = {**os.environ, MARKER: marker}
     return subprocess.run([sys.executable, "-m", "fedfew.cli", "run", *args, "--quiet"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def test_a_run_waits_for_the_cpus_another_job_holds_until_flower_startup_timeout(cluster: RayCluster,
+                                                                                tmp_path: Path) -> None:
+    """While another job (a long run on the cluster) holds both its CPUs, a run that may wait 3 s says it
+    waits and ends with one line and exit 2; a run that may wait longer starts when that job ends (a run
+    started just after another has ended meets the same: Ray frees the old actors' CPUs only once it has
+    ended them, seconds later on a busy machine)."""
+    import signal
+
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(tiny_config("fl-proto", federation={"rounds": 1})))
+    long_path = tmp_path / "long.yaml"
+    long_path.write_text(yaml.safe_dump(tiny_config("fl-proto", federation={"rounds": 200})))
+    on_cluster = ["--set", "runtime.engine=flower-sim", "--set", f"flower.sim.address={cluster.address}", "--quiet"]
+    marker = uuid.uuid4().hex
+
+    def start(config: Path, out: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, "-m", "fedfew.cli", "run", str(config), *on_cluster, "--out",
+                                 str(tmp_path / out)], cwd=REPO, env={**os.environ, MARKER: marker},
+                                stderr=subprocess.PIPE, text=True)
+
+    holder, waiting = start(long_path, "holder"), None
+    try:
+        wait_for_logged_round(holder, tmp_path / "holder", 400)  # its actors hold both CPUs now
+        assert holder.poll() is None, holder.stderr.read() if holder.stderr else ""
+
+        refused = fedfew_run([str(path), *on_cluster[:-1], "--set", "flower.startup_timeout=3", "--out",
+                              str(tmp_path / "refused")], marker)
+        assert refused.returncode == 2, refused.stderr[-2000:]
+        lines = [line for line in refused.stderr.splitlines() if line.strip()]
+        assert len(lines) == 2, refused.stderr[-2000:]
+        assert "waiting up to 3 s (flower.startup_timeout) for 1 CPU" in lines[0], lines[0]
+        assert ("flower.sim.num_cpus: each client needs 1 CPU, but only 0 of the cluster's 2 were free within 3 s "
+                "(flower.startup_timeout; another job holds them)") in lines[1], lines[1]
+
+        waiting = start(path, "out")
+        assert waiting.stderr is not None
+        first = waiting.stderr.readline()  # blocks until the run says it waits (or ends)
+        assert "waiting up to 300 s (flower.startup_timeout) for 1 CPU" in first, first + waiting.stderr.read()
+        holder.send_signal(signal.SIGTERM)  # the other job ends (checkpointed, exit 130)
+        _, err = holder.communicate(timeout=300)
+        assert holder.returncode == 130, err[-2000:]
+        _, err = waiting.communicate(timeout=600)
+        assert waiting.returncode == 0, err[-2000:]
+    finally:
+        for process in (holder, waiting):
+            if process is not None and process.poll() is None:
+                process.kill()
+    (folder,) = list((tmp_path / "out").iterdir())
+    assert json.loads((folder / "status.json").read_text())["status"] == "complete"
+    assert not marked_pids(marker)
 
 
 def test_a_run_on_the_cluster_uses_both_nodes(cluster: RayCluster, tmp_path: Path) -> None:

@@ -325,7 +325,8 @@ class FlowerConfig(Section):
 
     #: Seconds the server waits for a round's replies; a node that has not replied by then failed.
     round_timeout: float = Field(600.0, gt=0)
-    #: Seconds to wait for every SuperNode to connect and load its data.
+    #: Seconds to wait for every SuperNode to connect and load its data (flower-sim: also for the CPUs and
+    #: GPUs its actors need on a Ray cluster where another job holds them).
     startup_timeout: float = Field(300.0, gt=0)
     #: The SuperLink's port on 127.0.0.1 (0: a free one).
     port: int = Field(0, ge=0, le=65535)

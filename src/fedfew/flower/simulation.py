@@ -128,7 +128,7 @@ def _check_reachable(address: str) -> None:
                                    "Ray instance)") from None
 
 
-def _init_ray(settings: FlowerSimConfig, env: dict[str, str]) -> None:
+def _init_ray(settings: FlowerSimConfig, env: dict[str, str], startup_timeout: float) -> None:
     import ray
 
     if settings.address:
@@ -155,7 +155,7 @@ def _init_ray(settings: FlowerSimConfig, env: dict[str, str]) -> None:
         for sig, handler in handlers.items():
             if handler is not None:
                 signal.signal(sig, handler)
-    total, free = ray.cluster_resources(), ray.available_resources()
+    total = ray.cluster_resources()
     needs = {"CPU": settings.num_cpus, "GPU": settings.num_gpus}
     for resource, need in needs.items():
         key = "num_cpus" if resource == "CPU" else "num_gpus"
@@ -163,11 +163,30 @@ def _init_ray(settings: FlowerSimConfig, env: dict[str, str]) -> None:
             ray.shutdown()
             raise SimulationSetupError(f"flower.sim.{key}: each client needs {need:g} {resource}, but the Ray "
                                        f"cluster has {total.get(resource, 0.0):g}")
-        if need > 0 and free.get(resource, 0.0) < need:  # its actors would wait for ever
+        free = _wait_for_free(resource, need, startup_timeout)
+        if free < need:  # its actors would wait for ever
             ray.shutdown()
             raise SimulationSetupError(f"flower.sim.{key}: each client needs {need:g} {resource}, but only "
-                                       f"{free.get(resource, 0.0):g} of the cluster's {total.get(resource, 0.0):g} "
-                                       "are free now (another job holds them)")
+                                       f"{free:g} of the cluster's {total.get(resource, 0.0):g} were free within "
+                                       f"{startup_timeout:g} s (flower.startup_timeout; another job holds them)")
+
+
+def _wait_for_free(resource: str, need: float, timeout: float, poll: float = 0.25) -> float:
+    """How much of ``resource`` the joined cluster has free, once ``need`` of it is or ``timeout`` seconds
+    have passed. Why wait: a job that has just ended (a driver that disconnected, such as the run or the
+    simulation before this one) frees its actors' resources only when Ray has ended those actors, which
+    takes seconds on a busy machine; a job that still runs holds them until it ends."""
+    import ray
+
+    deadline = time.monotonic() + timeout
+    told = False
+    while (free := float(ray.available_resources().get(resource, 0.0))) < need and time.monotonic() < deadline:
+        if not told:
+            log.warning("flower.sim: waiting up to %g s (flower.startup_timeout) for %g %s of the Ray cluster, "
+                        "held now by another job", timeout, need, resource)
+            told = True
+        time.sleep(poll)
+    return free
 
 
 # -- a running simulation ---------------------------------------------------------------------------
@@ -189,7 +208,7 @@ class Simulation:
         self._before = descendant_pids(os.getpid())
         try:
             _init_ray(settings, {CACHE_ENV: str(self.cache_dir), BUILDER_ENV: builder.where,
-                                 **({ROOT_ENV: data_root} if data_root else {})})
+                                 **({ROOT_ENV: data_root} if data_root else {})}, startup_timeout)
             grids: Queue[Grid] = Queue()
             server = ServerApp()
 
