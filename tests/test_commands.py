@@ -4,6 +4,7 @@ last round (checkpoint_every > 1), flower-certs; and bf16 precision against fp32
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from fedfew.cli import main
 from fedfew.config import ConfigError, load_config
 from fedfew.runfolder import RunFolder
 from fedfew.runner import resume_run, run_experiment
+from fedfew.study.runfolders import run_seconds
 from fedfew.sweep import parse_grid, sweep_configs
 from tests.tiny import tiny_config
 
@@ -87,9 +89,17 @@ def test_resume_from_a_checkpoint_two_rounds_back_equals_uninterrupted(tmp_path:
     (folder,) = (tmp_path / "cut").iterdir()
     assert len(metrics(folder)) == 3
     assert json.loads((RunFolder(folder).checkpoint_dir / "run.json").read_text())["round"] == 2
+    started = time.perf_counter()
     resumed = resume_run(folder, progress=False)
+    sitting = time.perf_counter() - started
     assert metrics(folder) == metrics(Path(whole["folder"]))
     assert resumed["test"] == whole["test"] and resumed["selected_round"] == whole["selected_round"]
+    # Its time: this sitting's plus the rounds' seconds at the checkpoint (round 2), each counted once.
+    round_2 = json.loads((folder / "metrics.jsonl").read_text().splitlines()[1])
+    assert round_2["round"] == 2 and resumed["seconds_resumed_from"] == round(round_2["seconds"], 2)
+    assert resumed["seconds"] <= resumed["seconds_resumed_from"] + sitting + 0.01  # 0.01: both rounded
+    assert run_seconds(folder, resumed) == resumed["seconds"]  # the study's correction is for older summaries
+    assert "seconds_resumed_from" not in whole
 
 
 # -- flower-certs ---------------------------------------------------------------------------------------

@@ -1073,8 +1073,9 @@ def test_status_says_what_each_run_still_to_go_is_doing(tmp_path: Path, capsys: 
 
 def test_a_resumed_runs_record_counts_each_sitting_once(tmp_path: Path) -> None:
     """A run stopped after round 2 (40 s of rounds so far) and resumed for rounds 3-4 (another 30 s of
-    rounds in a sitting of 35 s): the runner's summary says 35 + 70 = 105 s, counting the second
-    sitting's rounds twice; the record takes 40 + 35 = 75 s. A run never resumed keeps its summary's."""
+    rounds in a sitting of 35 s): the runner's summary before ``seconds_resumed_from`` said 35 + 70 =
+    105 s, counting the second sitting's rounds twice; the record takes 40 + 35 = 75 s. A run never
+    resumed, or whose summary has ``seconds_resumed_from`` (today's runner), keeps its summary's."""
     from fedfew.study.runfolders import run_seconds
 
     run = tmp_path / "run"
@@ -1088,6 +1089,9 @@ def test_a_resumed_runs_record_counts_each_sitting_once(tmp_path: Path) -> None:
     assert run_seconds(run, {"seconds": 105.0}) == pytest.approx(75.0)
     (run / "status.json").write_text(json.dumps({"status": "complete", "round": 4, "resumed": 0}))
     assert run_seconds(run, {"seconds": 105.0}) == pytest.approx(35.0)  # resumed from the start: this sitting only
+    # A summary that says where its seconds resumed from counts each sitting once already.
+    (run / "status.json").write_text(json.dumps({"status": "complete", "round": 4, "resumed": 2}))
+    assert run_seconds(run, {"seconds": 75.0, "seconds_resumed_from": 40.0}) == 75.0
 
 
 def test_a_cell_that_failed_before_its_first_checkpoint_starts_again_with_this_processs_data_folder(

@@ -241,6 +241,7 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
         folder.set_status("interrupted", round=done)
         raise RunInterrupted(folder.path, done, rounds, "while the run was being set up") from None
     checkpointed = simulator.state.round
+    seconds_before = simulator.state.seconds  # the rounds' time in the sittings before this one (0 for a new run)
     bar = progress_bar(config, label, simulator.state.round) if show else None
     every = config.runtime.checkpoint_every
     trackers = Trackers(folder.path, config)  # runtime.loggers (TensorBoard, MLflow)
@@ -311,9 +312,13 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
             trackers.close(failed=True)
     try:
         folder.save_model(simulator, outcome["selected_round"])
-        seconds = time.perf_counter() - start + (simulator.state.seconds if resume else 0.0)
+        # This sitting's time and the earlier sittings' rounds: simulator.state.seconds now holds this
+        # sitting's rounds too, so it is read at the checkpoint (seconds_before), not here.
+        seconds = time.perf_counter() - start + seconds_before
         summary = summarise(config, outcome, seconds, experiment.context)
         summary["data_seconds"] = round(experiment.data_seconds, 2)
+        if resume:  # also tells fedfew.study.runfolders.run_seconds that these seconds count each sitting once
+            summary["seconds_resumed_from"] = round(seconds_before, 2)
         attack = config.eval.membership_inference  # opt-in: the selected model against its members
         if attack is not None:
             summary["membership"] = membership_inference(

@@ -51,11 +51,18 @@ class _Optimizer:
                     p.grad.requires_grad_(False)
                 p.grad.zero_()
 
-    def _with_grad(self) -> list[Tensor]:
-        with_grad = [p for p in self.params if p.grad is not None]
-        if any(p.grad is not None and p.grad.is_sparse for p in with_grad):
-            raise RuntimeError("fedfew's local optimisers take dense gradients only")
-        return with_grad
+    def _with_grad(self) -> tuple[list[Tensor], list[Tensor]]:
+        """The parameters that have a gradient, and those gradients (dense only)."""
+        params: list[Tensor] = []
+        grads: list[Tensor] = []
+        for p in self.params:
+            if p.grad is None:
+                continue
+            if p.grad.is_sparse:
+                raise RuntimeError("fedfew's local optimisers take dense gradients only")
+            params.append(p)
+            grads.append(p.grad)
+        return params, grads
 
 
 class SGD(_Optimizer):
@@ -68,8 +75,7 @@ class SGD(_Optimizer):
 
     @torch.no_grad()
     def step(self) -> None:
-        params = self._with_grad()
-        grads = [p.grad for p in params if p.grad is not None]
+        params, grads = self._with_grad()
         buffers = [self.momentum_buffer.get(p) for p in params] if self.momentum != 0 else []
         sgd(params, grads, buffers, weight_decay=self.weight_decay, momentum=self.momentum, lr=self.lr,
             dampening=0.0, nesterov=False, maximize=False, has_sparse_grad=False, foreach=None, fused=None)
@@ -98,10 +104,9 @@ class Adam(_Optimizer):
 
     @torch.no_grad()
     def step(self) -> None:
-        params = self._with_grad()
-        grads = [p.grad for p in params if p.grad is not None]
-        steps, first, second = (list(column) for column in zip(*(self._moments_of(p) for p in params), strict=True)) \
-            if params else ([], [], [])
+        params, grads = self._with_grad()
+        moments = [self._moments_of(p) for p in params]
+        steps, first, second = [m[0] for m in moments], [m[1] for m in moments], [m[2] for m in moments]
         adam(params, grads, first, second, [], steps, amsgrad=False, has_complex=any(torch.is_complex(p) for p in params),
              beta1=self.betas[0], beta2=self.betas[1], lr=self.lr, weight_decay=self.weight_decay, eps=self.eps,
              maximize=False, foreach=None, capturable=False, differentiable=False, fused=None, grad_scale=None,
