@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -141,17 +142,22 @@ def table(columns: list[str]) -> str:
         return f"{middle:.2f} ({min(values):.2f}-{max(values):.2f}), {100 * middle / whole:.1f}%"
 
     wholes = {label: statistics.median(run["total"] for run in runs) for label, runs in runs_of.items()}
+
+    def row(name: str, seconds_of: Callable[[dict[str, Any]], float]) -> str:
+        return f"| {name} | " + " | ".join(cell([seconds_of(run) for run in runs], wholes[label])
+                                          for label, runs in runs_of.items()) + " |"
+
+    def middle_round(run: dict[str, Any]) -> float:
+        ends = run["round_seconds"]  # each round's end, cumulative
+        return statistics.median(b - a for a, b in zip(ends[:-2], ends[1:-1]))
+
     lines = ["| phase | " + " | ".join(f"{label} ({len(runs)} runs)" for label, runs in runs_of.items()) + " |",
              "|---" * (len(runs_of) + 1) + "|"]
     for phase in PHASES:
-        lines.append(f"| {phase} | " + " | ".join(cell([run["phases"][phase] for run in runs], wholes[label])
-                                                 for label, runs in runs_of.items()) + " |")
+        lines.append(row(phase, lambda run, phase=phase: run["phases"][phase]))
         if phase == "rounds":  # round 1 carries each process's warm-up; the last round, the test
-            lines.append("| of which round 1 | " + " | ".join(
-                cell([run["round_seconds"][0] for run in runs], wholes[label]) for label, runs in runs_of.items()) + " |")
-            lines.append("| of which a middle round (median of rounds 2 to n-1) | " + " | ".join(
-                cell([statistics.median(b - a for a, b in zip(run["round_seconds"][:-2], run["round_seconds"][1:-1]))
-                      for run in runs], wholes[label]) for label, runs in runs_of.items()) + " |")
+            lines.append(row("of which round 1", lambda run: run["round_seconds"][0]))
+            lines.append(row("of which a middle round (median of rounds 2 to n-1)", middle_round))
     lines.append("| **whole process** | " + " | ".join(
         f"{wholes[label]:.2f} ({min(r['total'] for r in runs):.2f}-{max(r['total'] for r in runs):.2f})"
         for label, runs in runs_of.items()) + " |")
