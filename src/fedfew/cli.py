@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from fedfew import __version__
+from fedfew.allocator import keep_large_blocks
 from fedfew.config import load_config
 from fedfew.errors import ConfigError, FedfewError, RunInterrupted
 from fedfew.plugins import command_line_plugins
@@ -480,6 +481,7 @@ def _traceback_file(err: BaseException) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    keep_large_blocks()  # before the first tensor: a run's large activations are reused, not re-mapped
     level = logging.DEBUG if args.verbose else logging.WARNING if getattr(args, "quiet", False) else logging.INFO
     try:
         previous = signal.signal(signal.SIGTERM, _terminate)

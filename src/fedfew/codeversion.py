@@ -31,6 +31,7 @@ NOT_NUMBERS = {
     "__init__.py": "the package's lazy names",
     "codeversion.py": "computes this very version",
     "__main__.py": "python -m fedfew",
+    "allocator.py": "how glibc hands out memory (the mmap threshold): where blocks live, never their values",
     "cli.py": "the command line",
     "config.py": "reads and checks configs: its output, the resolved config, is each cell's key (a changed "
                  "default changes the key, not the code version)",

@@ -128,6 +128,11 @@ class EpisodeConfig(Section):
     n_way: int = Field(5, ge=2)
     k_shot: int = Field(1, ge=1)
     q_query: int = Field(15, ge=1)
+    #: The training episodes' way and queries per class where they differ from the evaluation's (None:
+    #: n_way and q_query). Prototypical Networks train on 60-way episodes and test on 5- and 20-way ones
+    #: (Snell et al. 2017, section 3.1): only an algorithm whose model has no n_way head takes them (fl-proto).
+    train_way: int | None = Field(None, ge=2)
+    train_query: int | None = Field(None, ge=1)
     val_episodes: int = Field(100, ge=1, le=MAX_EPISODES)
     test_episodes: int = Field(600, ge=1, le=MAX_EPISODES)
     #: A JSON file of fixed test tasks (dataset positions) used instead of drawing test_episodes:

@@ -138,20 +138,33 @@ def build_algorithm(config: ExperimentConfig, inputs: AlgorithmInputs) -> tuple[
         input_shape=inputs.input_shape,
         num_classes=inputs.num_classes,
         train_classes=inputs.train_classes,
-        episode=EpisodeShape(config.episodes.n_way, config.episodes.k_shot, config.episodes.q_query),
+        episode=training_episode(config),
         task=config.task,
         extras={"dataset": inputs.dataset_name},
         num_clients=inputs.num_clients,
         num_rounds=config.federation.rounds,
         corrupt_clients=corrupted_ids(config.partition.options),
     )
+    cls = ALGORITHMS.get(config.algorithm.name)
+    if context.episode != EpisodeShape(config.episodes.n_way, config.episodes.k_shot, config.episodes.q_query) \
+            and not getattr(cls, "takes_training_shape", False):
+        key = "train_way" if config.episodes.train_way is not None else "train_query"
+        raise ConfigError(f"episodes.{key}: {config.algorithm.name} trains on episodes of the evaluation's shape "
+                          "(its model has an n_way head); only fl-proto takes a training way or query count of its own")
     try:
-        algorithm = ALGORITHMS.get(config.algorithm.name)(config.algorithm_options(), context)
+        algorithm = cls(config.algorithm_options(), context)
     except ModelBuildError:  # model.options or the data's shape: the message names both, not the algorithm
         raise
     except ValueError as err:  # the algorithm refuses this config (a classification method on few-shot tasks)
         raise ConfigError(f"algorithm.name: {err}") from None
     return context, algorithm
+
+
+def training_episode(config: ExperimentConfig) -> EpisodeShape:
+    """The shape of the clients' training episodes: the evaluation's unless ``episodes.train_way`` or
+    ``episodes.train_query`` says otherwise."""
+    episodes = config.episodes
+    return EpisodeShape(episodes.train_way or episodes.n_way, episodes.k_shot, episodes.train_query or episodes.q_query)
 
 
 def _model_factory(config: ExperimentConfig, input_shape: tuple[int, ...], extra: dict[str, Any]):

@@ -13,10 +13,11 @@ from collections.abc import Sequence
 from typing import Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from fedfew.algorithms.batched_episodic import episodic_update_batch, why_not_batched
 from fedfew.algorithms.common import local_sampler, make_optimizer
+from fedfew.algorithms.optimizers import Adam
 from fedfew.engine.aggregation import weighted_average, weights_for
 from fedfew.engine.algorithm import (
     Algorithm,
@@ -47,6 +48,22 @@ class EpisodicOptions(Options):
         "episodes", description="the server's weights: episodes trained |B_k| (FedFSL eq. 10), samples n_k, or uniform")
     mu: float = Field(0.0, ge=0, description="FedProx's weight: adds mu/2 ||w - w^t||^2 to every outer step's "
                       "loss (0: off)")
+    keep_optimizer: bool = Field(False, description="keep the outer Adam's moments in the client's private state "
+                                 "from round to round instead of a new optimiser every round (ours: a centralised "
+                                 "learner's one optimiser, for the one-client calibration runs)")
+    lr_halving_episodes: int | None = Field(None, ge=1, description="halve the outer learning rate every this many "
+                                            "episodes the client has trained (Prototypical Networks: 2,000; "
+                                            "None: a constant rate)")
+
+    @model_validator(mode="after")
+    def _kept_moments_are_adams(self) -> EpisodicOptions:
+        if self.keep_optimizer and self.optimizer != "adam":
+            raise ValueError(f"keep_optimizer keeps Adam's moments; optimizer is {self.optimizer}")
+        return self
+
+    def carries_state(self) -> bool:
+        """Whether a client's private state carries its optimiser or its episode count."""
+        return self.keep_optimizer or self.lr_halving_episodes is not None
 
 
 class MAMLOptions(EpisodicOptions):
@@ -102,8 +119,14 @@ class EpisodicFedAvg(Algorithm):
         model.train()
         anchor = {k: v.clone() for k, v in payload["model"].items()} if opts.mu > 0 else None
         optimizer = make_optimizer(opts.optimizer, model.parameters(), opts.lr, weight_decay=opts.weight_decay)
+        trained_before = 0 if state is None else int(state.get("episodes", 0))
+        if opts.keep_optimizer and state is not None and "optimizer" in state and isinstance(optimizer, Adam):
+            optimizer.load_state(state["optimizer"])
         sums: dict[str, float] = {}
-        for _ in range(opts.local_steps):
+        for step in range(opts.local_steps):
+            if opts.lr_halving_episodes is not None:
+                done = trained_before + step * opts.meta_batch
+                optimizer.lr = opts.lr * 0.5 ** (done // opts.lr_halving_episodes)
             optimizer.zero_grad(set_to_none=True)
             total = torch.zeros(())
             for _ in range(opts.meta_batch):
@@ -116,6 +139,10 @@ class EpisodicFedAvg(Algorithm):
             total.backward()
             optimizer.step()
         episodes = opts.local_steps * opts.meta_batch
+        if opts.carries_state():
+            state = {**(state or {}), "episodes": trained_before + episodes}
+            if opts.keep_optimizer and isinstance(optimizer, Adam):
+                state["optimizer"] = optimizer.state()
         return ClientResult(
             upload={"model": get_state(model)},
             state=state,
@@ -128,6 +155,8 @@ class EpisodicFedAvg(Algorithm):
         cls = type(self)  # a subclass that changes the update has no batched form of it
         if cls.client_update is not EpisodicFedAvg.client_update or cls.local_objective is not EpisodicFedAvg.local_objective:
             return f"{self.name} changes the episodic client update and has no batched form"
+        if self.options.carries_state():
+            return f"{self.name} with keep_optimizer or lr_halving_episodes keeps a client state the batched form has not"
         return why_not_batched(self)
 
     def client_update_batch(self, payloads: Sequence[Payload], states: Sequence[State],

@@ -14,3 +14,5 @@ from fedfew.engine.algorithm import register
 class FLProto(EpisodicFedAvg):
     Options = EpisodicOptions
     options: EpisodicOptions
+    #: The model is a head-less encoder: it trains on episodes of any way (``episodes.train_way``).
+    takes_training_shape = True

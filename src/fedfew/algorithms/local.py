@@ -61,7 +61,7 @@ class Local(EpisodicFedAvg):
     def client_update(self, payload: Payload, state: Parts, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         result = super().client_update({"model": state["model"]}, state, data, generator)
-        new_state = {"model": result.upload["model"]} if "model" in result.upload else state
+        new_state = {**result.state, "model": result.upload["model"]} if "model" in result.upload else state
         return ClientResult(upload={}, state=new_state, metrics=result.metrics,
                             num_samples=result.num_samples, num_episodes=result.num_episodes, skipped=result.skipped)
 

@@ -94,6 +94,27 @@ class Adam(_Optimizer):
         #: second moment
         self.moments: dict[Tensor, tuple[Tensor, Tensor, Tensor]] = {}
 
+    def state(self) -> dict[str, list[Tensor]]:
+        """The moments as a state (copies), in parameter order: ``{"step", "first", "second"}``, each a list
+        with one entry per parameter that has taken a step (the others are absent: a parameter that never
+        had a gradient has no moments, as in torch.optim). Empty before the first step."""
+        stepped = [p for p in self.params if p in self.moments]
+        if len(stepped) not in (0, len(self.params)):
+            raise ValueError("Adam.state: some parameters have moments and some do not; it keeps all or none")
+        return {name: [self.moments[p][i].clone() for p in stepped] for i, name in enumerate(("step", "first", "second"))}
+
+    def load_state(self, state: dict[str, list[Tensor]]) -> None:
+        """Continue from :meth:`state`'s moments (copied in: ``state`` is left as it was)."""
+        steps, first, second = state["step"], state["first"], state["second"]
+        if not steps:
+            return
+        if not len(steps) == len(first) == len(second) == len(self.params):
+            raise ValueError(f"Adam.load_state: moments for {len(steps)} parameters, the model has {len(self.params)}")
+        for p, step, m, v in zip(self.params, steps, first, second):
+            if m.shape != p.shape:
+                raise ValueError(f"Adam.load_state: moments of shape {tuple(m.shape)} for a parameter of {tuple(p.shape)}")
+            self.moments[p] = (step.clone(), m.clone(), v.clone())
+
     def _moments_of(self, p: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         if p not in self.moments:
             scalar = torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32

@@ -204,6 +204,97 @@ def _load_half(folder: Path, half: str, image_size: int | None, invert: bool):
     )
 
 
+#: Vinyals et al.'s split lists (ProtoNet's), relative to ``root/omniglot/``: which list is which split.
+VINYALS_FOLDER = Path("splits") / "vinyals"
+VINYALS_LISTS = {"base": "train.txt", "val": "val.txt", "novel": "test.txt"}
+#: The four rotations of Vinyals et al.'s protocol, in degrees; each makes a class of its own.
+ROTATIONS = (0, 90, 180, 270)
+
+
+def _vinyals_character_names(folder: Path, names: list[str]) -> dict[str, int]:
+    """``Alphabet/characterNN`` -> the class index of that character in ``names`` (the loaded order), read
+    from ``characters.tsv``: the npz files' classes are named ``half/NNNN`` (the position in that file),
+    the PNG folders' ``Alphabet/characterNN``."""
+    table = folder / VINYALS_FOLDER / "characters.tsv"
+    if not table.is_file():
+        raise DataNotFoundError(str(table), "omniglot (split: vinyals)",
+                                "it ships with the ProtoNet split lists (train.txt, val.txt, test.txt) in "
+                                f"{folder / VINYALS_FOLDER}; see docs/benchmark.md")
+    position = {name: i for i, name in enumerate(names)}
+    mapping: dict[str, int] = {}
+    lines = table.read_text().splitlines()
+    if not lines or lines[0].split("\t") != ["half", "index", "alphabet", "character"]:
+        raise DataError(f"omniglot: {table} must start with the header 'half, index, alphabet, character' "
+                        "(tab-separated)")
+    for number, line in enumerate(lines[1:], start=2):
+        fields = line.split("\t")
+        if len(fields) != 4 or fields[0] not in HALVES or not fields[1].isdigit():
+            raise DataError(f"omniglot: {table} line {number} is not 'half<TAB>index<TAB>alphabet<TAB>character'")
+        half, index, alphabet, character = fields
+        character_name = f"{alphabet}/{character}"
+        found = position.get(f"{half}/{int(index):04d}", position.get(character_name))
+        if found is None:
+            raise DataError(f"omniglot: {table} line {number} names {half} character {index} ({character_name}), "
+                            "which the loaded images do not have")
+        if character_name in mapping:
+            raise DataError(f"omniglot: {table} lists {character_name} twice")
+        mapping[character_name] = found
+    if sorted(mapping.values()) != list(range(len(names))):
+        raise DataError(f"omniglot: {table} maps {len(set(mapping.values()))} of the {len(names)} loaded characters; "
+                        "it must map each exactly once")
+    return mapping
+
+
+def vinyals_splits(folder: Path, names: list[str]) -> tuple[dict[str, list[int]], list[str]]:
+    """Vinyals et al.'s character split: base/val/novel as character indices of ``names`` (1,028 / 172 /
+    423), and each character's ``Alphabet/characterNN``. Every line of the lists is
+    ``Alphabet/characterNN/rotDDD``; the four rotations of a character must be in one list, the lists
+    disjoint and together every character."""
+    mapping = _vinyals_character_names(folder, names)
+    splits: dict[str, list[int]] = {}
+    owner: dict[str, str] = {}
+    for split, file_name in VINYALS_LISTS.items():
+        path = folder / VINYALS_FOLDER / file_name
+        if not path.is_file():
+            raise DataNotFoundError(str(path), "omniglot (split: vinyals)",
+                                    f"the ProtoNet split lists belong in {folder / VINYALS_FOLDER}")
+        rotations: dict[str, set[int]] = {}
+        for number, line in enumerate(path.read_text().split(), start=1):
+            character_name, _, rotation = line.rpartition("/")
+            if character_name not in mapping or not rotation.startswith("rot") \
+                    or not rotation[3:].isdigit() or int(rotation[3:]) not in ROTATIONS:
+                raise DataError(f"omniglot: {path} entry {number} ({line!r}) is not a known "
+                                "'Alphabet/characterNN/rotDDD' (DDD one of 000, 090, 180, 270)")
+            if owner.setdefault(character_name, split) != split:
+                raise DataError(f"omniglot: {character_name} is in both {VINYALS_LISTS[owner[character_name]]} "
+                                f"and {file_name}: a character's rotations must stay in one split")
+            rotations.setdefault(character_name, set()).add(int(rotation[3:]))
+        partial = [name for name, seen in rotations.items() if seen != set(ROTATIONS)]
+        if partial:
+            raise DataError(f"omniglot: {path} lists {partial[0]} in {len(rotations[partial[0]])} of the 4 rotations")
+        splits[split] = sorted(mapping[name] for name in rotations)
+    missing = sorted(set(mapping) - set(owner))
+    if missing:
+        raise DataError(f"omniglot: {len(missing)} characters are in none of the Vinyals lists (first: {missing[0]})")
+    character_names = [""] * len(names)
+    for name, index in mapping.items():
+        character_names[index] = name
+    return splits, character_names
+
+
+def with_rotations(inputs: torch.Tensor, labels: torch.Tensor, names: list[str],
+                   splits: dict[str, list[int]]) -> tuple[torch.Tensor, torch.Tensor, list[str], dict[str, list[int]]]:
+    """Each character in its four rotations (counter-clockwise, as PIL's ``rotate``), each a class:
+    character c rotated by ROTATIONS[r] is class 4c + r, so its rotation classes sit together and stay in
+    c's split. The inputs are the four rotated copies one after another."""
+    count = len(ROTATIONS)
+    rotated = torch.cat([torch.rot90(inputs, k, dims=(-2, -1)) for k in range(count)])
+    new_labels = torch.cat([labels * count + k for k in range(count)])
+    new_names = [f"{name}/rot{degrees:03d}" for name in names for degrees in ROTATIONS]
+    new_splits = {split: [c * count + k for c in classes for k in range(count)] for split, classes in splits.items()}
+    return rotated, new_labels, new_names, new_splits
+
+
 @DATASETS.register(
     "omniglot", help="Omniglot, 1,623 characters x 20 drawers (npz or official PNG folders); 28x28"
 )
@@ -216,17 +307,24 @@ def load_omniglot(
     num_base: int = 1100,
     num_val: int = 100,
     num_novel: int = 423,
+    rotations: bool = False,
 ) -> LabelledDataset:
     """Omniglot's 1,623 characters as classes: the 964 background ones first, then the 659 evaluation ones.
 
     ``image_size`` resizes the 105x105 images (area averaging; ``None`` keeps 105). ``invert=True``
     makes strokes 1 and paper 0. ``split="random"`` draws disjoint base/val/novel characters
     (``num_base``/``num_val``/``num_novel``, default 1100/100/423) with ``split_seed``;
-    ``split="official"`` is base = background characters, val = [], novel = evaluation characters.
-    Class names are ``"Alphabet/characterNN"`` from PNG folders and ``"background/0012"`` from npz.
+    ``split="official"`` is base = background characters, val = [], novel = evaluation characters (Lake's
+    alphabets); ``split="vinyals"`` is the few-shot literature's split (Vinyals et al. 2016, ProtoNet's
+    lists in ``root/omniglot/splits/vinyals/``): 1,028 / 172 / 423 characters drawn across all 50
+    alphabets. ``rotations=True`` makes each character four classes, rotated by 0/90/180/270 degrees
+    (class 4c + r), all in the character's split: with ``split="vinyals"`` the literature's 4,112 / 688 /
+    1,692 classes.
+    Class names are ``"Alphabet/characterNN"`` from PNG folders and ``"background/0012"`` from npz
+    (``split="vinyals"``: ``"Alphabet/characterNN"`` always), with ``"/rotDDD"`` under rotations.
     """
-    if split not in ("random", "official"):
-        raise DataError(f"omniglot: split must be 'random' or 'official', not {split!r}")
+    if split not in ("random", "official", "vinyals"):
+        raise DataError(f"omniglot: split must be 'random', 'official' or 'vinyals', not {split!r}")
     folder = Path(root) / "omniglot"
     parts = [_load_half(folder, half, image_size, invert) for half in HALVES]
     offset = 0
@@ -238,18 +336,22 @@ def load_omniglot(
         offset += len(half_names)
     if split == "official":
         splits = {"base": official["background"], "val": [], "novel": official["evaluation"]}
+    elif split == "vinyals":
+        splits, names = vinyals_splits(folder, names)
     else:
         counts = {"base": num_base, "val": num_val, "novel": num_novel}
         splits = random_class_split(len(names), counts, split_seed, "omniglot")
+    inputs, all_labels = torch.cat([p[0] for p in parts]), torch.cat(labels)
+    halves = {"background_classes": official["background"], "evaluation_classes": official["evaluation"]}
+    if rotations:
+        inputs, all_labels, names, splits = with_rotations(inputs, all_labels, names, splits)
+        halves = {key: [c * len(ROTATIONS) + k for c in classes for k in range(len(ROTATIONS))]
+                  for key, classes in halves.items()}
     return LabelledDataset(
-        inputs=torch.cat([p[0] for p in parts]),
-        labels=torch.cat(labels),
+        inputs=inputs,
+        labels=all_labels,
         class_names=names,
         name="omniglot",
         splits=splits,
-        extras={
-            "source": {half: p[3] for half, p in zip(HALVES, parts)},
-            "background_classes": official["background"],
-            "evaluation_classes": official["evaluation"],
-        },
+        extras={"source": {half: p[3] for half, p in zip(HALVES, parts)}, **halves},
     )

@@ -27,6 +27,7 @@ NOT_IN_KEY = {"dataset": ("root",), "runtime": ("threads", "output_dir", "progre
 NEUTRAL_DEFAULTS: dict[tuple[str, ...], JSONValue] = {("eval", "per_class"): False, ("eval", "initial"): "always",
                                                 ("eval", "membership_inference"): None,
                                                 ("runtime", "compile"): "off",
+                                                ("episodes", "train_way"): None, ("episodes", "train_query"): None,
                                                 ("privacy",): PrivacyConfig().model_dump(mode="json"),
                                                 ("flower", "secure_aggregation"):
                                                     SecureAggregationConfig().model_dump(mode="json")}
