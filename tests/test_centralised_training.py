@@ -87,7 +87,7 @@ def test_training_on_wider_episodes_trains_on_them(tmp_path: Path, monkeypatch: 
 def test_a_training_way_is_refused_for_an_algorithm_with_an_n_way_head(tmp_path: Path) -> None:
     config = tiny_config("fl-maml")
     config["episodes"] = {**config["episodes"], "train_way": 5}
-    with pytest.raises(ConfigError, match=r"episodes.train_way: fl-maml .*only fl-proto"):
+    with pytest.raises(ConfigError, match=r"episodes.train_way: fl-maml .*only a head-less learner \(fl-proto\)"):
         run_experiment(load_config(config), tmp_path, progress=False)
 
 
@@ -132,3 +132,13 @@ def test_the_allocator_setting_applies_and_can_be_turned_off(monkeypatch: pytest
     monkeypatch.delenv(ENVIRONMENT)
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "1048576")  # the user's own setting wins
     assert keep_large_blocks() is False
+
+
+def test_a_training_query_count_is_taken_by_the_episodic_family_only(tmp_path: Path) -> None:
+    config = tiny_config("fl-maml")
+    config["episodes"] = {**config["episodes"], "train_query": 1}
+    run_experiment(load_config(config), tmp_path / "maml", progress=False)
+    f2l = tiny_config("f2l")
+    f2l["episodes"] = {**f2l["episodes"], "train_query": 1}
+    with pytest.raises(ConfigError, match=r"episodes.train_query: f2l .*episodic FedAvg family"):
+        run_experiment(load_config(f2l), tmp_path / "f2l", progress=False)

@@ -142,6 +142,15 @@ def test_real_vinyals_split_has_the_literatures_class_counts(real_vinyals) -> No
         assert set(classes) == {4 * ch + k for ch in {c // 4 for c in classes} for k in range(4)}
 
 
+def ink_aspect(drawings: np.ndarray) -> float:
+    """The ink's median height / width over a character's drawings (False = ink)."""
+    ratios = []
+    for drawing in drawings:
+        rows, cols = np.nonzero(~drawing)
+        ratios.append((np.ptp(rows) + 1) / (np.ptp(cols) + 1))
+    return float(np.median(ratios))
+
+
 def test_real_mapping_agrees_with_the_npz_files(shared_data: Path) -> None:
     """characters.tsv's ``index`` is the position on the npz file's first axis, which holds the official
     character IDs in order (its labels are ID - 1 / ID - 965): so each half's labels must be 0..n-1 along
@@ -169,15 +178,8 @@ def test_real_mapping_agrees_with_the_npz_files(shared_data: Path) -> None:
             assert 4 * len(run) == listed[alphabet], alphabet
         if images is not None:
             index_of = {f"{a}/{c}": int(i) for h, i, a, c in rows if h == half}
-
-            def aspect(name: str) -> float:  # the ink's median height / width over the 20 drawers
-                ratios = []
-                for drawing in images[index_of[name]]:
-                    rows_, cols = np.nonzero(~drawing)
-                    ratios.append((np.ptp(rows_) + 1) / (np.ptp(cols) + 1))
-                return float(np.median(ratios))
-
-            assert aspect("Latin/character12") > 3 and aspect("Latin/character13") < 1
+            aspect = {name: ink_aspect(images[index_of[name]]) for name in ("Latin/character12", "Latin/character13")}
+            assert aspect["Latin/character12"] > 3 and aspect["Latin/character13"] < 1
 
 
 def test_the_default_split_is_unchanged_by_the_new_options(shared_data: Path) -> None:

@@ -146,11 +146,13 @@ def build_algorithm(config: ExperimentConfig, inputs: AlgorithmInputs) -> tuple[
         corrupt_clients=corrupted_ids(config.partition.options),
     )
     cls = ALGORITHMS.get(config.algorithm.name)
-    if context.episode != EpisodeShape(config.episodes.n_way, config.episodes.k_shot, config.episodes.q_query) \
-            and not getattr(cls, "takes_training_shape", False):
-        key = "train_way" if config.episodes.train_way is not None else "train_query"
-        raise ConfigError(f"episodes.{key}: {config.algorithm.name} trains on episodes of the evaluation's shape "
-                          "(its model has an n_way head); only fl-proto takes a training way or query count of its own")
+    episodes = config.episodes
+    for key, given, takes in (("train_way", episodes.train_way, "takes_training_way"),
+                              ("train_query", episodes.train_query, "takes_training_query")):
+        if given is not None and not getattr(cls, takes, False):
+            raise ConfigError(f"episodes.{key}: {config.algorithm.name} trains on episodes of the evaluation's shape; "
+                              + ("only a head-less learner (fl-proto) takes a training way of its own"
+                                 if key == "train_way" else "only the episodic FedAvg family takes a training query count"))
     try:
         algorithm = cls(config.algorithm_options(), context)
     except ModelBuildError:  # model.options or the data's shape: the message names both, not the algorithm

@@ -88,6 +88,9 @@ class EpisodicFedAvg(Algorithm):
     options: EpisodicOptions
     #: The model is averaged: differential privacy clips its change (fedfew.privacy).
     dp_upload: str | None = "model-delta"
+    #: Training episodes are drawn from ``context.episode``, whose query count may differ from the
+    #: evaluation's (``episodes.train_query``; MAML trains on K queries a class, Finn et al. 2017).
+    takes_training_query = True
 
     def __init__(self, options: EpisodicOptions, context: Context) -> None:
         super().__init__(options, context)

@@ -15,4 +15,4 @@ class FLProto(EpisodicFedAvg):
     Options = EpisodicOptions
     options: EpisodicOptions
     #: The model is a head-less encoder: it trains on episodes of any way (``episodes.train_way``).
-    takes_training_shape = True
+    takes_training_way = True
