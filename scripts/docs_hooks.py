@@ -9,6 +9,7 @@ they render changes.
 from __future__ import annotations
 
 import html
+import re
 from typing import Any
 
 from fedfew.study.citations import CITATION, _without_code
@@ -28,8 +29,18 @@ def render_citations(markdown: str) -> str:
     return "".join(pieces) + markdown[last:]
 
 
+#: A Sphinx role before the inline code mkdocstrings renders it as.
+ROLE = re.compile(r":(?:class|func|meth|attr|data|mod|exc|obj):(?=<code>)")
+
+
 def on_page_markdown(markdown: str, **kwargs: Any) -> str:
     return render_citations(markdown)
 
 
-__all__ = ["on_page_markdown", "render_citations"]
+def on_page_content(html_text: str, page: Any, **kwargs: Any) -> str:
+    if not page.file.src_uri.startswith("reference/"):
+        return html_text
+    return ROLE.sub("", html_text)
+
+
+__all__ = ["on_page_content", "on_page_markdown", "render_citations"]

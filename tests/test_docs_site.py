@@ -148,3 +148,20 @@ def test_the_api_reference_documents_every_public_name() -> None:
     assert sorted(exports) == sorted(n for n in fedfew.__all__ if n != "__version__")
     for name, module in exports.items():  # each directive names the object fedfew.NAME is
         assert getattr(__import__(module, fromlist=[name]), name) is getattr(fedfew, name)
+
+
+def test_citations_render_as_labels_and_code_stays_code() -> None:
+    """The site's hook (scripts/docs_hooks.py): two citations side by side are two labels, not a
+    reference link; a citation shown as syntax inside code is left alone."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_hooks", REPO / "scripts" / "docs_hooks.py")
+    assert spec is not None and spec.loader is not None
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    text = ("above [claim: s#a:x>y = holds] [claim: s@b#a:x>y = reversed; Holm: not resolved] and "
+            "`[claim: s#a:x>y = holds]`")
+    rendered = hooks.render_citations(text)
+    assert rendered.count('<span class="claim') == 2
+    assert 'claim-holds" ' in rendered and 'claim-not-resolved" ' in rendered  # the Holm verdict colours it
+    assert "x&gt;y" in rendered and rendered.endswith("`[claim: s#a:x>y = holds]`")

@@ -259,7 +259,7 @@ def add_parser(sub: argparse._SubParsersAction, plugin_option: object = None) ->
     common(status)
     status.set_defaults(func=_cmd_status)
 
-    docs = actions.add_parser("docs", help="rewrite the study blocks of docs/*.md from the store")
+    docs = actions.add_parser("docs", help="rewrite the study blocks of docs/*.md and README.md from the store")
     docs.add_argument("--root", default=".", help="repository root (with studies/ and docs/)")
     common(docs)
     docs.set_defaults(func=_cmd_docs)
