@@ -66,8 +66,8 @@ def test_readme_first_screen_says_what_fedfew_is() -> None:
     from the store), the two commands and the way to the site."""
     first = (REPO / "README.md").read_text().splitlines()[:30]
     text = "\n".join(first)
-    assert "<!-- study:benchmark-fewshot@headline:summary begin -->" in first
-    summary = first[first.index("<!-- study:benchmark-fewshot@headline:summary begin -->") + 1]
+    assert "<!-- study:benchmark-fewshot:summary begin -->" in first
+    summary = first[first.index("<!-- study:benchmark-fewshot:summary begin -->") + 1]
     assert summary.startswith("Cross-paper benchmark") and "best (the highest mean over seeds)" in summary
     assert "make demo" in text and "make test" in text and "make docs" in text and "docs/index.md" in text
 
