@@ -171,3 +171,19 @@ def test_citations_render_as_labels_and_code_stays_code() -> None:
     assert rendered.count('<span class="claim') == 2
     assert 'claim-holds" ' in rendered and 'claim-not-resolved" ' in rendered  # the Holm verdict colours it
     assert "x&gt;y" in rendered and rendered.endswith("`[claim: s#a:x>y = holds]`")
+
+
+def test_study_report_draws_the_docs_figure(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`fedfew study report --intervals` is the docs' figure, byte for byte (the same committed command
+    draws the figure and the table); with --budgets it is one line, exit 2."""
+    from fedfew.cli import main
+
+    target = tmp_path / "headline.svg"
+    assert main(["study", "report", str(REPO / "studies" / "benchmark_fewshot.yaml"), "--budget", "headline",
+                 "--intervals", str(target)]) == 0
+    assert f"interval figure: {target}" in capsys.readouterr().out
+    assert target.read_bytes() == figure_path("benchmark-fewshot", "headline").read_bytes()
+    assert main(["study", "report", str(REPO / "studies" / "benchmark_fewshot.yaml"), "--budgets", "cpu,headline",
+                 "--intervals", str(target)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--intervals" in err and len(err.splitlines()) == 1
