@@ -32,7 +32,7 @@ test: install
 # to render fails the build). Open site/index.html. FEDFEW_DOCS_EXECUTE=false skips running the notebook.
 docs: install
 	$(PIP_INSTALL) -e ".[dev,docs]"
-	PYTHONPATH=src $(BIN)/mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 PYTHONPATH=src $(BIN)/mkdocs build --strict
 
 # The built site in headless Chromium (Debian's chromium and chromium-driver: apt-get install -y chromium
 # chromium-driver): start page, benchmark figure, an API page, the notebook; screenshots in test-artifacts/browser/.
