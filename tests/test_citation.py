@@ -1,10 +1,11 @@
-"""CITATION.cff is valid Citation File Format 1.2.0 (the fields GitHub's "Cite this repository" reads,
-checked against the format's rules), its version and licence are pyproject.toml's, and its five
+"""CITATION.cff is valid Citation File Format 1.2.0 (against the format's own JSON schema,
+tests/cff/schema-1.2.0.json, and by the rules GitHub's "Cite this repository" reads), its version and licence are pyproject.toml's, and its five
 references are docs/cite.md's papers, with the titles the papers' own texts give."""
 
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import re
 from pathlib import Path
@@ -22,6 +23,17 @@ PERSON_KEYS = {"family-names", "given-names", "name-particle", "name-suffix", "a
                "website", "alias", "address", "city", "country", "fax", "post-code", "region", "tel"}
 ENTITY_KEYS = {"name", "address", "city", "country", "email", "website", "orcid", "alias", "date-start",
                "date-end", "location", "region", "tel", "fax", "post-code"}
+
+
+def test_citation_cff_validates_against_the_cff_1_2_schema() -> None:
+    jsonschema = pytest.importorskip("jsonschema", reason="the docs extra (nbformat requires jsonschema)")
+    schema = json.loads((REPO / "tests" / "cff" / "schema-1.2.0.json").read_text())
+    # As CFF tools read the file: YAML's dates and numbers as the strings the schema describes.
+    document = json.loads(json.dumps(CFF, default=str))
+    errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(document), key=lambda e: list(e.path))
+    assert not errors, [(list(e.path), e.message[:200]) for e in errors[:5]]
+    broken = json.loads(json.dumps({**document, "authors": [{"nickname": "x"}]}))
+    assert list(jsonschema.Draft7Validator(schema).iter_errors(broken)), "the schema check catches a bad author"
 
 
 def check_authors(authors: object, where: str) -> None:
