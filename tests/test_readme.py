@@ -1,6 +1,8 @@
-"""README's promises checked against the code: every `fedfew ...` line of its command blocks parses
-(and the cheap ones run, shortened), every row of its data table names the folder its loader reads,
-and its demo section matches the demo's settings."""
+"""README's promises checked against the code: every `fedfew ...` line of the command blocks of README
+and of the site pages that took over its sections (start, running, library, data, developing) parses
+(and the cheap ones run, shortened), every row of the data table names the folder its loader reads,
+and the demo section matches the demo's settings. README keeps its first screen; every command it
+had before the site is in those pages (``test_no_command_of_the_old_readme_is_lost``)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,10 @@ from fedfew.data import load_dataset
 from fedfew.data.dataset import DataError
 
 REPO = Path(__file__).resolve().parents[1]
-README = (REPO / "README.md").read_text()
+#: README and the pages its sections moved to (the site's Start and Reference pages), in that order.
+README_PAGES = ["README.md", "docs/index.md", "docs/running.md", "docs/library.md", "docs/data.md",
+                "docs/developing.md"]
+README = "\n".join((REPO / page).read_text() for page in README_PAGES)
 
 #: Appended to every README command that trains, so the test stays quick (the README's own values
 #: are what a user runs).
@@ -25,7 +30,7 @@ SHORT = ["--quiet", "--set", "federation.rounds=1", "--set", "episodes.test_epis
 
 
 def readme_commands() -> list[list[str]]:
-    """Every `fedfew ...` command in README's bash blocks, as argv (comments dropped)."""
+    """Every `fedfew ...` command in the bash blocks of README and its pages, as argv (comments dropped)."""
     commands = []
     for block in re.findall(r"```bash\n(.*?)```", README, flags=re.S):
         for line in block.splitlines():
@@ -43,6 +48,28 @@ def test_readme_has_commands_for_every_subcommand_a_newcomer_needs() -> None:
 @pytest.mark.parametrize("argv", readme_commands(), ids=lambda argv: " ".join(argv)[:60])
 def test_readme_command_parses(argv: list[str]) -> None:
     build_parser().parse_args(argv)  # argparse exits (a failure here) on anything it does not take
+
+
+def test_no_command_of_the_old_readme_is_lost() -> None:
+    """Every command line README's bash blocks had before its sections moved to the site is still in a
+    bash block of README or of those pages (tests/readme_commands_before_site.txt lists them)."""
+    blocks = "\n".join(re.findall(r"```bash\n(.*?)```", README, flags=re.S))
+    before = [line for line in (REPO / "tests" / "readme_commands_before_site.txt").read_text().splitlines()
+              if line and not line.startswith("# ")]
+    assert len(before) == 36
+    lost = [line for line in before if line not in blocks]
+    assert not lost, lost
+
+
+def test_readme_first_screen_says_what_fedfew_is() -> None:
+    """README's first 30 lines: what fedfew is for, what it found (the benchmark's summary block, written
+    from the store), the two commands and the way to the site."""
+    first = (REPO / "README.md").read_text().splitlines()[:30]
+    text = "\n".join(first)
+    assert "<!-- study:benchmark-fewshot:summary begin -->" in first
+    summary = first[first.index("<!-- study:benchmark-fewshot:summary begin -->") + 1]
+    assert summary.startswith("Cross-paper benchmark") and "best (the highest mean over seeds)" in summary
+    assert "make demo" in text and "make test" in text and "make docs" in text and "docs/index.md" in text
 
 
 def test_readme_says_how_to_put_fedfew_on_the_path() -> None:
@@ -122,7 +149,7 @@ def test_data_table_row_names_the_folder_its_loader_reads(names: list[str], fold
 # -- the demo --------------------------------------------------------------------------------------
 def test_readme_demo_section_matches_the_demo_settings() -> None:
     config = yaml.safe_load(showcase_config_path().read_text())
-    section = README[README.index("### The demo"):README.index("## Running experiments")]
+    section = README[README.index("### The demo"):README.index("# Running experiments")]
     text = " ".join(section.split())
     clients = int(re.search(r"(\d+) clients hold", text).group(1))
     characters = int(re.search(r"hold (\d+) characters each", text).group(1))

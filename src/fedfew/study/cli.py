@@ -79,6 +79,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
             print(f"figure: {args.figure}")
         else:
             print("no figure: nothing in the store for this budget")
+    if args.intervals:
+        from fedfew.study.intervals import interval_figure
+
+        if interval_figure(results, Path(args.intervals)):
+            print(f"interval figure: {args.intervals}")
+        else:
+            print("no interval figure: nothing in the store for this budget")
     if args.curve:
         key, target = args.curve
         if curve_figure(results, key, Path(target)):
@@ -96,8 +103,8 @@ def _report_budgets(args: argparse.Namespace, study: Study, root: Path) -> int:
     if len(names) < 2 or len(set(names)) != len(names):
         raise StudyError(f"--budgets {args.budgets!r}: give two or more distinct budgets separated by commas, "
                          f"e.g. --budgets {','.join(list(study.budgets)[:2])}")
-    if args.budget or args.figure or args.curve:
-        raise StudyError("--budgets: prints the table over budgets only; give --budget, --figure or --curve "
+    if args.budget or args.figure or args.curve or args.intervals:
+        raise StudyError("--budgets: prints the table over budgets only; give --budget, --figure, --intervals or --curve "
                          "without it")
     for name in names:
         study.budget(name)  # one that does not exist: one line, exit 2
@@ -222,6 +229,9 @@ def add_parser(sub: argparse._SubParsersAction, plugin_option: object = None) ->
     report.add_argument("--budgets", default=None, metavar="A,B",
                         help="several budgets side by side (budgets as column groups), e.g. --budgets cpu,x5,x10")
     report.add_argument("--figure", default=None, metavar="PNG", help="also draw the bars with intervals here")
+    report.add_argument("--intervals", default=None, metavar="SVG",
+                        help="also draw each method's interval beside its own untrained control, per setting "
+                             "(the docs' figure; SVG with the plotted values in its metadata)")
     report.add_argument("--curve", nargs=2, default=None, metavar=("KEY", "PNG"),
                         help="also draw KEY (test_accuracy, val_accuracy, train_loss, train_l_mi, ...) against the "
                              "round, mean over seeds with its 95%% band, into PNG (accuracies in %%, other numbers "
@@ -249,7 +259,7 @@ def add_parser(sub: argparse._SubParsersAction, plugin_option: object = None) ->
     common(status)
     status.set_defaults(func=_cmd_status)
 
-    docs = actions.add_parser("docs", help="rewrite the study blocks of docs/*.md from the store")
+    docs = actions.add_parser("docs", help="rewrite the study blocks of docs/*.md and README.md from the store")
     docs.add_argument("--root", default=".", help="repository root (with studies/ and docs/)")
     common(docs)
     docs.set_defaults(func=_cmd_docs)

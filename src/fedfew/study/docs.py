@@ -2,7 +2,10 @@
 ``<!-- study:NAME end -->`` in the docs pages (``study:NAME:claims`` for the verdicts alone, as
 docs/results.md shows them; ``study:NAME:winners`` for the best method per setting and
 those not separated from it; ``study:NAME:aggregate`` for the view over all settings
-(:mod:`fedfew.study.aggregate`, with its performance-profile figure); ``study:NAME:epsilon`` for accuracy
+(:mod:`fedfew.study.aggregate`, with its performance-profile figure); ``study:NAME:intervals`` for the
+interval figure (:mod:`fedfew.study.intervals`) with the full table below it in a collapsible block;
+``study:NAME:summary`` for the study in one sentence (:mod:`fedfew.study.summary`; README's "what it
+found"); ``study:NAME:epsilon`` for accuracy
 against the privacy budget (:mod:`fedfew.study.epsilon`, with its figure); ``study:NAME:choice-KEY`` for a
 choice the study makes on validation numbers (:mod:`fedfew.study.choose`); ``study:NAME@BUDGET`` for any of these at a budget other than the study's
 docs budget, such as a paper-budget cell; ``study:NAME@A+B`` for budgets side by side, as column groups; ``<!-- studies:compute begin -->`` for every study's progress
@@ -18,6 +21,7 @@ from pathlib import Path
 from fedfew.study.aggregate import aggregate_markdown, profile_figure
 from fedfew.study.choose import choice_markdown, make_choice
 from fedfew.study.epsilon import epsilon_figure, epsilon_markdown
+from fedfew.study.intervals import interval_figure
 from fedfew.study.report import (
     StudyResults,
     budgets_markdown,
@@ -28,10 +32,11 @@ from fedfew.study.report import (
     winners_markdown,
 )
 from fedfew.study.schema import Study, StudyError, load_study
+from fedfew.study.summary import summary_line
 
 #: A marker is a line of its own (a marker quoted inside a sentence, as in docs/studies.md, is not one).
 #: ``@a+b+c`` puts several budgets side by side (budgets as column groups; the table view only).
-MARKER = re.compile(r"^<!-- study:([A-Za-z0-9_.-]+)(@[A-Za-z0-9_.-]+(?:\+[A-Za-z0-9_.-]+)*)?(:claims|:winners|:aggregate|:epsilon|:choice-[A-Za-z0-9_.-]+)? "
+MARKER = re.compile(r"^<!-- study:([A-Za-z0-9_.-]+)(@[A-Za-z0-9_.-]+(?:\+[A-Za-z0-9_.-]+)*)?(:claims|:winners|:aggregate|:intervals|:summary|:epsilon|:choice-[A-Za-z0-9_.-]+)? "
                     r"begin -->$", re.MULTILINE)
 #: The one block about all studies: cells in the store, seeds and compute time per study.
 COMPUTE = "studies:compute"
@@ -81,7 +86,7 @@ def render_pages(root: Path, store_base: Path | None = None, figures: bool = Fal
 
     compute = marker_pattern(COMPUTE, prefix="")
     pages: dict[Path, str] = {}
-    for page in sorted((root / "docs").glob("*.md")):
+    for page in doc_pages(root):
         text = original = page.read_text()
         for name, at, view in MARKER.findall(original):
             if name not in studies:
@@ -116,6 +121,17 @@ def render_pages(root: Path, store_base: Path | None = None, figures: bool = Fal
                     epsilon_figure(results, root, root / "docs" / "studies" / f"{stem}.png")
                 text = marker_pattern(name + at + view).sub(_between(body), text)
                 continue
+            if view == ":intervals":  # the figure first, the full table below it (collapsed)
+                stem = name + (f"-{budget}" if budget else "") + "-intervals"
+                body = intervals_markdown(results, str(path.relative_to(root)), store_option, f"studies/{stem}.svg")
+                if figures and results.values:
+                    interval_figure(results, root / "docs" / "studies" / f"{stem}.svg")
+                text = marker_pattern(name + at + view).sub(_between(body), text)
+                continue
+            if view == ":summary":
+                body = summary_line(results, str(path.relative_to(root)))
+                text = marker_pattern(name + at + view).sub(_between(body), text)
+                continue
             if view.startswith(":choice-"):
                 if budgets:
                     raise StudyError(f"{page}: marker study:{name}{at}{view}: a choice names its own budget; drop {at}")
@@ -140,6 +156,27 @@ def render_pages(root: Path, store_base: Path | None = None, figures: bool = Fal
         if text != original or name_markers(original) or compute.search(original):
             pages[page] = text
     return pages
+
+
+def doc_pages(root: Path) -> list[Path]:
+    """The pages whose blocks the store writes: docs/*.md and README.md (its "what it found" line)."""
+    readme = root / "README.md"
+    return sorted((root / "docs").glob("*.md")) + ([readme] if readme.is_file() else [])
+
+
+def intervals_markdown(results: StudyResults, study_path: str, store_option: str | None, figure_link: str) -> str:
+    """The ``:intervals`` view: the interval figure, then the table view's whole text (table, claims,
+    legend) in a ``<details>`` block that GitHub and the site both render collapsed."""
+    study = results.study
+    table = markdown(results, study_path, store_option)
+    if not results.values:
+        return table
+    alt = (f"{study.title or study.name} ({results.budget} budget): each method's mean and 95% interval over "
+           "seeds per setting, its own untrained control as a grey band")
+    # The figure links to itself (full size); <summary> takes no Markdown, so its path is HTML code.
+    return (f"[![{alt}]({figure_link})]({figure_link})\n\n<details markdown=\"1\">\n<summary>The full table: "
+            f"{len(results.methods)} rows x {len(results.settings)} settings, with the claims "
+            f"(<code>{study_path}</code>, {results.budget} budget)</summary>\n\n{table}\n</details>\n")
 
 
 def compute_table(studies: dict[str, tuple[Study, Path]], root: Path,
