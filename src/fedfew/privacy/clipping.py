@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Final
 import torch
 
 from fedfew.privacy.coverage import UPLOAD_KEYS
+from fedfew.privacy.sampling import secure_generator
 from fedfew.seeding import torch_generator
 
 if TYPE_CHECKING:  # fedfew.privacy sits below the engine, which calls it (fedfew.engine.tasks)
@@ -48,7 +49,8 @@ PROTOTYPES = "dp_prototypes"
 REFERENCE: Final = "dp_reference"
 #: The name the prototypes take in the one vector clipped with the model delta (no tensor's name).
 _PROTOTYPE_ROWS = "\0prototypes"
-#: The key of a client's local-dp noise generator, with the seed, round key and client id.
+#: The key of a client's local-dp noise generator, with the seed, round key and client id (research
+#: mode, ``privacy.noise: seeded``, only: by default the client seeds it from its own OS randomness).
 LOCAL_NOISE_KEY = "dp-local-noise"
 #: Updates are clipped to this fraction of C in float64, so that rounding them back to float32 (a
 #: relative error of at most 2^-24 per coordinate) cannot take the norm above C.
@@ -64,6 +66,7 @@ class ClientSpec:
     local_noise: float = 0.0  # the standard deviation each client adds itself (local-dp), else 0
     adaptive: bool = False  # report whether the update was within the clip (adaptive clipping)
     metrics: bool = False  # send the training metrics (not covered by the guarantee)
+    seeded_noise: bool = False  # research mode: local noise from the run's seed (else the client's OS randomness)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -124,7 +127,9 @@ def privatize(result: ClientResult, payload: Mapping[str, Any], spec: ClientSpec
     delta, norm = clip_to(delta, spec.clip)
     rows = delta.pop(_PROTOTYPE_ROWS, None)
     if spec.local_noise > 0:
-        generator = torch_generator(seed, LOCAL_NOISE_KEY, round_key, client_id)
+        # Drawn here, on the client: by default from its own OS randomness, which the server never holds.
+        generator = (torch_generator(seed, LOCAL_NOISE_KEY, round_key, client_id) if spec.seeded_noise
+                     else secure_generator())
         for name in sorted(delta):  # a fixed order: every engine draws the same noise
             noise = torch.randn(delta[name].shape, generator=generator, device=generator.device, dtype=torch.float64)
             delta[name] = delta[name] + noise.to(delta[name].device) * spec.local_noise
