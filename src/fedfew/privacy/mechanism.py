@@ -347,7 +347,7 @@ class PrivateAggregation:
             new[name] = (tensor.to(torch.float64) + total / denominator).to(tensor.dtype)
         released: dict[str, Any] = {}
         if self.prototype_classes and not server.get(REFERENCE):  # an FRL inner round: prototypes too
-            prototypes = self.noised_prototypes(sent, std, generator)
+            prototypes = self.noised_prototypes(sent, std, generator, server.get("prototypes"))
             if prototypes is not None:
                 released["prototypes"] = prototypes
         record: dict[str, float] = {"dp_clip": clip}
@@ -363,16 +363,26 @@ class PrivateAggregation:
                        STATE_KEY: {**server[STATE_KEY], "clip": next_clip}}
         return self.advance(next_server), record
 
-    def noised_prototypes(self, sent: Sequence[Mapping[str, Any]], std: float,
-                          generator: torch.Generator) -> dict[str, Any] | None:
+    def noised_prototypes(self, sent: Sequence[Mapping[str, Any]], std: float, generator: torch.Generator,
+                          previous: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
         """FRL's global prototypes: for every preparation class, the sum of the clipped prototypes of the
-        clients holding it plus N(0, std^2 I), divided by the clients per round (module docstring). None
-        when no participant sent any (all sat out: the last global prototypes stay; participation is
-        not covered)."""
+        clients holding it plus N(0, std^2 I), divided by the clients per round (module docstring). When
+        no participant sent any, the noise alone over the shape of the ``previous`` global prototypes
+        (keeping them would tell that no one sent: an empty secret sample must look like any other);
+        None when there are none yet to take the shape from."""
         classes = torch.as_tensor(self.prototype_classes, dtype=torch.long)
         rows = [u[PROTOTYPES] for u in sent if PROTOTYPES in u]
         if not rows:
-            return None
+            if previous is None or "prototypes" not in previous:
+                return None
+            rows_shape = previous["prototypes"]
+            total = torch.zeros(len(classes), int(rows_shape.shape[1]), dtype=torch.float64)
+            if std > 0:
+                total = total + torch.randn(total.shape, generator=generator, device=generator.device,
+                                            dtype=torch.float64).cpu() * std
+            return {"classes": classes.to(rows_shape.device),
+                    "prototypes": (total / self.per_round).to(device=rows_shape.device, dtype=rows_shape.dtype),
+                    "counts": torch.full((len(classes),), float(self.per_round), dtype=rows_shape.dtype)}
         dim = int(rows[0]["prototypes"].shape[1])
         total = torch.zeros(len(classes), dim, dtype=torch.float64)
         for upload in rows:  # clients in sorted order: every engine sums the same way
