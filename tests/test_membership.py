@@ -161,7 +161,7 @@ def test_the_privacy_study_at_its_smoke_budget_reports_epsilon_delta_and_the_att
     code, out, _ = run_cli(["study", "report", str(path), "--budget", "smoke", "--store", str(store)], capsys)
     assert code == 0 and "4/4 cells in the store" in out
     private = [line for line in out.splitlines() if line.startswith("| FL-Proto |")]
-    assert len(private) == 2 and "(ε 3.9" in private[0] and "δ 1e-05)" in private[0]  # main table, then MIA's
+    assert len(private) == 2 and "(ε 3.9" in private[0] and "δ 1e-05" in private[0]  # main table, then MIA's
     assert "(ε, δ): the cell's client-level" in out and "`membership.advantage`" in out
     study, root = load_study(path)
     results = collect(study, root, store, "smoke")
