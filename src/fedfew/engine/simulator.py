@@ -301,6 +301,10 @@ class Simulator:
         staying finite (:class:`LossGuard`); a non-finite round always stops it. ``initial`` False
         leaves round 0 unscored (``eval.initial: auto`` where no selection reads it)."""
         schedule = client_schedule(len(self.clients), clients_per_round, rounds, self.seed)
+        if self.privacy is not None and self.algorithm.evaluates_clients:
+            # Its validation scores come from the clients' private, un-noised models, outside the
+            # guarantee: choosing the round on them would leak through the choice. The last round stands.
+            selection = "last"
         # Under DP the clients of a round may be a secret sample (fedfew.privacy.sampling), drawn when
         # the round starts; without DP (and in research mode) the seeded schedule above, as always.
         sampler = self.privacy.sampler(self.seed) if self.privacy is not None else None

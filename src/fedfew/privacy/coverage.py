@@ -155,7 +155,8 @@ def covers(mechanism: str, kind: str, accounting: str, noise: str, evaluates_cli
     return {
         "models": models,
         "score_covered": not evaluates_clients,
-        "score": ("the reported score is computed by the clients' private, un-noised models: outside the guarantee"
+        "score": ("the reported score is computed by the clients' private, un-noised models: outside the guarantee "
+                  "(the last round is reported: no round is selected on those scores)"
                   if evaluates_clients else "the reported score is computed by the covered (global) model"),
         "accounting": accounting,
         "noise": noise,
