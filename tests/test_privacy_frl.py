@@ -50,6 +50,27 @@ def test_the_upload_and_prototypes_are_clipped_together_without_counts() -> None
     assert torch.equal(meta.upload[DELTA]["w"], torch.tensor([0.5, 0.0, 0.0])) and PROTOTYPES not in meta.upload
 
 
+def test_prototype_uploads_are_padded_to_every_preparation_class() -> None:
+    """Issue 51: on main a client sent the classes it holds (and bytes_up counted their rows). Padded
+    with zero rows to every class, the upload says nothing of them, and the clip and the server's sums
+    are those of the unpadded upload."""
+    payload = {"model": {"w": torch.zeros(3)}}
+    upload = {"model": {"w": torch.tensor([3.0, 0.0, 0.0])},
+              "prototypes": {"classes": torch.tensor([1, 4]), "prototypes": torch.full((2, 2), 2.0)}}
+    result = ClientResult(upload=upload, state=None, num_samples=6)
+    plain = privatize(result, payload, ClientSpec("frl-prototypes", 1.0), 0, "0/r0", 1).upload
+    every = (0, 1, 2, 4, 7)
+    spec = ClientSpec.from_json(ClientSpec("frl-prototypes", 1.0, classes=every).to_json())  # through JSON
+    padded = privatize(result, payload, spec, 0, "0/r0", 1).upload
+    assert padded[PROTOTYPES]["classes"].tolist() == list(every)
+    rows = padded[PROTOTYPES]["prototypes"]
+    assert torch.equal(rows[[1, 3]], plain[PROTOTYPES]["prototypes"]) and not rows[[0, 2, 4]].any()
+    assert torch.equal(padded[DELTA]["w"], plain[DELTA]["w"])  # zero rows leave the joint clip alone
+    other = {"model": upload["model"], "prototypes": {"classes": torch.tensor([0]), "prototypes": torch.ones(1, 2)}}
+    second = privatize(ClientResult(upload=other, state=None), payload, spec, 0, "0/r0", 2).upload
+    assert second[PROTOTYPES]["prototypes"].shape == rows.shape  # the same size whatever a client holds
+
+
 def test_the_global_prototypes_are_a_noised_sum_over_every_class_with_a_fixed_divisor() -> None:
     experiment = build_experiment(load_config(frl()))
     privacy = experiment.simulator().privacy

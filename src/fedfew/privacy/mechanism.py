@@ -315,7 +315,8 @@ class PrivateAggregation:
         """What this round's clients are told (it travels in the task)."""
         clip = self.current_clip(server)
         local = 0.0 if self.central else (self.noise_multiplier or 0.0) * clip
-        return ClientSpec(self.kind, clip, local, self.adaptive is not None, self.metrics, self.seeded)
+        return ClientSpec(self.kind, clip, local, self.adaptive is not None, self.metrics, self.seeded,
+                          tuple(self.prototype_classes))
 
     def _generator(self, seed: int, key: str, round_key: str) -> torch.Generator:
         """The server's noise generator for a round: the seeded one in research mode, else one seeded
