@@ -6,7 +6,9 @@
   RDP-to-(epsilon, delta) conversion worked by hand); a target epsilon solves to a multiplier just
   within it;
 * the engines: in process = workers (= flower and flower-sim, marked ``flower``) with DP on; resume =
-  uninterrupted;
+  uninterrupted: both in research mode (``privacy.noise: seeded``), the only mode in which runs repeat;
+  by default the noise comes from OS randomness (tests/test_privacy_secure.py) and nobody can regenerate
+  it from the config seed (tested here);
 * the refusals: every incomplete or contradictory privacy setting, and every algorithm whose upload
   is not covered, is one line and exit 2, before any run folder exists;
 * privacy off changes nothing: a stored cell keeps its key (and the equality suites pass unchanged).
