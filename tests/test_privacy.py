@@ -383,15 +383,17 @@ def test_f2l_sends_only_its_clipped_server_model_and_fml_keeps_counting_rounds()
 
 def test_the_guarantee_is_reported_everywhere(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "dp.yaml"
-    path.write_text(yaml.safe_dump(private("fl-proto")))
+    # 4 rounds: a secret Poisson sample (2 of 4 expected) leaves every round empty one run in 65 536
+    path.write_text(yaml.safe_dump(private("fl-proto", federation={"rounds": 4, "clients_per_round": 2})))
     assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 0
     (folder,) = (tmp_path / "out").iterdir()
     summary = json.loads((folder / "summary.json").read_text())
     p = summary["privacy"]
     assert {"mechanism", "clip", "noise_multiplier", "delta", "epsilon", "accountant", "sampling_rate",
-            "rounds"} <= set(p)
-    assert p["sampling_rate"] == 0.5 and p["rounds"] == 2 and p["mechanism"] == "central-dp"
-    assert p["epsilon"] == epsilon("rdp", CENTRAL["noise_multiplier"], 0.5, 2, CENTRAL["delta"])
+            "rounds", "accounting", "noise", "covers", "participation", "epsilon_no_amplification"} <= set(p)
+    assert p["sampling_rate"] == 0.5 and p["rounds"] == 4 and p["mechanism"] == "central-dp"
+    assert p["epsilon"] == epsilon("rdp", CENTRAL["noise_multiplier"], 0.5, 4, CENTRAL["delta"])
+    assert (p["accounting"], p["noise"]) == ("poisson", "secure")
     budget = f"ε = {p['epsilon']:.2f}, δ = {p['delta']:g}"
     assert budget in capsys.readouterr().out  # the run's final line
     results = (folder / "results.md").read_text()
