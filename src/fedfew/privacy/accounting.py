@@ -11,7 +11,8 @@ What epsilon assumes about who took part in a round is ``privacy.accounting`` (:
   Kasiviswanathan 2019), which holds at replace-one adjacency: replacing one client's data moves the
   sum of m clipped updates by up to 2C, so the Gaussian it is given has multiplier z / 2.
 * ``none``: no amplification: every release the client took part in is an un-subsampled Gaussian
-  (dp-accounting's ``GaussianDpEvent``), composed over the most rounds any one client took part in.
+  (the accountant of ``privacy.accountant`` at sampling rate 1, which is dp-accounting's
+  ``GaussianDpEvent`` too), composed over the most rounds any one client took part in.
   What holds against anyone who knows the sample (a reader of a seeded run's schedule, the server
   under local-dp).
 
@@ -28,7 +29,7 @@ from typing import Any
 from fedfew.errors import UsageError
 
 __all__ = ["ACCOUNTANTS", "ACCOUNTING", "PrivacyBudgetError", "accountant_name", "accounted_epsilon", "epsilon",
-           "epsilon_no_amplification", "epsilon_without_replacement", "solve_for"]
+           "epsilon_without_replacement", "solve_for"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +45,6 @@ ACCOUNTING = {
                            "server (replace-one adjacency)",
     "none": "no amplification by sampling: the most rounds any client took part in, each a full Gaussian release",
 }
-#: The name dp-accounting's RDP accountant is reported by.
-DP_ACCOUNTING = "dp-accounting RDP accountant"
 #: How close to the target a solved noise multiplier's epsilon is (Opacus's search tolerance).
 EPSILON_TOLERANCE = 0.01
 
@@ -55,22 +54,22 @@ class PrivacyBudgetError(UsageError):
 
 
 def accountant_name(name: str, accounting: str = "poisson") -> str:
-    """What a report calls accountant ``name``: "rdp (Opacus 1.6.0: ...)"; the dp-accounting one for
-    the other accountings."""
+    """What a report calls accountant ``name``: "rdp (Opacus 1.6.0: ...)", "at sampling rate 1" for
+    accounting none; dp-accounting's for without_replacement."""
     from importlib.metadata import PackageNotFoundError, version
 
-    if accounting != "poisson":
+    if accounting == "without_replacement":
         try:
             own = f"dp-accounting {version('dp-accounting')}"
         except PackageNotFoundError:
             own = "dp-accounting"
-        event = "sampled-without-replacement" if accounting == "without_replacement" else "un-subsampled"
-        return f"rdp ({own}: RDP accountant of the {event} Gaussian)"
+        return f"rdp ({own}: RDP accountant of the sampled-without-replacement Gaussian, replace-one adjacency)"
     try:
         opacus = f"Opacus {version('opacus')}"
     except PackageNotFoundError:
         opacus = "Opacus"
-    return f"{name} ({ACCOUNTANTS[name].replace('Opacus', opacus, 1)})"
+    at_one = " at sampling rate 1 (no amplification)" if accounting == "none" else ""
+    return f"{name} ({ACCOUNTANTS[name].replace('Opacus', opacus, 1)}{at_one})"
 
 
 def _accountant(name: str) -> Any:
@@ -143,15 +142,6 @@ def epsilon_without_replacement(noise_multiplier: float, population: int, sample
     return _dp_accounting_epsilon(event, rounds, delta, replace_one=True)
 
 
-def epsilon_no_amplification(noise_multiplier: float, rounds: int, delta: float) -> float:
-    """Epsilon after ``rounds`` un-subsampled Gaussian releases of ``noise_multiplier``."""
-    if rounds <= 0:
-        return 0.0
-    from dp_accounting import dp_event
-
-    return _dp_accounting_epsilon(dp_event.GaussianDpEvent(noise_multiplier), rounds, delta, replace_one=False)
-
-
 def accounted_epsilon(accounting: str, accountant: str, noise_multiplier: float, population: int, sample: int,
                       rounds: int, delta: float) -> float:
     """Epsilon under ``accounting`` (:data:`ACCOUNTING`): ``noise_multiplier`` is relative to the
@@ -162,8 +152,8 @@ def accounted_epsilon(accounting: str, accountant: str, noise_multiplier: float,
         return epsilon(accountant, noise_multiplier, sample / population, rounds, delta)
     if accounting == "without_replacement":
         return epsilon_without_replacement(noise_multiplier / 2, population, sample, rounds, delta)
-    if accounting == "none":
-        return epsilon_no_amplification(noise_multiplier, rounds, delta)
+    if accounting == "none":  # every release a full Gaussian: the accountant at sampling rate 1
+        return epsilon(accountant, noise_multiplier, 1.0, rounds, delta)
     raise ValueError(f"unknown accounting {accounting!r}")
 
 
@@ -171,10 +161,12 @@ def accounted_epsilon(accounting: str, accountant: str, noise_multiplier: float,
 def solve_for(accounting: str, accountant: str, target_epsilon: float, population: int, sample: int, rounds: int,
               delta: float) -> float:
     """The smallest noise multiplier (relative to C) whose :func:`accounted_epsilon` after ``rounds`` is
-    at most ``target_epsilon``: Opacus's own solver for poisson, else a bisection on dp-accounting's
-    epsilon to the same tolerance."""
+    at most ``target_epsilon``: Opacus's own solver for poisson and none (rate 1), a bisection on
+    dp-accounting's epsilon to the same tolerance for without_replacement."""
     if accounting == "poisson":
         return solve_noise_multiplier(accountant, target_epsilon, sample / population, rounds, delta)
+    if accounting == "none":  # Opacus's own accountant at sampling rate 1: its own solver
+        return solve_noise_multiplier(accountant, target_epsilon, 1.0, rounds, delta)
 
     def eps(z: float) -> float:
         return accounted_epsilon(accounting, accountant, z, population, sample, rounds, delta)
