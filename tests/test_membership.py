@@ -15,7 +15,14 @@ import yaml
 from fedfew.cli import main
 from fedfew.config import load_config
 from fedfew.experiment import build_experiment
-from fedfew.privacy.membership import attack, auc_advantage, best_threshold_advantage, membership_inference
+from fedfew.privacy.membership import (
+    attack,
+    auc_advantage,
+    best_threshold_advantage,
+    membership_inference,
+    split_threshold_advantage,
+    tpr_at_fpr,
+)
 from fedfew.study.grid import config_hash
 from tests.tiny import tiny_config
 
@@ -35,6 +42,33 @@ def test_the_advantage_of_hand_made_losses_is_the_hand_computed_one() -> None:
     # Members all above: AUC 0, advantage -1 (AUC-based); the best threshold guesses nobody: 0.
     assert auc_advantage(others + 10, members) == -1.0
     assert best_threshold_advantage(others + 10, members) == (0.0, float("-inf"))
+
+
+def test_tpr_at_low_fpr_of_hand_made_losses() -> None:
+    others = np.arange(1000, dtype=float)  # losses 0..999: FPR 1% lets 10 through (threshold 9), 0.1% one (0)
+    members = np.array([-1.0, 0.0, 5.0, 9.0, 9.5, 500.0])
+    assert tpr_at_fpr(members, others) == {"0.01": pytest.approx(4 / 6), "0.001": pytest.approx(2 / 6)}
+    assert tpr_at_fpr(members, np.zeros(10)) == {"0.01": 0.0, "0.001": 0.0}  # no threshold within the rate
+
+
+def test_the_null_of_each_advantage_is_as_the_docstring_says() -> None:
+    """A model that learned nothing (members and non-members from one distribution, n = 500 a side):
+    the best threshold's advantage (one-sided Kolmogorov-Smirnov D+) has mean sqrt(pi / 8) sqrt(2 / n) and
+    95th percentile sqrt(ln(20) / 2) sqrt(2 / n); the AUC advantage sd 2 sqrt((2n + 1) / (12 n^2)); the
+    split-half threshold's mean 0."""
+    rng = np.random.default_rng(0)
+    n = 500
+    best, auc, split = [], [], []
+    for _ in range(400):
+        a, b = rng.normal(size=n), rng.normal(size=n)
+        best.append(best_threshold_advantage(a, b)[0])
+        auc.append(auc_advantage(a, b))
+        split.append(split_threshold_advantage(a, b, rng))
+    scale = np.sqrt(2 / n)
+    assert np.mean(best) == pytest.approx(np.sqrt(np.pi / 8) * scale, rel=0.1)
+    assert np.quantile(best, 0.95) == pytest.approx(np.sqrt(np.log(20) / 2) * scale, rel=0.12)
+    assert np.std(auc) == pytest.approx(2 * np.sqrt((2 * n + 1) / (12 * n**2)), rel=0.12)
+    assert abs(np.mean(split)) < 0.01 and np.mean(split) < np.mean(best) / 3  # no selection bias
 
 
 def test_the_bootstrap_interval_covers_the_estimate_and_is_seeded() -> None:
@@ -161,7 +195,7 @@ def test_the_privacy_study_at_its_smoke_budget_reports_epsilon_delta_and_the_att
     code, out, _ = run_cli(["study", "report", str(path), "--budget", "smoke", "--store", str(store)], capsys)
     assert code == 0 and "4/4 cells in the store" in out
     private = [line for line in out.splitlines() if line.startswith("| FL-Proto |")]
-    assert len(private) == 2 and "(ε 3.9" in private[0] and "δ 1e-05)" in private[0]  # main table, then MIA's
+    assert len(private) == 2 and "(ε 3.9" in private[0] and "δ 1e-05" in private[0]  # main table, then MIA's
     assert "(ε, δ): the cell's client-level" in out and "`membership.advantage`" in out
     study, root = load_study(path)
     results = collect(study, root, store, "smoke")

@@ -6,7 +6,9 @@
   RDP-to-(epsilon, delta) conversion worked by hand); a target epsilon solves to a multiplier just
   within it;
 * the engines: in process = workers (= flower and flower-sim, marked ``flower``) with DP on; resume =
-  uninterrupted;
+  uninterrupted: both in research mode (``privacy.noise: seeded``), the only mode in which runs repeat;
+  by default the noise comes from OS randomness (tests/test_privacy_secure.py) and nobody can regenerate
+  it from the config seed (tested here);
 * the refusals: every incomplete or contradictory privacy setting, and every algorithm whose upload
   is not covered, is one line and exit 2, before any run folder exists;
 * privacy off changes nothing: a stored cell keeps its key (and the equality suites pass unchanged).
@@ -56,6 +58,8 @@ from tests.tiny import simulate, tiny_config
 REPO = Path(__file__).resolve().parents[1]
 
 CENTRAL = {"mechanism": "central-dp", "clip": 0.5, "noise_multiplier": 0.8, "delta": 1e-3}
+#: Research mode: the noise and the clients of each round from the seed, so runs can be compared exactly.
+SEEDED = {**CENTRAL, "noise": "seeded"}
 
 
 def private(name: str, privacy: dict[str, Any] | None = None, **sections: Any) -> dict[str, Any]:
@@ -125,7 +129,7 @@ def test_central_noise_has_standard_deviation_z_times_c_on_the_sum() -> None:
     """Zero updates from every client: w' - w = N(0, (zC)^2) / m, over 200 000 coordinates (the
     sample standard deviation is within 1% with overwhelming probability: its relative error is about
     1 / sqrt(2n) = 0.16%)."""
-    agg = aggregation(per_round=4, clip=0.5, noise_multiplier=0.8)
+    agg = aggregation(per_round=4, clip=0.5, noise_multiplier=0.8, noise="seeded")
     model = {"w": torch.zeros(400, 500), "steps": torch.tensor(2)}
     server = agg.init_server({"model": model})
     zero = {"w": torch.zeros(400, 500)}
@@ -139,6 +143,12 @@ def test_central_noise_has_standard_deviation_z_times_c_on_the_sum() -> None:
     assert torch.equal(again["model"]["w"], new["model"]["w"])  # seeded by (seed, round key)
     other, _ = agg.aggregate(server, results, seed=5, round_key="8")
     assert not torch.equal(other["model"]["w"], new["model"]["w"])
+    secure = aggregation(per_round=4, clip=0.5, noise_multiplier=0.8)  # the default: OS randomness
+    first, _ = secure.aggregate(server, results, seed=5, round_key="7")
+    second, _ = secure.aggregate(server, results, seed=5, round_key="7")
+    assert float((first["model"]["w"].double() * 4).std()) == pytest.approx(0.8 * 0.5, rel=0.01)
+    assert not torch.equal(first["model"]["w"], second["model"]["w"])  # nobody regenerates it from the seed
+    assert not torch.equal(first["model"]["w"], new["model"]["w"])
 
 
 def test_the_server_adds_the_mean_of_the_clipped_updates() -> None:
@@ -158,6 +168,50 @@ def test_local_noise_has_standard_deviation_z_times_c_on_each_update() -> None:
     assert float(out.upload[DELTA]["w"].double().std()) == pytest.approx(0.4, rel=0.01)
     other = privatize(result, {"model": sent}, spec, 0, "4", 2)  # each client its own draw
     assert not torch.equal(other.upload[DELTA]["w"], out.upload[DELTA]["w"])
+
+
+def test_local_noise_is_not_reproducible_from_the_config_seed() -> None:
+    """The server holds the config seed: by default a client's noise must not be derivable from it
+    (on main it was torch_generator(seed, "dp-local-noise", round, client), so the server could
+    subtract it). Research mode keeps the seeded draw, on request."""
+    sent = {"w": torch.zeros(1000)}
+    result = ClientResult(upload={"model": {"w": torch.zeros(1000)}})
+    spec = ClientSpec("model-delta", clip=0.5, local_noise=0.4)
+    first = privatize(result, {"model": sent}, spec, 0, "4", 3).upload[DELTA]["w"]
+    again = privatize(result, {"model": sent}, spec, 0, "4", 3).upload[DELTA]["w"]
+    assert not torch.equal(first, again)
+    from fedfew.privacy.clipping import LOCAL_NOISE_KEY
+    from fedfew.seeding import torch_generator
+
+    regenerated = torch.randn(1000, generator=torch_generator(0, LOCAL_NOISE_KEY, "4", 3), dtype=torch.float64) * 0.4
+    assert not torch.allclose(first.double(), regenerated, atol=1e-6)  # what the server could compute
+    seeded = ClientSpec("model-delta", clip=0.5, local_noise=0.4, seeded_noise=True)
+    research = privatize(result, {"model": sent}, seeded, 0, "4", 3).upload[DELTA]["w"]
+    assert torch.allclose(research.double(), regenerated, atol=1e-6)
+
+
+def test_no_generator_of_the_private_path_derives_from_the_config_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every seeded generator the noise could come from raises: a secure run's server noise, count
+    noise, local noise and participants are drawn without them (on main the noise came from them)."""
+    import fedfew.privacy.clipping
+    import fedfew.privacy.mechanism
+    import fedfew.privacy.sampling
+
+    def refuse(*args: object) -> None:
+        raise AssertionError(f"a generator derived from the config seed: {args}")
+
+    for module in (fedfew.privacy.mechanism, fedfew.privacy.clipping):
+        monkeypatch.setattr(module, "torch_generator", refuse)
+    monkeypatch.setattr(fedfew.privacy.sampling, "numpy_generator", refuse)
+    agg = aggregation(per_round=2, num_clients=8, adaptive_clip={"count_noise": 2.0})
+    server = agg.init_server({"model": {"w": torch.zeros(5)}})
+    results = {c: ClientResult(upload={DELTA: {"w": torch.zeros(5)}, WITHIN: torch.tensor(1.0)}) for c in range(2)}
+    agg.aggregate(server, results, 0, "0")
+    sampler = agg.sampler(seed=0)
+    assert sampler is not None and sampler.secret
+    sampler.draw(0)
+    local = ClientSpec("model-delta", clip=0.5, local_noise=0.4)
+    privatize(ClientResult(upload={"model": {"w": torch.ones(5)}}), {"model": {"w": torch.zeros(5)}}, local, 0, "0", 1)
 
 
 def test_adaptive_clipping_splits_the_budget_and_moves_the_clip() -> None:
@@ -247,12 +301,12 @@ def simulated(config: dict[str, Any], overrides: list[str] | None = None) -> dic
     return numbers(simulate(build_experiment(cfg).simulator(), cfg))
 
 
-ADAPTIVE = {**CENTRAL, "adaptive_clip": {"count_noise": 1.0}}
-LOCAL = {"mechanism": "local-dp", "clip": 0.5, "noise_multiplier": 0.8, "delta": 1e-3}
+ADAPTIVE = {**SEEDED, "adaptive_clip": {"count_noise": 1.0}}
+LOCAL = {"mechanism": "local-dp", "clip": 0.5, "noise_multiplier": 0.8, "delta": 1e-3, "noise": "seeded"}
 
 
-@pytest.mark.parametrize("name,privacy", [("fl-proto", ADAPTIVE), ("fedavg", CENTRAL), ("fedfsl-prox", LOCAL),
-                                          ("f2l", ADAPTIVE), ("fml", CENTRAL), ("fml", LOCAL)])
+@pytest.mark.parametrize("name,privacy", [("fl-proto", ADAPTIVE), ("fedavg", SEEDED), ("fedfsl-prox", LOCAL),
+                                          ("f2l", ADAPTIVE), ("fml", SEEDED), ("fml", LOCAL)])
 def test_workers_equal_one_process_with_privacy_on(name: str, privacy: dict[str, Any]) -> None:
     config = private(name, privacy, federation={"rounds": 2, "clients_per_round": 3, "dropout": 0.34})
     inprocess = simulated(config)
@@ -269,9 +323,9 @@ def test_workers_equal_one_process_with_privacy_on(name: str, privacy: dict[str,
 
 def test_privacy_changes_the_numbers_and_batched_clients_keep_them() -> None:
     plain = simulated(tiny_config("fl-proto", federation={"rounds": 2, "clients_per_round": 2}))
-    dp = simulated(private("fl-proto"))
+    dp = simulated(private("fl-proto", SEEDED))
     assert dp["history"] != plain["history"] and dp["privacy"] is not None and plain["privacy"] is None
-    batched = simulated(private("fl-proto"), ["runtime.batch_clients=true"])
+    batched = simulated(private("fl-proto", SEEDED), ["runtime.batch_clients=true"])
     assert batched["privacy"] == dp["privacy"]
     for a, b in zip(batched["history"], dp["history"]):  # equal up to floating-point summation order
         assert a["clients"] == b["clients"] and a["test_accuracy"] == pytest.approx(b["test_accuracy"], abs=0.05)
@@ -301,7 +355,9 @@ def test_resume_equals_uninterrupted_with_privacy_on_for_private_models(name: st
     whole, resumed, rows, whole_rows = cut_and_resumed(config, cls, tmp_path, monkeypatch)
     assert rows == whole_rows and len({r["dp_clip"] for r in rows}) == 3
     assert resumed["test"] == whole["test"] and resumed["privacy"] == whole["privacy"]
-    assert "server-model" in whole["privacy"]["covers"] or "meme" in whole["privacy"]["covers"]
+    covers = whole["privacy"]["covers"]
+    assert "server-model" in covers["what"] or "meme" in covers["what"]
+    assert covers["models"].startswith("the shared model only")
 
 
 def test_f2l_sends_only_its_clipped_server_model_and_fml_keeps_counting_rounds() -> None:
@@ -327,15 +383,17 @@ def test_f2l_sends_only_its_clipped_server_model_and_fml_keeps_counting_rounds()
 
 def test_the_guarantee_is_reported_everywhere(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "dp.yaml"
-    path.write_text(yaml.safe_dump(private("fl-proto")))
+    # 4 rounds: a secret Poisson sample (2 of 4 expected) leaves every round empty one run in 65 536
+    path.write_text(yaml.safe_dump(private("fl-proto", federation={"rounds": 4, "clients_per_round": 2})))
     assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 0
     (folder,) = (tmp_path / "out").iterdir()
     summary = json.loads((folder / "summary.json").read_text())
     p = summary["privacy"]
     assert {"mechanism", "clip", "noise_multiplier", "delta", "epsilon", "accountant", "sampling_rate",
-            "rounds"} <= set(p)
-    assert p["sampling_rate"] == 0.5 and p["rounds"] == 2 and p["mechanism"] == "central-dp"
-    assert p["epsilon"] == epsilon("rdp", CENTRAL["noise_multiplier"], 0.5, 2, CENTRAL["delta"])
+            "rounds", "accounting", "noise", "covers", "participation", "epsilon_no_amplification"} <= set(p)
+    assert p["sampling_rate"] == 0.5 and p["rounds"] == 4 and p["mechanism"] == "central-dp"
+    assert p["epsilon"] == epsilon("rdp", CENTRAL["noise_multiplier"], 0.5, 4, CENTRAL["delta"])
+    assert (p["accounting"], p["noise"]) == ("poisson", "secure")
     budget = f"ε = {p['epsilon']:.2f}, δ = {p['delta']:g}"
     assert budget in capsys.readouterr().out  # the run's final line
     results = (folder / "results.md").read_text()
@@ -434,7 +492,11 @@ def test_stored_cells_keep_their_keys_and_privacy_makes_a_new_one() -> None:
     assert records, "no stored records to check"
     for path in records[:: max(1, len(records) // 20)]:
         record = json.loads(path.read_text())
-        assert config_hash(load_config(record["config"])) == record["config_hash"], path
+        private_cell = record["config"].get("privacy", {}).get("mechanism", "none") != "none"
+        if private_cell:  # issue 51 changed what a DP cell's guarantee means: its key moved, to be re-run
+            assert config_hash(load_config(record["config"])) != record["config_hash"], path
+        else:
+            assert config_hash(load_config(record["config"])) == record["config_hash"], path
     config = load_config(json.loads(records[0].read_text())["config"])
     assert config_hash(config.model_copy(update={"privacy": PrivacyConfig()})) == config_hash(config)
     on = config.model_copy(update={"privacy": PrivacyConfig.model_validate(CENTRAL)})

@@ -219,6 +219,14 @@ def _list_privacy(algorithms: _Names) -> None:
     print("privacy mechanisms (privacy.mechanism; docs/privacy.md):")
     for name in get_args(PrivacyConfig.model_fields["mechanism"].annotation):  # the schema's, never a copy
         print(f"  {name:10s}  {meaning.get(name, 'docs/privacy.md')}")
+    from fedfew.privacy.accounting import ACCOUNTING
+
+    print("what epsilon assumes about who took part (privacy.accounting; default poisson, none in research mode "
+          "and under local-dp):")
+    for name, what in ACCOUNTING.items():
+        print(f"  {name:19s}  {what}")
+    print("noise (privacy.noise): secure (the default: OS randomness, nobody can regenerate it); seeded (research "
+          "mode: reproducible, not private against anyone who holds the seed)")
     print("algorithms under privacy:")
     names = algorithms.names()
     width = max((len(n) for n in names), default=0)

@@ -178,13 +178,26 @@ class ExperimentConfig(ExperimentSchema):
             raise ValueError(f"privacy: runtime.engine={self.runtime.engine} does not run client updates through "
                              "fedfew's client task (fedfew.engine.tasks.run_client_task), where updates are clipped: "
                              "use inprocess, workers, flower or flower-sim")
+        if p.adaptive_clip is not None and self.algorithm.name == "frl":  # before the count's noise: it never runs
+            raise ValueError("privacy.adaptive_clip: algorithm frl runs with a fixed clip only: adaptive clipping of "
+                             "its R + 1 releases per episode is not implemented (remove privacy.adaptive_clip)")
         if p.adaptive_clip is not None and p.noise_multiplier is not None:
+            from fedfew.privacy.mechanism import adaptive_clip_refusal
+
             m = round_size(clients, self.federation.clients_per_round)
             count_noise = p.adaptive_clip.count_noise or m / 20
             if 2 * count_noise <= p.noise_multiplier:
-                raise ValueError(f"privacy.adaptive_clip.count_noise={count_noise:g} must exceed privacy.noise_multiplier"
-                                 f" / 2 = {p.noise_multiplier / 2:g}: the count's noise spends part of the budget "
-                                 "(Andrew et al. 2021, Theorem 1); raise it or the clients per round")
+                raise ValueError(adaptive_clip_refusal(count_noise, p.noise_multiplier, m,
+                                                       p.adaptive_clip.count_noise is None))
+        if p.noise == "seeded" and self.runtime.engine == "flower" and "noise" not in p.model_fields_set:
+            # Real parties hold the config on the deployment engine: reproducible noise only when asked for
+            # (the default is secure, so this guards a default that would ever change, or a plugin's).
+            raise ValueError("privacy.noise: seeded noise on runtime.engine=flower would let every party holding the "
+                             "config regenerate it: set privacy.noise: seeded explicitly (research only) or secure")
+        if p.accounting == "poisson" and self.flower.secure_aggregation.enabled:
+            raise ValueError("privacy.accounting=poisson: a Poisson round may ask fewer than the 2 clients secure "
+                             "aggregation needs, and SecAgg+ tells each client its neighbours: use "
+                             "privacy.accounting: without_replacement or none")
 
     def _check_secure_aggregation(self) -> None:
         """What ``flower.secure_aggregation`` needs of the engine, the algorithm, the rounds and privacy

@@ -372,10 +372,11 @@ class PrivacyConfig(Section):
 
     #: "none" (off), "central-dp" (the server adds the noise) or "local-dp" (each client adds its own).
     mechanism: Literal["none", "central-dp", "local-dp"] = "none"
-    #: C: the L2 norm each client's update is clipped to (the initial clip with adaptive_clip).
-    clip: float | None = Field(default=None, gt=0)
+    #: C: the L2 norm each client's update is clipped to (the initial clip with adaptive_clip). At most
+    #: 1e6: a larger clip clips nothing, and its noise z x C overflows float32 models.
+    clip: float | None = Field(default=None, gt=0, le=1e6)
     #: z: the noise's standard deviation is z x C (on the sum, central-dp; on each update, local-dp).
-    noise_multiplier: float | None = Field(default=None, gt=0)
+    noise_multiplier: float | None = Field(default=None, gt=0, le=1e6)  # above 1e6 the accountant overflows
     #: Solve for the noise multiplier that gives this epsilon after federation.rounds (instead of
     #: noise_multiplier).
     target_epsilon: float | None = Field(default=None, gt=0)
@@ -389,12 +390,29 @@ class PrivacyConfig(Section):
     #: Send the clients' training metrics (loss and accuracy on their own data) to the server for the
     #: round history. They are not covered by the guarantee, so by default they stay on the clients.
     client_metrics: bool = False
+    #: Where the noise (and, under DP with a sampling rate below 1, the clients of each round) comes from:
+    #: "secure" (OS randomness, drawn where it is added: nobody can regenerate it) or "seeded" (research
+    #: mode: from the run's seed, reproducible, so not private against anyone who holds the seed).
+    noise: Literal["secure", "seeded"] = "secure"
+    #: What epsilon assumes about who took part (docs/privacy.md): "poisson" (each client independently
+    #: with probability q, from a secret generator), "without_replacement" (a secret fixed-size sample,
+    #: replace-one adjacency) or "none" (no amplification: the most rounds any client took part in).
+    #: None: poisson, except local-dp and noise: seeded, where the sample is no secret (none).
+    accounting: Literal["poisson", "without_replacement", "none"] | None = None
+    #: Save the clients' private (un-noised) states to RUN/model/clients/ in a DP run; by default they
+    #: are not saved, since the guarantee does not cover them.
+    keep_private_states: bool = False
 
     @model_validator(mode="after")
     def _complete(self) -> PrivacyConfig:
         if self.mechanism == "none":
-            given = [k for k in ("clip", "noise_multiplier", "target_epsilon", "delta", "adaptive_clip")
-                     if getattr(self, k) is not None]
+            # A key given beside mechanism none would be silently ignored: refused when it differs from its
+            # default, or at all when mechanism is not given (``privacy: {client_metrics: false}``); a
+            # resolved config's full section (mechanism none, every key at its default) stays valid.
+            explicit = "mechanism" in self.model_fields_set
+            fields = type(self).model_fields
+            given = [k for k in fields if k != "mechanism" and k in self.model_fields_set
+                     and (not explicit or getattr(self, k) != fields[k].default)]
             if given:
                 raise ValueError(f"privacy.{given[0]} is set but privacy.mechanism is none: set privacy.mechanism: "
                                  "central-dp or local-dp, or remove it")
@@ -408,7 +426,25 @@ class PrivacyConfig(Section):
         if self.adaptive_clip is not None and self.mechanism == "local-dp":
             raise ValueError("privacy.adaptive_clip needs the server's noised count of clients within the clip "
                              "(mechanism: central-dp); local-dp uses a fixed clip")
+        if self.mechanism == "local-dp" and self.accounting not in (None, "none"):
+            raise ValueError(f"privacy.accounting={self.accounting}: under local-dp the server sees which clients "
+                             "upload, so no amplification by sampling holds against it: use privacy.accounting: none "
+                             "(local-dp's default)")
+        if self.accounting == "without_replacement" and self.accountant != "rdp":
+            raise ValueError(f"privacy.accountant={self.accountant}: accounting without_replacement is dp-accounting's "
+                             "RDP bound: use privacy.accountant: rdp")
         return self
+
+    def accounting_mode(self, secure_aggregation: bool = False) -> str:
+        """What epsilon assumes about participation: the given ``accounting``, else "none" where the
+        sample is no secret (local-dp's server sees it; seeded mode derives it from the seed), else
+        "without_replacement" under secure aggregation (SecAgg+ needs a fixed number of clients a
+        round), else "poisson"."""
+        if self.accounting is not None:
+            return self.accounting
+        if self.mechanism == "local-dp" or self.noise == "seeded":
+            return "none"
+        return "without_replacement" if secure_aggregation else "poisson"
 
     @property
     def enabled(self) -> bool:

@@ -400,7 +400,7 @@ def private_aggregation(config: ExperimentConfig, algorithm: Algorithm, num_clie
         return None
     per_round = round_size(num_clients, config.federation.clients_per_round)
     return PrivateAggregation(config.privacy, algorithm, num_clients, per_round, config.federation.rounds,
-                              static_tensors(algorithm).keys())
+                              static_tensors(algorithm).keys(), config.flower.secure_aggregation.enabled)
 
 
 def corrupt_client(client: ClientData, kind: str, classes: list[int], seed: int) -> ClientData:

@@ -54,11 +54,17 @@ def summarise(config: ExperimentConfig, outcome: dict[str, Any], seconds: float,
 
 
 def privacy_budget(summary: dict[str, Any]) -> str | None:
-    """"ε = 3.21, δ = 1e-05" for a private run's summary; None for a run without privacy."""
+    """"ε = 3.21, δ = 1e-05" for a private run's summary, with what it covers where that qualifies it
+    (its accounting, "epsilon covers the shared model only", "reproducible noise: ..."); None for a
+    run without privacy."""
+    from fedfew.privacy.coverage import short_covers
+
     p = summary.get("privacy")
     if not p:
         return None
-    return f"ε = {p['epsilon']:.2f}, δ = {p['delta']:g}"
+    short = short_covers(p)
+    warning = f"; {p['warning']}" if p.get("warning") else ""
+    return f"ε = {p['epsilon']:.2f}, δ = {p['delta']:g}" + (f"; {short}" if short else "") + warning
 
 
 def privacy_line(summary: dict[str, Any]) -> str | None:
@@ -74,9 +80,23 @@ def privacy_line(summary: dict[str, Any]) -> str | None:
     if "adaptive_clip" in p:
         clip += (f" at first, adaptive toward the {p['adaptive_clip']['target_quantile']:g} quantile of the update "
                  f"norms (last {p['adaptive_clip']['final_clip']:.4g})")
+    from fedfew.privacy.coverage import REPRODUCIBLE_NOISE
+
+    cov = p["covers"]
+    if isinstance(cov, dict):  # what it covers, the score, who took part, the noise (summaries since `covers`)
+        extra = f" Without amplification by sampling: ε = {p['epsilon_no_amplification']:.2f}." \
+            if "epsilon_no_amplification" in p else ""
+        kept = " The clients' private states were saved (privacy.keep_private_states)." \
+            if p.get("keep_private_states") else ""
+        return (f"Privacy: {p['mechanism']}, client-level ({budget}) after {p['rounds']} rounds; clip {clip}, noise "
+                f"multiplier {z}, sampling rate {p['sampling_rate']:g}; {p['accountant']}; neighbouring runs: "
+                f"{p['adjacency']}. Accounting: {p['accounting']} ({p['participation']}).{extra} Covers: "
+                f"{cov['models']}; {cov['score']}; {cov['client_metrics']}; noise: {p['noise']}"
+                f"{' (' + REPRODUCIBLE_NOISE + ')' if p['noise'] == 'seeded' else ' (OS randomness)'}. "
+                f"{cov['what']}.{kept}")
     return (f"Privacy: {p['mechanism']}, client-level ({budget}) after {p['rounds']} rounds; clip {clip}, noise "
             f"multiplier {z}, sampling rate {p['sampling_rate']:g}; {p['accountant']}; neighbouring runs: "
-            f"{p['adjacency']}. Covers: {p['covers']}.")
+            f"{p['adjacency']}. Covers: {cov}.")
 
 
 def participation(history: list[dict[str, Any]], client_ids: list[int],
@@ -84,6 +104,9 @@ def participation(history: list[dict[str, Any]], client_ids: list[int],
     """Who trained: ``rounds_trained`` (client id -> rounds in which it trained), the clients that never
     did, and for personalised scores (``personal_states``: the private models scored, None for none)
     how many of the models averaged were ever trained."""
+    if any(isinstance(r.get("clients", {}).get("trained"), int) for r in history):
+        # A private run's secret sample: the history holds counts only, and so does the summary.
+        return {"participation_secret": True}
     counts = {cid: 0 for cid in client_ids}
     for record in history:
         for cid in record.get("clients", {}).get("trained", []):

@@ -316,6 +316,9 @@ class RunFolder:
         serialize.save(self.model_dir / "server.safetensors", simulator.best_server, meta)
         if getattr(simulator.states, "remote", False):  # private models stay on the clients (Flower)
             return
+        privacy = simulator.privacy
+        if privacy is not None and not privacy.keep_private_states:
+            return  # a DP run's private (un-noised) client states are outside the guarantee: not released
         for cid, state in simulator.best_client_states.items():
             if state is not None:
                 serialize.save(self.model_dir / "clients" / f"client-{cid}.safetensors", state,

@@ -364,7 +364,7 @@ def scores_round_zero(config: ExperimentConfig, simulator: Simulator) -> bool:
 
 
 def _warn_participation(config: ExperimentConfig, summary: dict[str, Any]) -> None:
-    never = summary["clients_never_trained"]
+    never = summary.get("clients_never_trained")  # absent where the sample is a secret (counts only)
     if not never or summary.get("rounds") == 0:  # the untrained control trains nobody by design
         return
     total = len(summary["rounds_trained"])

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, EvalData
-from fedfew.engine.engines import Engine, Faults, InProcessEngine
+from fedfew.engine.engines import Engine, Faults, InProcessEngine, Replies
 from fedfew.engine.protocol import init_generator
 from fedfew.engine.state import payload_bytes
 from fedfew.engine.static import crossing_bytes, static_tensors
@@ -113,7 +113,8 @@ def run_round(
                       namespace, spec)
     actor = resolve_part(algorithm, task)
     payloads = {cid: actor.broadcast(server, cid) for cid in sorted(selected)}
-    replies = engine.execute(task, payloads)
+    # A private Poisson round may ask no client; it still releases (the noise alone), below.
+    replies = engine.execute(task, payloads) if payloads else Replies({})
     static = static_tensors(algorithm)  # frozen parameters: both sides hold them, they do not cross
     count = (lambda obj: crossing_bytes(obj, static)) if static else payload_bytes
     down = replies.bytes_down
@@ -124,9 +125,9 @@ def run_round(
         up = sum(count(r.upload) for r in replies.results.values())
     record = None
     if privacy is not None:
-        record = {"dp_clip": privacy.current_clip(server)}
-        if replies.results:
-            server, record = privacy.aggregate(server, replies.results, engine.seed, task.round_key)
+        # Every private round releases a noised model, whoever replied: skipping the noise when no one
+        # did would tell an observer that the sample (or every reply) was empty.
+        server, record = privacy.aggregate(server, replies.results, engine.seed, task.round_key)
     elif replies.results:
         torch.manual_seed(derive_seed(engine.seed, "aggregate-global", task.round_key))
         server = actor.aggregate(server, replies.results, torch_generator(engine.seed, "aggregate", task.round_key))
@@ -300,13 +301,24 @@ class Simulator:
         staying finite (:class:`LossGuard`); a non-finite round always stops it. ``initial`` False
         leaves round 0 unscored (``eval.initial: auto`` where no selection reads it)."""
         schedule = client_schedule(len(self.clients), clients_per_round, rounds, self.seed)
+        if self.privacy is not None and self.algorithm.evaluates_clients:
+            # Its validation scores come from the clients' private, un-noised models, outside the
+            # guarantee: choosing the round on them would leak through the choice. The last round stands.
+            selection = "last"
+        # Under DP the clients of a round may be a secret sample (fedfew.privacy.sampling), drawn when
+        # the round starts; without DP (and in research mode) the seeded schedule above, as always.
+        sampler = self.privacy.sampler(self.seed) if self.privacy is not None else None
+        secret = sampler is not None and sampler.secret
         st = self.state
         if initial and st.round == 0 and st.initial is None:
             self.score_initial(rounds, selection)
         for r in range(st.round, rounds):
             started = time.perf_counter()
             try:
-                outcome = self.play(schedule[r], r)
+                selected = sampler.draw(r) if sampler is not None else schedule[r]
+                outcome = self.play(selected, r)
+                if self.privacy is not None:
+                    outcome.server = self.privacy.count_participation(outcome.server, selected)
                 diverged = non_finite(outcome)
                 if diverged is None and guard is not None:
                     diverged = guard.exploded(outcome, st.history)
@@ -319,11 +331,13 @@ class Simulator:
                 raise
             record: dict[str, Any] = {"round": r + 1, "bytes_down": outcome.bytes_down, "bytes_up": outcome.bytes_up}
             record.update(_mean_metrics(outcome.results))
-            record["clients"] = {"asked": outcome.asked, "replied": outcome.replied, "trained": outcome.trained,
-                                 "failed": outcome.failed, "late": outcome.late}
+            clients = {"asked": outcome.asked, "replied": outcome.replied, "trained": outcome.trained,
+                       "failed": outcome.failed, "late": outcome.late}
+            # A secret sample is released as counts only: the history is handed to readers of the results.
+            record["clients"] = {k: len(v) for k, v in clients.items()} if secret else clients
             if outcome.privacy is not None and self.privacy is not None:
                 record.update(outcome.privacy)
-                record["dp_epsilon"] = self.privacy.epsilon(r + 1)
+                record["dp_epsilon"] = self.privacy.epsilon(r + 1, outcome.server)
             if not outcome.trained:
                 record["no_training"] = True
             if diverged is not None:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Final
 import torch
 
 from fedfew.privacy.coverage import UPLOAD_KEYS
+from fedfew.privacy.sampling import secure_generator
 from fedfew.seeding import torch_generator
 
 if TYPE_CHECKING:  # fedfew.privacy sits below the engine, which calls it (fedfew.engine.tasks)
@@ -48,7 +49,8 @@ PROTOTYPES = "dp_prototypes"
 REFERENCE: Final = "dp_reference"
 #: The name the prototypes take in the one vector clipped with the model delta (no tensor's name).
 _PROTOTYPE_ROWS = "\0prototypes"
-#: The key of a client's local-dp noise generator, with the seed, round key and client id.
+#: The key of a client's local-dp noise generator, with the seed, round key and client id (research
+#: mode, ``privacy.noise: seeded``, only: by default the client seeds it from its own OS randomness).
 LOCAL_NOISE_KEY = "dp-local-noise"
 #: Updates are clipped to this fraction of C in float64, so that rounding them back to float32 (a
 #: relative error of at most 2^-24 per coordinate) cannot take the norm above C.
@@ -64,13 +66,19 @@ class ClientSpec:
     local_noise: float = 0.0  # the standard deviation each client adds itself (local-dp), else 0
     adaptive: bool = False  # report whether the update was within the clip (adaptive clipping)
     metrics: bool = False  # send the training metrics (not covered by the guarantee)
+    seeded_noise: bool = False  # research mode: local noise from the run's seed (else the client's OS randomness)
+    #: FRL: every preparation class, sorted: a client's prototype rows are padded to all of them (zero
+    #: rows), so neither its upload's class list nor its size says which classes it holds.
+    classes: tuple[int, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "classes": list(self.classes)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ClientSpec:
-        return cls(**data)
+        fields = dict(data)
+        fields["classes"] = tuple(int(c) for c in fields.get("classes", ()))  # a JSON list on the wire
+        return cls(**fields)
 
 
 def model_delta(upload: Mapping[str, torch.Tensor], sent: Mapping[str, torch.Tensor],
@@ -124,13 +132,34 @@ def privatize(result: ClientResult, payload: Mapping[str, Any], spec: ClientSpec
     delta, norm = clip_to(delta, spec.clip)
     rows = delta.pop(_PROTOTYPE_ROWS, None)
     if spec.local_noise > 0:
-        generator = torch_generator(seed, LOCAL_NOISE_KEY, round_key, client_id)
+        # Drawn here, on the client: by default from its own OS randomness, which the server never holds.
+        generator = (torch_generator(seed, LOCAL_NOISE_KEY, round_key, client_id) if spec.seeded_noise
+                     else secure_generator())
         for name in sorted(delta):  # a fixed order: every engine draws the same noise
             noise = torch.randn(delta[name].shape, generator=generator, device=generator.device, dtype=torch.float64)
             delta[name] = delta[name] + noise.to(delta[name].device) * spec.local_noise
     upload: dict[str, Any] = {DELTA: {name: delta[name].to(model[name].dtype) for name in sorted(delta)}}
     if prototypes is not None and rows is not None:  # the classes, not their counts (the divisor is fixed)
-        upload[PROTOTYPES] = {"classes": prototypes["classes"], "prototypes": rows.to(prototypes["prototypes"].dtype)}
+        classes, rows = pad_to_classes(prototypes["classes"], rows, spec.classes)
+        upload[PROTOTYPES] = {"classes": classes, "prototypes": rows.to(prototypes["prototypes"].dtype)}
     if spec.adaptive:
         upload[WITHIN] = torch.tensor(1.0 if norm <= spec.clip else 0.0, dtype=torch.float64)
     return dataclasses.replace(result, upload=upload, metrics=metrics, num_samples=0, num_episodes=0)
+
+
+def pad_to_classes(classes: torch.Tensor, rows: torch.Tensor,
+                   every: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(every class, its row: the client's clipped row where it holds the class, zeros elsewhere):
+    zero rows add nothing to the norm or to the server's per-class sums, so the guarantee and the
+    numbers are those of the unpadded upload, and the upload no longer says which classes the client
+    holds. ``every`` empty: the client's own classes and rows, as they are."""
+    if not every:
+        return classes, rows
+    full = torch.as_tensor(every, dtype=torch.long, device=classes.device)
+    position = torch.searchsorted(full, classes.to(torch.long))
+    if bool((position >= len(full)).any()) or not bool(torch.equal(full[position.clamp(max=len(full) - 1)],
+                                                                      classes.to(torch.long))):
+        raise ValueError("a client's prototype class is not a preparation class")
+    padded = torch.zeros((len(full), rows.shape[1]), dtype=rows.dtype, device=rows.device)
+    padded[position.to(rows.device)] = rows
+    return full.to(classes.dtype), padded

@@ -21,8 +21,9 @@ from fedfew.errors import ConfigError
 if TYPE_CHECKING:
     from fedfew.engine.algorithm import Algorithm
 
-__all__ = ["COVERED_UPLOADS", "NESTED", "NOT_COVERED", "PRIVATE_SCORES_OUTSIDE", "UPLOAD_KEYS", "PrivacyConfigError",
-           "check_algorithm", "upload_key", "what_is_covered"]
+__all__ = ["COVERED_UPLOADS", "NESTED", "NOT_COVERED", "PRIVATE_SCORES_OUTSIDE", "REPRODUCIBLE_NOISE", "SHARED_ONLY",
+           "UPLOAD_KEYS", "PrivacyConfigError", "check_algorithm", "covers", "short_covers", "upload_key",
+           "what_is_covered"]
 
 #: The upload kinds :mod:`fedfew.privacy` can clip, with what is clipped (and, for an algorithm with
 #: private models, what the guarantee leaves out).
@@ -124,4 +125,52 @@ def what_is_covered(mechanism: str, kind: str) -> str:
     against = ("anyone who sees the global models (the server is trusted with the clipped updates)"
                if mechanism == "central-dp" else "the server and anyone who sees what the clients upload")
     return (f"client-level: {COVERED_UPLOADS[kind]} is clipped; every round's global model is protected against "
-            f"{against}; not covered: participation, timing, the clients' training metrics and private states")
+            f"{against}; not covered: which clients took part (the server knows it), timing, the clients' training metrics and "
+            "private states")
+
+
+#: What every report of a research-mode run says beside its epsilon.
+REPRODUCIBLE_NOISE = "reproducible noise: not private against anyone who holds the seed"
+#: What a run scored on clients' private models says beside its epsilon.
+SHARED_ONLY = "epsilon covers the shared model only"
+
+
+def covers(mechanism: str, kind: str, accounting: str, noise: str, evaluates_clients: bool,
+           client_metrics: bool) -> dict[str, object]:
+    """The summary's ``covers``: which model(s) the guarantee protects, whether the reported score comes
+    from covered models, what the accounting assumes, the noise mode, and one line for tables
+    (``short``)."""
+    shared = kind in PRIVATE_SCORES_OUTSIDE or evaluates_clients
+    models = ("the shared model only (every round's global model); the clients' private models are not covered"
+              if shared else "every round's global model")
+    notes = []
+    if evaluates_clients:
+        notes.append(SHARED_ONLY)
+    notes.append({"poisson": "Poisson sample kept secret by the server", "none": "no amplification",
+                  "without_replacement": "secret fixed-size sample"}[accounting])
+    if noise == "seeded":
+        notes.append(REPRODUCIBLE_NOISE)
+    if client_metrics:
+        notes.append("training metrics sent outside it")
+    return {
+        "models": models,
+        "score_covered": not evaluates_clients,
+        "score": ("the reported score is computed by the clients' private, un-noised models: outside the guarantee "
+                  "(the last round is reported: no round is selected on those scores)"
+                  if evaluates_clients else "the reported score is computed by the covered (global) model"),
+        "accounting": accounting,
+        "noise": noise,
+        "client_metrics": ("the clients' training metrics were sent to the server and are not covered"
+                           if client_metrics else "the clients' training metrics stayed on the clients"),
+        "what": what_is_covered(mechanism, kind),
+        "short": "; ".join(notes),
+    }
+
+
+def short_covers(privacy: object) -> str:
+    """The one-line qualifier of a summary's ``privacy`` section ("" for a summary written before
+    ``covers`` had it)."""
+    if not isinstance(privacy, dict):
+        return ""
+    cov = privacy.get("covers")
+    return str(cov.get("short", "")) if isinstance(cov, dict) else ""

@@ -73,6 +73,9 @@ class StudyResults:
     #: (method, setting) -> {seed: (epsilon, delta)} of the cells whose runs were private (their summary's
     #: ``privacy``): the tables show each such cell's guarantee beside its number
     privacy: dict[tuple[str, str], dict[int, tuple[float, float]]] = field(default_factory=dict)
+    #: (method, setting) -> what its private runs' epsilon covers, where their summaries say
+    #: (``privacy.covers.short``: the accounting, "epsilon covers the shared model only", seeded noise)
+    privacy_covers: dict[tuple[str, str], set[str]] = field(default_factory=dict)
 
     @property
     def seeds(self) -> list[int]:
@@ -135,6 +138,10 @@ def collect(study: Study, root: Path, store_base: Path, budget: str | None = Non
         if isinstance(guarantee, dict) and isinstance(epsilon := guarantee.get("epsilon"), (int, float)):
             results.privacy.setdefault((cell.method, cell.setting), {})[cell.seed] = (
                 float(epsilon), as_float(guarantee["delta"]))
+            covers = guarantee.get("covers")  # since issue 51: a dict whose "short" qualifies the epsilon
+            covered = str(covers.get("short", "")) if isinstance(covers, dict) else ""
+            if covered:
+                results.privacy_covers.setdefault((cell.method, cell.setting), set()).add(covered)
         selected = record["metrics"].get("selected_round")
         if cell.config.federation.rounds > 0 and selected == 0 and not isinstance(selected, bool):
             results.round0.setdefault((cell.method, cell.setting), set()).add(cell.seed)
@@ -189,7 +196,8 @@ def privacy_mark(results: StudyResults, method: str, setting: str) -> str:
         return ""
     epsilon = max(e for e, _ in budgets.values())
     deltas = sorted({d for _, d in budgets.values()})
-    return f" (ε {epsilon:.2f}, δ {'/'.join(f'{d:g}' for d in deltas)})"
+    covered = "; ".join(sorted(results.privacy_covers.get((method, setting), set())))
+    return f" (ε {epsilon:.2f}, δ {'/'.join(f'{d:g}' for d in deltas)}" + (f"; {covered}" if covered else "") + ")"
 
 
 #: Under a table with a private cell: what its (ε, δ) is.
