@@ -38,6 +38,21 @@ def finished(run_folder: Path | None) -> bool:
         and (run_folder / "summary.json").is_file()
 
 
+def read_summary(run_folder: Path) -> JSONObject:
+    """A finished run's summary.json, checked against the SHA-256 its status.json recorded when the run
+    completed (a summary edited since is refused, naming it; one of an older run has none: used as is)."""
+    from fedfew.integrity import note_not_recorded, verify_file
+
+    path = run_folder / "summary.json"
+    expected = run_status(run_folder).get("summary_sha256")
+    if isinstance(expected, str):
+        verify_file(path, expected, "the study")
+    else:
+        note_not_recorded(path, "the summary")
+    summary: JSONObject = json.loads(path.read_text())
+    return summary
+
+
 def metrics_rows(run_folder: Path) -> list[MetricsRow]:
     """A run folder's metrics.jsonl, one dict a round (none when the run has not logged one)."""
     path = run_folder / "metrics.jsonl"
