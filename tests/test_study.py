@@ -255,12 +255,11 @@ def test_study_run_stores_skips_resumes_and_reports(tmp_path: Path, capsys: pyte
     assert "(control) untrained, round 0" in out
     assert "| fl-proto > (control) untrained, round 0 | IID 1-shot |" in out
 
-    # a metric some stored runs do not write (FML's local accuracy at round 0): the cells are in the
-    # store (not "not yet run", nothing to run again), their values are "—"
+    # a metric no stored run writes (a typo): one line naming it, not a table of "—" (issue 53); one that
+    # only some runs write is "—" where absent (the further tables below)
     other = write_study(tmp_path, {**DIGITS_STUDY, "metric": "test.nonesuch"}, name="other-metric.yaml")
-    code, out, _ = run_cli(["study", "report", str(other), "--store", str(store_dir), "--budget", "smoke"], capsys)
-    assert code == 0 and "6/6 cells in the store" in out and "Incomplete" not in out
-    assert "6 stored cells have no `test.nonesuch`" in out and "| fl-proto | — | 63.40 |" in out
+    code, out, err = run_cli(["study", "report", str(other), "--store", str(store_dir), "--budget", "smoke"], capsys)
+    assert code == 2 and "metric test.nonesuch: none of the 6 stored cells" in err and not out
 
     # further tables of the same cells (``tables``): another metric each, scaled as asked, "—" where absent
     tables = [{"metric": "test.accuracy", "title": "Accuracy as a fraction", "methods": ["fl-proto"]},
