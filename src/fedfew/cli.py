@@ -321,9 +321,9 @@ def _demo_configs(assignments: list[str], out: Path) -> dict[str, ExperimentConf
         raise next(iter(refused.values()))
     if refused:
         given = " ".join(f"--set {a}" for a in assignments)
-        label, err = next(iter(refused.items()))
+        first = next(iter(refused.values()))
         raise UsageError(f"fedfew demo: {given} cannot apply to the demo's {', '.join(map(repr, refused))} row(s), which "
-                         f"the demo always runs ({', '.join(DEMO_RUNS)}): {err}; to run one method with these "
+                         f"the demo always runs ({', '.join(DEMO_RUNS)}): {first}; to run one method with these "
                          f"settings, use `fedfew run {showcase_config_path()} --set algorithm.name=... {given}`")
     return configs
 

@@ -21,12 +21,12 @@ def _store(args: argparse.Namespace, root: Path) -> Path:
 
 
 def _checked(args: argparse.Namespace, study: Study, root: Path, write: bool) -> Path:
-    """The store, checked before any work (:func:`fedfew.study.options.check_store`); with ``write`` the
-    run folders' base ``--runs`` too."""
+    """The store and the run folders' base ``--runs`` (where the command has one), checked before any
+    work (:mod:`fedfew.study.options`); with ``write``, that they can be written."""
     store = _store(args, root)
     check_store(store, study.name, write)
-    if write and getattr(args, "runs", None) is not None:
-        check_folder(Path(args.runs), "--runs", write=True)
+    if getattr(args, "runs", None) is not None:
+        check_folder(Path(args.runs), "--runs", write=write)
     return store
 
 
