@@ -50,7 +50,7 @@ STATUSES = ("running", "interrupted", "failed", "complete")
 #: Written only when a run is complete (removed from a run that is not: a resumed or interrupted one).
 COMPLETE_ONLY = ("summary.json", "results.md", "accuracy.png")
 #: What status.json records only for a complete run (removed when the run is resumed or fails).
-COMPLETE_ONLY_STATUS = ("summary_sha256", "model_sha256", "selected_round")
+COMPLETE_ONLY_STATUS = ("summary_sha256", "model_sha256")
 #: The model of a run being written up: renamed to model/ after summary.json (a run cut short leaves
 #: no model/ that looks finished).
 PENDING_MODEL = ".model-pending"
