@@ -86,3 +86,29 @@ def test_a_finished_cell_whose_summary_was_edited_is_refused(tmp_path: Path,
     code, _, err = run_cli(["study", "run", str(path), *args], capsys)
     assert code == 2 and str(summary_path) in err and "changed" in err, err
     assert not list((tmp_path / "store" / "digits-check").glob("*.json"))
+
+
+def test_an_older_finished_cells_edited_summary_is_refused_by_its_checkpoint(tmp_path: Path,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A run folder written before summaries were checksummed: its summary is checked against the last
+    test score its checkpoint kept (a run that selected no best round reports that score)."""
+    path = write_study(tmp_path, {**ONE_ROW, "seeds": [0]})
+    args = ["--store", str(tmp_path / "store"), "--runs", str(tmp_path / "runs"), "--budget", "smoke"]
+    assert run_cli(["study", "run", str(path), *args], capsys)[0] == 0
+    (record_path,) = (tmp_path / "store" / "digits-check").glob("*.json")
+    stored = json.loads(record_path.read_text())["metrics"]["test"]["accuracy"]
+    (status_path,) = (tmp_path / "runs").rglob("status.json")
+    status = json.loads(status_path.read_text())
+    del status["summary_sha256"]  # as an older fedfew wrote it
+    status_path.write_text(json.dumps(status))
+    assert json.loads((status_path.parent / "checkpoint" / "run.json").read_text())["best"] is None
+    record_path.unlink()
+    assert run_cli(["study", "run", str(path), *args], capsys)[0] == 0  # unedited: read back as it was
+    assert json.loads(record_path.read_text())["metrics"]["test"]["accuracy"] == stored
+    record_path.unlink()
+    summary_path = status_path.parent / "summary.json"
+    summary = json.loads(summary_path.read_text())
+    summary["test"]["accuracy"] = 0.99
+    summary_path.write_text(json.dumps(summary))
+    code, _, err = run_cli(["study", "run", str(path), *args], capsys)
+    assert code == 2 and str(summary_path) in err and "last checkpoint" in err, err
