@@ -476,3 +476,284 @@ def test_fuzzed_store_records_are_used_or_named_as_damaged(stored_digits_study: 
             if code == 0 and "damaged" in err:
                 COUNTS[f"store records ({command})"]["named as damaged"] += 1
                 assert record_path.name in err
+
+
+# -- what a run reads back, sweeps, YAML numbers and aliases (issue 53) ---------------------------------
+READ_BACK_SETTINGS = settings(max_examples=30, deadline=None, derandomize=True,
+                              suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture(scope="module")
+def interrupted_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 3-round run of ``local`` (private states on disk) interrupted by Ctrl-C in round 3."""
+    from fedfew.algorithms.local import Local
+    from fedfew.config import load_config
+    from fedfew.runner import RunInterrupted, run_experiment
+
+    config = load_config(tiny_config("local", federation={"rounds": 3, "clients_per_round": 4},
+                                     runtime={"threads": 1, "progress": False, "client_states": "disk"}))
+    original, calls = Local.client_update, {"n": 0}
+
+    def client_update(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 9:
+            raise KeyboardInterrupt
+        return original(self, *args, **kwargs)
+
+    Local.client_update = client_update  # type: ignore[method-assign]
+    try:
+        with pytest.raises(RunInterrupted) as cut:
+            run_experiment(config, tmp_path_factory.mktemp("interrupted"), progress=False)
+    finally:
+        Local.client_update = original  # type: ignore[method-assign]
+    return Path(cut.value.folder)
+
+
+#: What a hand or a disk may do to an interrupted run folder; each but the runtime edit must be refused.
+READ_BACK_DAMAGE = ["flip checkpoint", "flip state", "truncate run.json", "delete status.json", "garble status.json",
+                    "edit config", "edit runtime", "swap checkpoint", "delete a state"]
+
+
+def _damage(folder: Path, how: str, at: int, rng: random.Random) -> str:
+    """Damage ``folder`` as ``how`` says; returns the file or key the refusal must name."""
+    manifest = json.loads((folder / "checkpoint" / "run.json").read_text())
+    files = sorted(manifest["sha256"])
+    states = [f for f in files if f.startswith("states/")]
+    if how in ("flip checkpoint", "flip state"):
+        name = (states if how == "flip state" else [f for f in files if f.startswith("checkpoint/")])[at % 2 % len(
+            states if how == "flip state" else [f for f in files if f.startswith("checkpoint/")])]
+        data = bytearray((folder / name).read_bytes())
+        i = len(data) - 1 - at % 64  # tensor bytes at the end: the header stays whole, the size the same
+        data[i] ^= 1 << rng.randrange(8)
+        (folder / name).write_bytes(bytes(data))
+        return name
+    if how == "truncate run.json":
+        path = folder / "checkpoint" / "run.json"
+        path.write_bytes(path.read_bytes()[: at % 200])
+        return "checkpoint"
+    if how == "delete status.json":
+        (folder / "status.json").unlink()
+        return "status.json"
+    if how == "garble status.json":
+        (folder / "status.json").write_text("{" * (1 + at % 3))
+        return "status.json"
+    if how == "swap checkpoint":  # another round's server state under this round's name
+        name = [f for f in files if f.startswith("checkpoint/server")][0]
+        data = bytearray((folder / name).read_bytes())
+        data[-4:] = bytes(4)
+        (folder / name).write_bytes(bytes(data))
+        return name
+    if how == "delete a state":
+        (folder / states[at % len(states)]).unlink()
+        return states[at % len(states)]
+    config = yaml.safe_load((folder / "config.yaml").read_text())
+    if how == "edit runtime":
+        config["runtime"]["threads"] = 1 + at % 2
+    else:
+        section = ["federation", "episodes", "algorithm", "seed"][at % 4]
+        if section == "seed":
+            config["seed"] += 1
+        elif section == "federation":
+            config["federation"]["rounds"] += 1 + at % 5
+        elif section == "episodes":
+            config["episodes"]["q_query"] += 1
+        else:
+            config["algorithm"]["options"]["lr"] = 0.05
+    (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    return "config.yaml"
+
+
+@READ_BACK_SETTINGS
+@given(how=st.sampled_from(READ_BACK_DAMAGE), at=st.integers(0, 10_000), seed=st.integers(0, 2**16))
+def test_fuzzed_damage_to_a_run_folder_is_refused_on_resume(interrupted_run: Path, how: str, at: int,
+                                                            seed: int) -> None:
+    """Resume of a damaged or edited run folder: refused in one line naming the file (exit 2), never
+    trained on; an edit of runtime.* resumes to completion."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / interrupted_run.name
+        shutil.copytree(interrupted_run, folder)
+        named = _damage(folder, how, at, random.Random(seed))
+        err, std = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(std):
+            code = main(["resume", str(folder), "--quiet"])
+        counts = COUNTS.setdefault("resume of a damaged run folder", Counter())
+        counts["inputs"] += 1
+        text = err.getvalue()
+        assert "Traceback" not in text and "unexpected" not in text, text
+        lines = [line for line in text.splitlines() if line.strip() and "warning" not in line]
+        if how == "edit runtime":
+            counts["ran"] += 1
+            assert code == 0 and json.loads((folder / "status.json").read_text())["status"] == "complete", text
+            return
+        counts["rejected"] += 1
+        assert code == 2 and len(lines) == 1 and named in lines[0], (how, code, text)
+        assert not (folder / "summary.json").exists()
+
+
+@pytest.fixture(scope="module")
+def stored_two_seeds(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Hand-made records of the digits study's smoke cells, seeds 0 and 1: (study file, store)."""
+    from fedfew.study.grid import cells
+    from fedfew.study.schema import load_study
+    from fedfew.study.store import CodeVersion, ResultStore, make_record
+    from tests.test_study import DIGITS_STUDY, dumped
+
+    tmp = tmp_path_factory.mktemp("fuzz-other-cells")
+    path = tmp / "study.yaml"
+    path.write_text(yaml.safe_dump({**DIGITS_STUDY, "seeds": [0, 1]}, sort_keys=False))
+    study, root = load_study(path)
+    store = ResultStore(tmp / "store", study.name)
+    for i, cell in enumerate(cells(study, root, "smoke")):
+        store.put(make_record(study.name, "smoke", cell.method, cell.setting, cell.seed, cell.config_hash, dumped(cell),
+                              CodeVersion("0.0.0", "handmade0000", None), {"test": {"accuracy": 0.4 + i / 100}}, 1.0))
+    return path, tmp / "store"
+
+
+@READ_BACK_SETTINGS
+@given(source=st.integers(0, 100), target=st.integers(0, 100),
+       edits=st.lists(st.sampled_from(["config_hash", "seed", "method", "setting", "study"]), unique=True, max_size=5))
+def test_fuzzed_records_of_other_cells_are_never_read_as_this_cells(stored_two_seeds: tuple[Path, Path], source: int,
+                                                                    target: int, edits: list[str]) -> None:
+    """A record copied over another cell's, with any of its labels edited to match: the report names it as
+    damaged (exit 0, the cell not stored), never shows the other cell's number as this one's."""
+    path, store = stored_two_seeds
+    with tempfile.TemporaryDirectory() as tmp_name:
+        copy = Path(tmp_name) / "store"
+        shutil.copytree(store, copy)
+        records = sorted(copy.glob("*/*.json"))
+        a, b = records[target % len(records)], records[source % len(records)]
+        if a == b:
+            b = records[(source + 1) % len(records)]
+        mine, other = json.loads(a.read_text()), json.loads(b.read_text())
+        forged = {**other, **{key: mine[key] for key in edits}}
+        if "study" in edits and len(edits) == 1:
+            forged["study"] = "another-study"  # a record of another study
+        a.write_text(json.dumps(forged))
+        code, err = run_study_cli(["study", "report", str(path), "--store", str(copy), "--budget", "smoke"])
+        counts = COUNTS.setdefault("records of other cells (report)", Counter())
+        counts["inputs"] += 1
+        assert code == 0 and "Traceback" not in err, err
+        assert a.name in err and "damaged" in err, (edits, err)
+        counts["named as damaged"] += 1
+
+
+#: Values a grid key takes, chosen to repeat once read (1 and 1.0, 0.001 and 1e-3) as often as not.
+GRID_VALUES = {"seed": ["1", "2", "1.0", "01", "1_0", ""], "algorithm.options.lr": ["0.001", "1e-3", "0.01", ""],
+               "federation.rounds": ["1", "2", "1:0", "1.0", ""]}
+
+
+@READ_BACK_SETTINGS
+@given(grids=st.lists(st.tuples(st.sampled_from(sorted(GRID_VALUES)), st.lists(st.integers(0, 5), min_size=1,
+                                                                               max_size=3)), min_size=1, max_size=2),
+       also_set=st.sampled_from([None, *sorted(GRID_VALUES)]))
+def test_fuzzed_sweeps_label_what_they_run_or_are_refused(grids: list[tuple[str, list[int]]],
+                                                          also_set: str | None) -> None:
+    """A sweep either resolves to points whose configs hold exactly the values their labels give, each
+    point once, or is refused in one line naming a swept key (exit 2) before any run."""
+    from fedfew.config import ConfigError, load_config
+    from fedfew.sweep import parse_grid, sweep_configs
+
+    items = [f"{key}={','.join(GRID_VALUES[key][i % len(GRID_VALUES[key])] for i in picks)}" for key, picks in grids]
+    sets = [f"{also_set}=2"] if also_set else []
+    counts = COUNTS.setdefault("sweeps", Counter())
+    counts["inputs"] += 1
+    try:
+        points = sweep_configs(dict(BASE), parse_grid(items), sets)
+    except ConfigError as err:
+        counts["rejected"] += 1
+        assert any(key in str(err) for key, _ in grids) and "\n" not in str(err), (items, sets, err)
+        return
+    counts["resolved"] += 1
+    seen = set()
+    for label, config in points:
+        dump = config.model_dump(mode="json")
+        for part in label.split(", "):
+            short, value = part.split("=", 1)
+            key = next(k for k, _ in grids if k.split(".")[-1] == short)
+            node: Any = dump
+            for piece in key.split("."):
+                node = node[piece]
+            expected = load_config(dict(BASE), [f"{key}={value}"]).model_dump(mode="json")
+            for piece in key.split("."):
+                expected = expected[piece]
+            assert node == expected, (label, key, node)
+        key_of = json.dumps({k: v for k, v in dump.items() if k != "name"}, sort_keys=True)
+        assert key_of not in seen, (items, label)
+        seen.add(key_of)
+
+
+#: Scalars YAML 1.1 and 1.2 read differently, and ones they read alike.
+yaml_numbers = st.one_of(
+    st.from_regex(r"\A[-+]?[1-9][0-9]?(_[0-9]{1,2}){1,2}\Z"), st.from_regex(r"\A[1-9](:[0-5][0-9]){1,2}\Z"),
+    st.from_regex(r"\A0[0-7]{1,3}\Z"), st.from_regex(r"\A[-+]?[0-9]{1,3}\Z"), st.from_regex(r"\A0x[0-9a-f]{1,2}\Z"),
+    st.from_regex(r"\A[0-9]{1,2}\.[0-9]{0,2}\Z"), st.from_regex(r"\A[1-9]e[0-9]\Z"))
+
+
+@READ_BACK_SETTINGS
+@given(key=st.sampled_from(["seed", "federation.rounds", "episodes.test_episodes", "partition.options.alpha"]),
+       raw=yaml_numbers, how=st.sampled_from(["--set", "file"]))
+def test_fuzzed_yaml_numbers_mean_what_yaml_12_says_or_are_refused(key: str, raw: str, how: str) -> None:
+    """A number read differently by YAML 1.1 and 1.2 is refused naming the key; any other is read as
+    YAML 1.2 reads it (never base 60, never an underscore dropped, never octal from a leading zero)."""
+    import re as re_
+
+    from fedfew.config import ConfigError, load_config
+
+    counts = COUNTS.setdefault("YAML numbers", Counter())
+    counts["inputs"] += 1
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "c.yaml"
+        lines = yaml.safe_dump(BASE, sort_keys=False)
+        path.write_text(lines)
+        try:
+            if how == "--set":
+                config = load_config(path, [f"{key}={raw}"])
+            else:
+                data = yaml.safe_load(lines)
+                node = data
+                *parents, last = key.split(".")
+                for part in parents:
+                    node = node.setdefault(part, {})
+                node[last] = "@@"
+                path.write_text(yaml.safe_dump(data, sort_keys=False).replace("'@@'", raw))
+                config = load_config(path)
+        except ConfigError as err:
+            counts["rejected"] += 1
+            assert key.split(".")[-1] in str(err) and "\n" not in str(err), (raw, err)
+            return
+    counts["read"] += 1
+    value: Any = config.model_dump(mode="json")
+    for part in key.split("."):
+        value = value[part]
+    if re_.fullmatch(r"[-+]?[0-9]+", raw):
+        assert value == int(raw, 10), (raw, value)  # YAML 1.2: decimal, whatever zeros lead
+    elif raw.startswith("0x"):
+        assert value == int(raw, 16)
+    else:
+        assert float(value) == float(raw), (raw, value)
+
+
+@READ_BACK_SETTINGS
+@given(depth=st.integers(1, 12), width=st.integers(1, 12))
+def test_fuzzed_alias_nests_are_answered_at_once(depth: int, width: int) -> None:
+    """Aliases nested ``depth`` levels of ``width`` under dataset.options: refused naming the file when
+    they expand past the cap, else read (and the unknown options named); in seconds either way."""
+    import time
+
+    lines = ['a0: &a0 ["x"]'] + [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * width) + "]"
+                                 for i in range(1, depth + 1)]
+    text = yaml.safe_dump(BASE, sort_keys=False).replace("dataset:\n  name: digits\n", "dataset:\n  name: digits\n"
+                                                         "  options:\n    " + "\n    ".join(lines) + "\n")
+    counts = COUNTS.setdefault("YAML aliases", Counter())
+    counts["inputs"] += 1
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "aliases.yaml"
+        path.write_text(text)
+        start = time.perf_counter()
+        code, err = run_cli(["run", str(path)], Path(tmp) / "out")
+        assert time.perf_counter() - start < 20
+        check_outcome("YAML aliases", code, err, Path(tmp) / "out", [str(path), "dataset.options", "'a0'"])
+        counts["inputs"] -= 1  # check_outcome counted it
+        assert code == 2
+        if "aliases" in err:
+            counts["refused as too large"] += 1

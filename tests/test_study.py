@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -93,6 +94,13 @@ DIGITS_STUDY = {
     "paper": [{"source": "Table 9 (made up for the test)", "values": {"fl-proto": {"IID 1-shot": 63.4}}}],
     "claims": [{"setting": "IID 1-shot", "order": ["fl-proto", CONTROL]}],
 }
+
+
+def dumped(cell: Any) -> dict[str, Any]:
+    """A cell's resolved config as a store record holds it (a record is checked against its config's hash)."""
+    from fedfew.config import dump_config
+
+    return yaml.safe_load(dump_config(cell.config))
 
 
 def write_study(folder: Path, data: dict, name: str = "study.yaml") -> Path:
@@ -247,12 +255,11 @@ def test_study_run_stores_skips_resumes_and_reports(tmp_path: Path, capsys: pyte
     assert "(control) untrained, round 0" in out
     assert "| fl-proto > (control) untrained, round 0 | IID 1-shot |" in out
 
-    # a metric some stored runs do not write (FML's local accuracy at round 0): the cells are in the
-    # store (not "not yet run", nothing to run again), their values are "—"
+    # a metric no stored run writes (a typo): one line naming it, not a table of "—" (issue 53); one that
+    # only some runs write is "—" where absent (the further tables below)
     other = write_study(tmp_path, {**DIGITS_STUDY, "metric": "test.nonesuch"}, name="other-metric.yaml")
-    code, out, _ = run_cli(["study", "report", str(other), "--store", str(store_dir), "--budget", "smoke"], capsys)
-    assert code == 0 and "6/6 cells in the store" in out and "Incomplete" not in out
-    assert "6 stored cells have no `test.nonesuch`" in out and "| fl-proto | — | 63.40 |" in out
+    code, out, err = run_cli(["study", "report", str(other), "--store", str(store_dir), "--budget", "smoke"], capsys)
+    assert code == 2 and "metric test.nonesuch: none of the 6 stored cells" in err and not out
 
     # further tables of the same cells (``tables``): another metric each, scaled as asked, "—" where absent
     tables = [{"metric": "test.accuracy", "title": "Accuracy as a fraction", "methods": ["fl-proto"]},
@@ -917,7 +924,7 @@ def put_values(store_dir: Path, study_path: Path, budget: str, values: dict[tupl
     for cell in cells(study, root, budget):
         value = values.get((cell.method, cell.setting, cell.seed))
         if value is not None:
-            store.put(make_record(study.name, budget, cell.method, cell.setting, cell.seed, cell.config_hash, {}, code,
+            store.put(make_record(study.name, budget, cell.method, cell.setting, cell.seed, cell.config_hash, dumped(cell), code,
                                   {"test": {"accuracy": value}}, 60.0))
 
 
@@ -993,13 +1000,14 @@ def test_time_left_is_each_pending_cells_stored_time_of_its_method(tmp_path: Pat
              ("fl-proto", "non-IID 1-shot", 0): 400.0}
     for (method, setting, seed), seconds in times.items():
         c = grid[(method, setting, seed)]
-        store.put(make_record(study.name, "cpu", method, setting, seed, c.config_hash, {}, code,
+        store.put(make_record(study.name, "cpu", method, setting, seed, c.config_hash, dumped(c), code,
                               {"test": {"accuracy": 0.5}}, seconds))
     copied = grid[("fl-maml", "IID 1-shot", 0)]  # another study's run: its 9,999 s are not this study's
-    store.put({**make_record(study.name, "cpu", "fl-maml", "IID 1-shot", 0, copied.config_hash, {}, code,
+    store.put({**make_record(study.name, "cpu", "fl-maml", "IID 1-shot", 0, copied.config_hash, dumped(copied), code,
                              {"test": {"accuracy": 0.5}}, 9999.0), "reused_from": "other/x.json"})
     smoke = cells(study, root, "smoke")[0]  # another budget's cell: its time does not count either
-    store.put(make_record(study.name, "smoke", smoke.method, smoke.setting, smoke.seed, smoke.config_hash, {}, code,
+    store.put(make_record(study.name, "smoke", smoke.method, smoke.setting, smoke.seed, smoke.config_hash, dumped(smoke),
+                          code,
                           {"test": {"accuracy": 0.5}}, 7777.0))
     typical = typical_seconds(store, {c.config_hash for c in grid.values()})
     assert typical == {("fl-proto", "IID 1-shot"): 80.0, ("fl-proto", "non-IID 1-shot"): 400.0,

@@ -16,7 +16,7 @@ import pytest
 from fedfew.study.grid import cells
 from fedfew.study.schema import CONTROL, load_study
 from fedfew.study.store import CodeVersion, ResultStore, make_record
-from tests.test_study import DIGITS_STUDY, HOLD_CLAIM, REPO, run_cli, write_study
+from tests.test_study import DIGITS_STUDY, HOLD_CLAIM, REPO, dumped, run_cli, write_study
 
 #: The digits study cut to one row, one column and no control: one cell per seed, seconds each.
 ONE_ROW = {**DIGITS_STUDY, "control": None, "no_control": "a test study of one row", "claims": [], "paper": [], "seeds": [0],
@@ -149,7 +149,7 @@ def _put(store_dir: Path, study_path: Path, budget: str, values: dict[tuple[str,
         made = {"test": {"accuracy": values[key]}, "rounds": rounds,
                 "selected_round": (selected or {}).get(key, rounds), **(summary or {})}
         rows = [{"round": rounds, "test_accuracy": values[key], "train_loss": 1.0}] if history and rounds else None
-        store.put(make_record(study.name, budget, cell.method, cell.setting, cell.seed, cell.config_hash, {},
+        store.put(make_record(study.name, budget, cell.method, cell.setting, cell.seed, cell.config_hash, dumped(cell),
                               HANDMADE, made, 60.0, rows))
 
 
@@ -268,7 +268,7 @@ def test_cells_stored_by_another_process_are_counted_as_such_and_not_in_the_time
     grid = {c.seed: c for c in cells(study, root, "smoke")}
     store = ResultStore(tmp_path / "store", study.name)
     code = current_code()
-    store.put(make_record(study.name, "smoke", "fl-proto", "IID 1-shot", 3, grid[3].config_hash, {}, code,
+    store.put(make_record(study.name, "smoke", "fl-proto", "IID 1-shot", 3, grid[3].config_hash, dumped(grid[3]), code,
                           {"test": {"accuracy": 0.5}}, 100.0))
     folder = cell_folder(tmp_path / "runs", study, grid[1], code)
     folder.mkdir(parents=True)
@@ -280,7 +280,8 @@ def test_cells_stored_by_another_process_are_counted_as_such_and_not_in_the_time
         summary, run_folder = real(cell, where)
         for seed in (1, 2):  # the other process finishes its cells meanwhile
             other = grid[seed]
-            store.put(make_record(study.name, "smoke", other.method, other.setting, seed, other.config_hash, {}, code,
+            store.put(make_record(study.name, "smoke", other.method, other.setting, seed, other.config_hash, dumped(other),
+                                  code,
                                   summary, 1.0))
         return summary, run_folder
 

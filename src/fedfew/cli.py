@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from fedfew import __version__
 from fedfew.allocator import keep_large_blocks
-from fedfew.config import load_config
-from fedfew.errors import ConfigError, FedfewError, RunInterrupted
+from fedfew.config import ExperimentConfig, load_config
+from fedfew.errors import ConfigError, FedfewError, RunInterrupted, UsageError
 from fedfew.plugins import command_line_plugins
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     table = None
     if len(configs) > 1 or args.table:
         table = Path(args.table or Path(args.out or "runs") / "comparison")
-        check_output_base(table)
+        check_output_base(table, "--table" if args.table else "--out")
     with dataset_cache():
         validate_all(configs, args.out)
         summaries = []
@@ -311,20 +311,43 @@ DEMO_RUNS: dict[str, list[str]] = {
 }
 
 
+def _demo_configs(assignments: list[str], out: Path) -> dict[str, ExperimentConfig]:
+    """The demo's rows with the user's ``--set``, each checked before any run. A ``--set`` that every row
+    refuses is the user's error as it is; one that only some rows cannot take names those rows (they are
+    the demo's, not the user's) and the way out: ``fedfew run`` of the demo's config."""
+    from fedfew.runner import preflight
+
+    configs: dict[str, ExperimentConfig] = {}
+    refused: dict[str, UsageError] = {}
+    for label, overrides in DEMO_RUNS.items():
+        try:
+            configs[label] = load_config(showcase_config_path(), [
+                *overrides, f"name=demo-{label}", *assignments, *(["federation.rounds=0"] if label == "untrained" else [])])
+            preflight(configs[label], out)
+        except UsageError as err:
+            refused[label] = err
+    if refused and (not configs or not assignments):
+        raise next(iter(refused.values()))
+    if refused:
+        given = " ".join(f"--set {a}" for a in assignments)
+        first = next(iter(refused.values()))
+        raise UsageError(f"fedfew demo: {given} cannot apply to the demo's {', '.join(map(repr, refused))} row(s), which "
+                         f"the demo always runs ({', '.join(DEMO_RUNS)}): {first}; to run one method with these "
+                         f"settings, use `fedfew run {showcase_config_path()} --set algorithm.name=... {given}`")
+    return configs
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from fedfew.experiment import dataset_cache
-    from fedfew.runner import run_experiment, validate_all
+    from fedfew.runner import run_experiment
     from fedfew.sweep import write_comparison
 
     start = time.perf_counter()
     print(f"fedfew demo: {DEMO_DATA}.")
     # The control stays at round 0 whatever --set says about rounds.
-    configs = {label: load_config(showcase_config_path(), [*overrides, f"name=demo-{label}", *args.set,
-                                                           *(["federation.rounds=0"] if label == "untrained" else [])])
-               for label, overrides in DEMO_RUNS.items()}
-    summaries = []
     with dataset_cache():
-        validate_all(list(configs.values()), Path(args.out) / "runs")
+        configs = _demo_configs(args.set, Path(args.out) / "runs")
+        summaries = []
         for label, config in configs.items():
             summaries.append(run_experiment(config, Path(args.out) / "runs", progress=not args.quiet, label=label))
     table = write_comparison(summaries, Path(args.out), "fedfew demo")

@@ -42,6 +42,10 @@ NOT_NUMBERS = {
     "engines.py": "the engines by name: runtime.engine is not in a cell's key, every engine giving the numbers "
                   "of engine/ and algorithms/",
     "errors.py": "exception classes",
+    "integrity.py": "checksums of a run's files, config and data, verified on read back: it refuses, never "
+                    "computes a number",
+    "yaml12.py": "reads config and study files (refusing what YAML 1.1 and 1.2 read differently): like config.py, "
+                 "what it reads is each cell's key",
     "jsontypes.py": "type aliases of JSON values, read by annotations only",
     "flower": "the Flower engine (launch, SuperNodes, records): like engines.py, it runs the clients of engine/ "
               "and algorithms/ elsewhere",

@@ -19,7 +19,7 @@ import copy
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import yaml
 from pydantic import BaseModel, ValidationError, model_validator
@@ -50,8 +50,10 @@ from fedfew.configschema import (
     format_errors,
 )
 from fedfew.errors import ConfigError
+from fedfew.yaml12 import MAX_BYTES, DuplicateKeyError, TooLargeError, YamlNumberError, load_yaml
 
-__all__ = ["ConfigError", "ExperimentConfig", "apply_override", "dump_config", "load_config",
+__all__ = ["ConfigError", "DuplicateKeyError", "ExperimentConfig", "apply_override", "dump_config", "load_config",
+           "load_yaml", "resolve_key",
            # the schema's sections, re-exported (fedfew.configschema)
            "MAX_CLIENTS", "MAX_EPISODES", "MAX_ROUNDS", "AdaptiveClipConfig", "AlgorithmConfig", "ClassificationConfig",
            "DatasetConfig", "DivergenceConfig", "EpisodeConfig", "EvalConfig", "ExperimentSchema", "FederationConfig",
@@ -253,37 +255,6 @@ class ExperimentConfig(ExperimentSchema):
         return ALGORITHMS.get(self.algorithm.name).Options.model_validate(self.algorithm.options)
 
 
-class DuplicateKeyError(yaml.YAMLError):
-    """A mapping in YAML text names the same key twice (plain YAML keeps the last one silently)."""
-
-    def __init__(self, key: object, line: int) -> None:
-        super().__init__(f"key {key!r} appears twice in one mapping (line {line})")
-        self.key, self.line = key, line
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """yaml.safe_load's loader, refusing a key given twice in the same mapping."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[object] = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` may repeat what it merges
-                continue
-            key = self.construct_object(key_node, deep=True)
-            try:
-                if key in seen:
-                    raise DuplicateKeyError(key, key_node.start_mark.line + 1)
-                seen.add(key)
-            except TypeError:  # an unhashable key: SafeLoader reports it
-                pass
-        return super().construct_mapping(node, deep=deep)
-
-
-def load_yaml(text: str) -> object:
-    """``yaml.safe_load`` that refuses duplicate keys (:class:`DuplicateKeyError`)."""
-    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-
-
 def read_config_text(path: Path) -> str:
     """The text of the config file ``path``, or a :class:`ConfigError` saying what is wrong with it."""
     if path.is_dir():
@@ -291,6 +262,10 @@ def read_config_text(path: Path) -> str:
     if not path.exists():
         raise ConfigError(f"config file {path} does not exist")
     try:
+        size = path.stat().st_size
+        if size > MAX_BYTES:  # refused unread: a config is a few KiB
+            raise ConfigError(f"config file {path} is {size:,} bytes, above the {MAX_BYTES:,} a config may hold; "
+                              "is it the right file?")
         data = path.read_bytes()
     except OSError as err:
         raise ConfigError(f"config file {path} cannot be read: {err.strerror or err}") from None
@@ -312,6 +287,22 @@ def _leaf_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
     return paths
 
 
+def resolve_key(key: str) -> str:
+    """The dotted path an override key names: itself, or the one field a bare name is (``rounds`` ->
+    ``federation.rounds``); a :class:`ConfigError` for an ambiguous, unknown or malformed key."""
+    key = key.strip()
+    if not key or any(not part.strip() for part in key.split(".")):
+        raise ConfigError(f"override key {key!r} has an empty part: write a dotted path such as federation.rounds")
+    if "." not in key and key not in ExperimentConfig.model_fields:
+        matches = [p for p in _leaf_paths(ExperimentConfig) if p.split(".")[-1] == key]
+        if len(matches) == 1:
+            return matches[0]
+        if len(matches) > 1:
+            raise ConfigError(f"override key {key!r} is ambiguous: use one of {', '.join(matches)}")
+        raise ConfigError(f"override key {key!r} is unknown; use a dotted path such as federation.rounds")
+    return key
+
+
 def apply_override(data: dict[str, object], assignment: str) -> None:
     """Apply one ``key=value`` override in place; the value is parsed as YAML."""
     if "=" not in assignment:
@@ -320,20 +311,13 @@ def apply_override(data: dict[str, object], assignment: str) -> None:
     key = key.strip()
     try:
         value = load_yaml(raw) if raw.strip() else None
-    except DuplicateKeyError as err:
+    except (DuplicateKeyError, YamlNumberError, TooLargeError) as err:
         raise ConfigError(f"--set {key.strip()}: value {raw!r}: {err}") from None
     except yaml.YAMLError as err:
         problem = str(getattr(err, "problem", None) or err).splitlines()[0]
         raise ConfigError(f"--set {key}: value {raw!r} is not valid YAML ({problem}); quote strings, "
                           "e.g. key='[1, 2]' for a list") from None
-    if "." not in key and key not in ExperimentConfig.model_fields:
-        matches = [p for p in _leaf_paths(ExperimentConfig) if p.split(".")[-1] == key]
-        if len(matches) == 1:
-            key = matches[0]
-        elif len(matches) > 1:
-            raise ConfigError(f"override key {key!r} is ambiguous: use one of {', '.join(matches)}")
-        else:
-            raise ConfigError(f"override key {key!r} is unknown; use a dotted path such as federation.rounds")
+    key = resolve_key(key)
     node = data
     parts = key.split(".")
     for part in parts[:-1]:
@@ -357,6 +341,8 @@ def load_config(source: str | Path | Mapping[str, object] | None = None, overrid
             loaded = load_yaml(text)
         except DuplicateKeyError as err:
             raise ConfigError(f"config file {path}: {err}; remove one of them") from None
+        except (YamlNumberError, TooLargeError) as err:
+            raise ConfigError(f"config file {path}: {err}") from None
         except yaml.YAMLError as err:
             raise ConfigError(f"config file {path} is not valid YAML: {err}") from None
         if loaded is None:

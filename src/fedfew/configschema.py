@@ -18,6 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from fedfew.schema import NoBoolNumbers
 
+#: The longest run name (``name``): its folder adds a 16-character time stamp, within a file name's 255 bytes.
+MAX_NAME = 200
+
 __all__ = ["MAX_CLIENTS", "MAX_EPISODES", "MAX_ROUNDS", "AdaptiveClipConfig", "AlgorithmConfig", "ClassificationConfig",
            "DatasetConfig", "DivergenceConfig", "EpisodeConfig", "EvalConfig", "ExperimentSchema", "FederationConfig",
            "FlowerConfig", "FlowerSimConfig", "HeldOutTest", "MembershipInferenceConfig", "ModelConfig", "PartitionConfig",
@@ -204,8 +207,11 @@ class RuntimeConfig(Section):
     #: "fp32": float32 throughout, also on a GPU (cuDNN's and cuBLAS's TF32 shortcuts off, so a CUDA run
     #: matches the CPU's to float32 rounding); "tf32" (CUDA only): convolutions and matrix products in
     #: TensorFloat-32, PyTorch's own default for cuDNN convolutions; "bf16" autocasts convolutions and
-    #: matrix products to bfloat16 (parameters stay float32).
-    precision: Literal["fp32", "tf32", "bf16"] = "fp32"
+    #: matrix products to bfloat16 (parameters stay float32); "auto": bf16 where the hardware computes
+    #: it natively (a CPU with AVX-512 BF16 or AMX, a GPU torch says supports it), else fp32 (bf16
+    #: emulated on a CPU is several times slower than fp32: fedfew.engine.precision). Not the default:
+    #: a run's numbers would then depend on the machine.
+    precision: Literal["fp32", "tf32", "bf16", "auto"] = "fp32"
     #: Where the clients run (``fedfew list engines``): "inprocess" (this process), "workers" (worker
     #: processes, one thread each), "flower" (Flower's deployment runtime: a SuperLink and one
     #: SuperNode per client as separate processes; docs/deployment.md) or "flower-sim" (Flower's
@@ -455,9 +461,19 @@ class ExperimentSchema(Section):
     """A whole config as the schema alone checks it. :class:`fedfew.config.ExperimentConfig` adds the
     checks against the registries; lower layers type against this class, which it extends."""
 
-    name: str = "experiment"
+    #: The run's label; its folder is ``NAME-<date>-<time>``, so it may not start with a dot (a hidden
+    #: folder, or ``.``/``..``) nor exceed :data:`MAX_NAME` characters (a file name holds 255 bytes).
+    name: str = Field(default="experiment", min_length=1, max_length=MAX_NAME)
     seed: int = 0
     task: Literal["fewshot", "classification"] = "fewshot"
+
+    @field_validator("name")
+    @classmethod
+    def _visible_name(cls, name: str) -> str:
+        if name.strip().startswith("."):
+            raise ValueError(f"name {name!r} starts with a dot: its run folder would be hidden (or be . or ..); "
+                             "start it with a letter or digit")
+        return name
     #: Python files imported before validation (fedfew.plugins); relative paths from the config's folder.
     plugins: list[str] = Field(default_factory=list)
     dataset: DatasetConfig = Field(default_factory=DatasetConfig)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, TypedDict
 import torch
 
 from fedfew.data.registry import BUNDLED, data_root
+from fedfew.integrity import fingerprint
 
 if TYPE_CHECKING:
     from fedfew.experiment import Experiment
@@ -32,6 +33,9 @@ class DataSource(TypedDict, total=False):
     bundled: bool
     source: str | None
     source_bytes: int | None  # only when the source exists
+    #: What identifies the source's content (fedfew.integrity.fingerprint): a resume or evaluate of the
+    #: run refuses other data under the same name. Absent for bundled data and the whole data folder.
+    fingerprint: dict[str, object] | None
 
 #: A source folder larger than this many files is not walked to sum its size.
 MAX_FILES = 100_000
@@ -80,6 +84,8 @@ def source_of(name: str, root: str | None, options: Mapping[str, object], extras
                            "bundled": name in BUNDLED, "source": source}
     if source is not None and Path(source).exists():
         out["source_bytes"] = size_of(Path(source))
+        # the whole data folder holds other datasets too: not fingerprinted (None: said so, not forgotten)
+        out["fingerprint"] = fingerprint(Path(source)) if Path(source).resolve() != folder.resolve() else None
     return out
 
 

@@ -82,8 +82,14 @@ def run_environment(config: ExperimentConfig) -> dict[str, str | int | None]:
     gpu = cuda = None
     if device == "cuda":
         gpu, cuda = torch.cuda.get_device_name(), torch.version.cuda
-    return {**machine(), "device": device, "gpu": gpu, "cuda": cuda, "threads": config.runtime.threads,
-            "precision": config.runtime.precision}
+    out: dict[str, str | int | None] = {**machine(), "device": device, "gpu": gpu, "cuda": cuda,
+                                        "threads": config.runtime.threads, "precision": config.runtime.precision}
+    if config.runtime.precision != "fp32":  # which precision ran and why (auto decides by the hardware)
+        from fedfew.engine.precision import choose_precision
+
+        chosen = choose_precision(config.runtime.precision, device if device in ("cpu", "cuda") else "cpu")
+        out.update({"precision": chosen.ran, "precision_why": chosen.why})
+    return out
 
 
 def same_environment(a: Mapping[str, object] | None, b: Mapping[str, object] | None) -> bool:

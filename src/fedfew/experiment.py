@@ -287,7 +287,10 @@ def _build(config: ExperimentConfig, device: torch.device) -> Experiment:
         for key in ("train", "test") if held_out is None else ("train",):
             split = getattr(config.splits, key)
             if not dataset.splits.get(split):
-                raise ConfigError(f"splits.{key}: dataset {dataset.name!r} has no classes in split {split!r}")
+                sizes = ", ".join(f"{name} {len(classes)}" for name, classes in dataset.splits.items())
+                raise ConfigError(f"splits.{key}: dataset {dataset.name!r} has no classes in split {split!r}: it has "
+                                  f"{dataset.num_classes} class(es) in all ({sizes}); a few-shot run needs classes in "
+                                  f"splits.train and splits.test (more classes, or dataset.options.class_split)")
         train_classes = list(dataset.splits[config.splits.train])
         if held_out is None:
             pool = dataset.split(config.splits.train)

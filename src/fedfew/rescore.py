@@ -32,22 +32,31 @@ def evaluate_run(path: str | Path, overrides: list[str] | None = None) -> Evalua
     """Score a complete run's saved model(s) on the test data again (with changed evaluation settings,
     e.g. ``episodes.test_episodes``), without training. Appends the result to
     ``RUN/evaluations.jsonl`` and returns it."""
+    from fedfew.datarecord import data_record
+    from fedfew.runner import check_config_unchanged, check_run_folder, check_same_data
+
     folder = RunFolder(path)
-    if not (folder.path / "config.yaml").is_file():
-        raise RunFolderError(f"{folder.path} is not a fedfew run folder (no config.yaml)")
+    recorded = check_run_folder(folder, "fedfew evaluate")
     bad = [o for o in overrides or [] if not o.split("=", 1)[0].strip().startswith(EVALUATE_KEYS)]
     if bad:
         raise ConfigError(f"fedfew evaluate changes only how the model is scored ({', '.join(EVALUATE_KEYS)}); "
                           f"got {bad[0]!r}")
+    check_config_unchanged(folder, recorded, "fedfew evaluate")
     config = load_config(folder.path / "config.yaml", overrides)
-    server, client_states, meta = folder.load_model()
+    server, client_states, meta = folder.load_model(verify=False)  # verified below, after the form's check
     experiment: Experiment = build_experiment(config)
+    check_same_data(folder, data_record(experiment))  # the model is scored on the data it was tested on
     simulator = experiment.simulator()
     different = serialize.mismatch(server, simulator.state.server)
-    if different is not None:
+    if different is not None:  # another model's file: say so, more than that its checksum differs
         simulator.engine.close()
         raise RunFolderError(f"{folder.model_dir / 'server.safetensors'} is not a model of this run's config "
                              f"({config.model.name}, {config.algorithm.name}): {different}")
+    try:
+        folder.verify_model()
+    except BaseException:
+        simulator.engine.close()
+        raise
     states = {cid: client_states.get(cid) for cid in (c.client_id for c in experiment.clients)}
     start = time.perf_counter()
     device = simulator.engine.compute.device

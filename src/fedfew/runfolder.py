@@ -15,7 +15,9 @@ mistaken for a finished run.
 
 Checkpoints are safetensors + JSON (:mod:`fedfew.engine.serialize`), never pickle. Every file is
 written to a temporary name and renamed; ``checkpoint/run.json`` is written last and names every
-file it needs, so a run killed at any instant leaves the previous checkpoint whole. A lock on
+file it needs with its SHA-256, so a run killed at any instant leaves the previous checkpoint whole,
+and a resume refuses a file changed since (:mod:`fedfew.integrity`). ``status.json`` records the
+config's SHA-256 from the start and, once complete, those of summary.json and model/*. A lock on
 ``RUN/.lock`` (released by the OS when the process dies, even by kill -9) tells a live run from a
 dead one.
 """
@@ -42,10 +44,18 @@ from fedfew.engine.algorithm import State
 from fedfew.engine.simulator import Best, CommLog, RunState, Simulator
 from fedfew.engine.store import ClientStates, Entry
 from fedfew.errors import UsageError
+from fedfew.integrity import note_not_recorded, sha256_bytes, sha256_file, verify_files
 
 STATUSES = ("running", "interrupted", "failed", "complete")
 #: Written only when a run is complete (removed from a run that is not: a resumed or interrupted one).
 COMPLETE_ONLY = ("summary.json", "results.md", "accuracy.png")
+#: What status.json records only for a complete run (removed when the run is resumed or fails).
+COMPLETE_ONLY_STATUS = ("summary_sha256", "model_sha256")
+#: The model of a run being written up: renamed to model/ after summary.json (a run cut short leaves
+#: no model/ that looks finished).
+PENDING_MODEL = ".model-pending"
+#: results.md and accuracy.png while they are written: renamed after summary.json.
+PENDING_RESULTS = {"results.md": ".results.md.pending", "accuracy.png": ".accuracy.pending.png"}
 #: Bytes kept aside in RUN/.reserve while a run holds its folder: freed on a full disk so that the
 #: failed status and error.log can still be written.
 RESERVE_BYTES = 64 * 1024
@@ -102,7 +112,7 @@ def new_run_path(base: str | Path, name: str) -> Path:
             k += 1
 
 
-def check_output_base(base: Path) -> None:
+def check_output_base(base: Path, option: str = "--out or runtime.output_dir") -> None:
     """The output folder must be a writable folder, or creatable: checked before any work, by making
     (and removing) a folder in the nearest one that exists, since permissions alone do not tell (root
     may write almost anywhere, yet not in /proc)."""
@@ -112,20 +122,23 @@ def check_output_base(base: Path) -> None:
             break
         probe = probe.parent
     if probe.exists() and not probe.is_dir():
-        raise ConfigError(f"output folder {base}: {probe} is a file, not a folder (set --out or runtime.output_dir)")
+        raise ConfigError(f"output folder {base}: {probe} is a file, not a folder (set {option})")
     if not os.access(probe, os.W_OK | os.X_OK):
-        raise ConfigError(f"output folder {base}: {probe} is not writable (set --out or runtime.output_dir)")
+        raise ConfigError(f"output folder {base}: {probe} is not writable (set {option})")
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".fedfew-probe-", dir=probe))
     except OSError as err:
         raise ConfigError(f"output folder {base}: cannot create folders in {probe} ({err.strerror or err}; set "
-                          "--out or runtime.output_dir)") from None
+                          f"{option})") from None
 
 
 class RunFolder:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._lock_fd: int | None = None
+        #: SHA-256 of the files this process wrote or verified, by relative path: a state file is
+        #: written once and never changes, so it is hashed once.
+        self._digests: dict[str, str] = {}
 
     # -- paths ------------------------------------------------------------------------------------
     @property
@@ -195,10 +208,11 @@ class RunFolder:
     def discard_results(self) -> None:
         """Remove the complete-only files and the saved model that a cut-short write-up (an
         interrupt, kill -9, a full disk) may have left: they must never describe an unfinished run."""
-        for name in COMPLETE_ONLY:
+        for name in (*COMPLETE_ONLY, *PENDING_RESULTS.values()):
             (self.path / name).unlink(missing_ok=True)
-        if self.model_dir.is_dir():
-            shutil.rmtree(self.model_dir, ignore_errors=True)
+        for model in (self.model_dir, self.path / PENDING_MODEL):
+            if model.is_dir():
+                shutil.rmtree(model, ignore_errors=True)
 
     def remove_temporaries(self) -> list[Path]:
         """Delete the half-written ``.NAME.tmp-PID`` files (:func:`serialize.atomic_write_bytes`) that a
@@ -215,6 +229,10 @@ class RunFolder:
                   "updated": time.strftime("%Y-%m-%dT%H:%M:%S"), "fedfew": package_version(), "code": numbers_version()}
         if status != "failed":
             record.pop("error", None)
+        if status != "complete":
+            for key in COMPLETE_ONLY_STATUS:
+                if key not in info:
+                    record.pop(key, None)
         serialize.atomic_write_text(self.path / "status.json", json.dumps(record, indent=2) + "\n")
 
     def read_status(self) -> dict[str, Any]:
@@ -254,21 +272,46 @@ class RunFolder:
         ck = self.checkpoint_dir
         ck.mkdir(exist_ok=True)
         server_file = f"server-r{st.round}.safetensors"
-        serialize.save(ck / server_file, st.server, {"round": st.round})
+        self._save_hashed(ck / server_file, st.server, {"round": st.round})
         current = _write_entries(store, store.snapshot())
         best = None
         if st.best is not None:
             best_file = f"best-server-r{st.best.round}.safetensors"
             if not (ck / best_file).exists():
-                serialize.save(ck / best_file, st.best.server, {"round": st.best.round})
+                self._save_hashed(ck / best_file, st.best.server, {"round": st.best.round})
             best = {"accuracy": st.best.accuracy, "round": st.best.round, "server": best_file,
                     "states": _write_entries(store, st.best.states)}
         manifest = {"format": "fedfew-checkpoint/1", "round": st.round, "server": server_file,
                     "states": current, "best": best, "history": st.history,
                     "comm": {"down": st.comm.down, "up": st.comm.up}, "last_test": st.last_test,
-                    "seconds": st.seconds, "initial": st.initial}
+                    "seconds": st.seconds, "initial": st.initial,
+                    "sha256": self._digests_of(_named_files(ck, manifest_files(server_file, current, best), store))}
         serialize.atomic_write_text(ck / "run.json", strict_json(manifest) + "\n")
         self._collect_garbage(manifest, store)
+
+    # -- checksums ------------------------------------------------------------------------------
+    def _relative(self, path: Path) -> str:
+        """``path`` as a checkpoint's sha256 table names it: relative to the run folder when inside it."""
+        try:
+            return path.relative_to(self.path).as_posix()
+        except ValueError:
+            return str(path)
+
+    def _save_hashed(self, path: Path, obj: object, meta: Mapping[str, object]) -> str:
+        """``serialize.save`` that remembers the SHA-256 of the bytes written (no second read)."""
+        data = serialize.to_bytes(obj, meta)
+        serialize.atomic_write_bytes(path, data)
+        digest = self._digests[self._relative(path)] = sha256_bytes(data)
+        return digest
+
+    def _digests_of(self, paths: list[Path]) -> dict[str, str]:
+        out = {}
+        for path in paths:
+            key = self._relative(path)
+            if key not in self._digests:
+                self._digests[key] = sha256_file(path)
+            out[key] = self._digests[key]
+        return out
 
     def _collect_garbage(self, manifest: dict[str, Any], store: ClientStates) -> None:
         keep = {manifest["server"]} | ({manifest["best"]["server"]} if manifest["best"] else set())
@@ -295,6 +338,7 @@ class RunFolder:
             manifest = json.loads(path.read_text())
             if manifest.get("format") != "fedfew-checkpoint/1":
                 raise RunFolderError(f"{path} is not a fedfew checkpoint (format {manifest.get('format')!r})")
+            self.verify_checkpoint(manifest)
             device = simulator.engine.compute.device
             server = serialize.to_device(serialize.load(self.checkpoint_dir / manifest["server"])[0], device)
             best = None
@@ -309,31 +353,71 @@ class RunFolder:
         except (OSError, json.JSONDecodeError, KeyError, TypeError, serialize.StateFormatError) as err:
             raise RunFolderError(f"checkpoint in {self.checkpoint_dir} is unreadable or incomplete: {err}") from None
 
-    # -- the finished run -------------------------------------------------------------------------
-    def save_model(self, simulator: Simulator, selected_round: int) -> None:
-        """The selected round's server state and every client's private state (the trained model(s))."""
-        meta = {"round": selected_round, "algorithm": simulator.algorithm.name}
-        serialize.save(self.model_dir / "server.safetensors", simulator.best_server, meta)
-        if getattr(simulator.states, "remote", False):  # private models stay on the clients (Flower)
+    def verify_checkpoint(self, manifest: dict[str, Any]) -> None:
+        """Refuse a checkpoint file whose SHA-256 is not the one run.json recorded (one written before
+        checksums were recorded is used unchecked, said once)."""
+        digests = manifest.get("sha256")
+        if not isinstance(digests, dict):
+            note_not_recorded(self.checkpoint_dir / "run.json", "the checkpoint's files")
             return
-        privacy = simulator.privacy
-        if privacy is not None and not privacy.keep_private_states:
-            return  # a DP run's private (un-noised) client states are outside the guarantee: not released
-        for cid, state in simulator.best_client_states.items():
-            if state is not None:
-                serialize.save(self.model_dir / "clients" / f"client-{cid}.safetensors", state,
-                               {**meta, "client": cid})
+        verify_files(self.path, digests, "resume")
+        self._digests.update(digests)  # verified: a later checkpoint naming the same files need not read them
 
-    def load_model(self) -> tuple[State, dict[int, State], dict[str, Any]]:
-        """(server state, {client: state}, meta) saved by :meth:`save_model`."""
+    # -- the finished run -------------------------------------------------------------------------
+    def save_model(self, simulator: Simulator, selected_round: int) -> dict[str, str]:
+        """The selected round's server state and every client's private state (the trained model(s)),
+        written under a hidden name (:data:`PENDING_MODEL`) that :meth:`publish_model` renames to model/
+        once summary.json is written. Returns their SHA-256 by path under model/."""
+        pending = self.path / PENDING_MODEL
+        if pending.is_dir():
+            shutil.rmtree(pending)
+        meta = {"round": selected_round, "algorithm": simulator.algorithm.name}
+        files = {"server.safetensors": serialize.to_bytes(simulator.best_server, meta)}
+        privacy = simulator.privacy
+        # a DP run's private (un-noised) client states are outside the guarantee: not released unless asked
+        released = privacy is None or privacy.keep_private_states
+        if released and not getattr(simulator.states, "remote", False):  # private models stay on the clients (Flower)
+            for cid, state in simulator.best_client_states.items():
+                if state is not None:
+                    files[f"clients/client-{cid}.safetensors"] = serialize.to_bytes(state, {**meta, "client": cid})
+        for name, data in files.items():
+            serialize.atomic_write_bytes(pending / name, data)
+        return {name: sha256_bytes(data) for name, data in files.items()}
+
+    def publish_model(self) -> None:
+        """The written model (:meth:`save_model`) becomes model/."""
+        if self.model_dir.is_dir():
+            shutil.rmtree(self.model_dir)
+        os.replace(self.path / PENDING_MODEL, self.model_dir)
+
+    def load_model(self, verify: bool = True) -> tuple[State, dict[int, State], dict[str, Any]]:
+        """(server state, {client: state}, meta) saved by :meth:`save_model`; ``verify``: first check the
+        files against the checksums status.json recorded (:meth:`verify_model`)."""
         if not (self.model_dir / "server.safetensors").is_file():
             raise RunFolderError(f"{self.path} holds no trained model (is the run complete? `fedfew resume` it first)")
+        if verify:
+            self.verify_model()
         server, meta = serialize.load(self.model_dir / "server.safetensors")
         clients: dict[int, State] = {}
         for path in sorted((self.model_dir / "clients").glob("client-*.safetensors")):
             state, client_meta = serialize.load(path)
+            if not isinstance(client_meta.get("client"), int):
+                raise RunFolderError(f"{path} is not a client's model (its header names no client)")
             clients[int(client_meta["client"])] = state
         return server, clients, meta
+
+    def verify_model(self) -> None:
+        """Refuse model files changed since the run wrote them, or not written by it."""
+        digests = self.read_status().get("model_sha256")
+        if isinstance(digests, dict):
+            saved = {p.relative_to(self.model_dir).as_posix() for p in self.model_dir.rglob("*.safetensors")}
+            extra = sorted(saved - set(digests))
+            if extra:
+                raise RunFolderError(f"{self.model_dir / extra[0]} is not a file the run wrote (status.json lists "
+                                     f"{len(digests)} model files): evaluate refuses it; remove it")
+            verify_files(self.model_dir, digests, "evaluate")
+        else:
+            note_not_recorded(self.model_dir, "the model's files")
 
 
 def _alive(pid: int) -> bool:
@@ -363,6 +447,12 @@ def _processes_holding(path: Path) -> list[int]:
     return sorted(found)
 
 
+def _named_files(checkpoint_dir: Path, files: tuple[list[str], list[str]], store: ClientStates) -> list[Path]:
+    servers, states = files
+    return [checkpoint_dir / name for name in servers] + \
+        ([store.folder / name for name in states] if store.folder is not None else [])
+
+
 def _write_entries(store: ClientStates, entries: dict[int, Entry]) -> dict[str, dict[str, Any]]:
     out = {}
     for cid, entry in sorted(entries.items()):
@@ -371,6 +461,16 @@ def _write_entries(store: ClientStates, entries: dict[int, Entry]) -> dict[str, 
             name = store.write_file(cid, entry.version, entry.state)
         out[str(cid)] = {"version": entry.version, "file": name}
     return out
+
+
+def manifest_files(server_file: str, states: dict[str, dict[str, Any]],
+                   best: dict[str, Any] | None) -> tuple[list[str], list[str]]:
+    """(checkpoint files, state files) a checkpoint's manifest names."""
+    servers = [server_file] + ([best["server"]] if best else [])
+    state_files = [e["file"] for e in states.values() if e["file"]]
+    if best:
+        state_files += [e["file"] for e in best["states"].values() if e["file"]]
+    return list(dict.fromkeys(servers)), list(dict.fromkeys(state_files))
 
 
 def _read_entries(data: dict[str, dict[str, Any]]) -> dict[int, Entry]:

@@ -6,7 +6,9 @@ resume and interrupts. The other commands have their own modules: re-scoring a f
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import os
 import signal
 import time
 import traceback
@@ -21,8 +23,15 @@ from fedfew.engine import serialize
 from fedfew.engine.engines import Launch
 from fedfew.engine.simulator import DivergedError, LossGuard, NothingTrainedError, Simulator
 from fedfew.engines import ENGINES
-from fedfew.errors import FedfewError, RunFailedError, RunInterrupted
+from fedfew.errors import FedfewError, RunFailedError, RunInterrupted, UsageError
 from fedfew.experiment import EngineFactory, Experiment, build_experiment, dataset_cache
+from fedfew.integrity import (
+    RESUME_CHANGEABLE,
+    config_digest,
+    data_changed,
+    note_not_recorded,
+    sha256_bytes,
+)
 from fedfew.model_check import check_model_runs
 from fedfew.privacy.membership import membership_inference
 from fedfew.progress import progress_bar
@@ -34,10 +43,22 @@ from fedfew.results import (
     privacy_line,
     summarise,
 )
-from fedfew.runfolder import RunFolder, RunFolderError, check_output_base, new_run_path, strict_json
+from fedfew.runfolder import (
+    PENDING_RESULTS,
+    STATUSES,
+    RunFolder,
+    RunFolderError,
+    check_output_base,
+    new_run_path,
+    strict_json,
+)
 from fedfew.tracking import Trackers
 
 logger = logging.getLogger(__name__)
+
+
+class DataChangedError(UsageError):
+    """The data a run recorded is not the data there now (a resume would train on other data)."""
 
 
 class RunCrashedError(RunFailedError):
@@ -121,9 +142,42 @@ def new_run(config: ExperimentConfig, out_base: str | Path | None = None, engine
     config = with_resolved_root(config)
     folder = RunFolder(new_run_path(out_base or config.runtime.output_dir, config.name))
     folder.write_config(config)
+    written = load_config(folder.path / "config.yaml")  # the config as a resume reads it back
     folder.set_status("running", round=0, rounds=config.federation.rounds, name=config.name,
-                      algorithm=config.algorithm.name, engine=engine or config.runtime.engine)
+                      algorithm=config.algorithm.name, engine=engine or config.runtime.engine,
+                      config_sha256=config_digest(written.model_dump(mode="json")))
     return folder
+
+
+def check_run_folder(folder: RunFolder, command: str) -> dict[str, Any]:
+    """The status of a run folder ``command`` may use: a config.yaml and a readable status.json with a
+    known status (a folder without one is not a run, or has lost the record of its version and config)."""
+    if not (folder.path / "config.yaml").is_file():
+        raise RunFolderError(f"{folder.path} is not a fedfew run folder (no config.yaml)")
+    path = folder.path / "status.json"
+    if not path.is_file():
+        raise RunFolderError(f"{folder.path} is not a fedfew run folder (no status.json): {command} needs the run's "
+                             "record of its status, version and config; start a new run with `fedfew run`")
+    recorded = folder.read_status()
+    if recorded.get("status") not in STATUSES:
+        raise RunFolderError(f"{path} is unreadable or names no status ({recorded.get('status')!r}): {command} "
+                             "cannot tell which version wrote the run; start a new run with `fedfew run`")
+    return recorded
+
+
+def check_config_unchanged(folder: RunFolder, recorded: dict[str, Any], command: str) -> None:
+    """Refuse a run whose config.yaml was edited since the run started, beyond what may change
+    (:data:`fedfew.integrity.RESUME_CHANGEABLE`); a folder older than the record is used unchecked."""
+    expected = recorded.get("config_sha256")
+    path = folder.path / "config.yaml"
+    if not isinstance(expected, str):
+        note_not_recorded(path, "the config")
+        return
+    if config_digest(load_config(path).model_dump(mode="json")) != expected:
+        raise ConfigError(f"{path} has changed since the run started: {command} uses the config the run was "
+                          f"started with (only {', '.join(k + '.*' if '.' not in k else k for k in RESUME_CHANGEABLE)}"
+                          " may change, in the file or with --set runtime.KEY=VALUE); restore it, or start a new run "
+                          "with the new config")
 
 
 def resume_run(path: str | Path, overrides: list[str] | None = None, progress: bool | None = None,
@@ -133,9 +187,7 @@ def resume_run(path: str | Path, overrides: list[str] | None = None, progress: b
     written by another fedfew version or other number code is refused unless ``allow_other_version``
     (its rounds would then come from two versions: the summary records both)."""
     folder = RunFolder(path)
-    if not (folder.path / "config.yaml").is_file():
-        raise RunFolderError(f"{folder.path} is not a fedfew run folder (no config.yaml)")
-    recorded = folder.read_status()
+    recorded = check_run_folder(folder, "fedfew resume")
     status = recorded.get("status")
     if status == "complete":
         raise RunFolderError(f"run {folder.path} is complete: nothing to resume (`fedfew evaluate` re-scores it)")
@@ -152,6 +204,7 @@ def resume_run(path: str | Path, overrides: list[str] | None = None, progress: b
     bad = [o for o in overrides or [] if not o.split("=", 1)[0].strip().startswith("runtime.")]
     if bad:
         raise ConfigError(f"fedfew resume takes only runtime.* overrides (the run's config is fixed); got {bad[0]!r}")
+    check_config_unchanged(folder, recorded, "fedfew resume")
     config = load_config(folder.path / "config.yaml", overrides)
     engine = ENGINES.get(config.runtime.engine)
     if engine.runs_elsewhere:
@@ -188,12 +241,18 @@ def _train(folder: RunFolder, config: ExperimentConfig, progress: bool | None, l
     start = time.perf_counter()
     try:
         experiment = build_experiment(config)
-        folder.write_data(data_record(experiment))  # what data the run used: RUN/data.json
+        record = data_record(experiment)
+        if resume:
+            check_same_data(folder, record)
+        folder.write_data(record)  # what data the run used: RUN/data.json
         simulator = experiment.simulator(states_dir=folder.states_dir, engine_factory=engine_factory)
     except KeyboardInterrupt:  # while reading the data or starting the workers: nothing new finished
         done = folder.read_status().get("round", 0)
         folder.set_status("interrupted", round=done)
         raise RunInterrupted(folder.path, done, config.federation.rounds, "while the run was being set up") from None
+    except DataChangedError:  # refused before any work: the run stands as it was, resumable on its data
+        folder.set_status("interrupted", round=folder.read_status().get("round", 0))
+        raise
     except FedfewError as err:
         folder.set_status("failed", error=str(err))
         raise
@@ -207,6 +266,23 @@ def _train(folder: RunFolder, config: ExperimentConfig, progress: bool | None, l
         raise
     finally:
         simulator.engine.close()
+
+
+def check_same_data(folder: RunFolder, record: dict[str, Any]) -> None:
+    """Refuse to go on with a run whose data source changed since it recorded it (data.json)."""
+    path = folder.path / "data.json"
+    try:
+        recorded = json.loads(path.read_text())
+    except (OSError, ValueError):
+        recorded = None
+    if not isinstance(recorded, dict) or recorded.get("source") is None or recorded.get("fingerprint") is None:
+        if isinstance(recorded, dict) and recorded.get("source") is not None and "fingerprint" not in recorded:
+            note_not_recorded(path, "the data source's content")  # an older run folder
+        return
+    why = data_changed(recorded, record)
+    if why is not None:
+        raise DataChangedError(f"the data of run {folder.path} has changed: {why}; restore the data the run started "
+                               f"on (recorded in {path}) or start a new run")
 
 
 def _failed(folder: RunFolder, err: BaseException, where: str) -> RunFailedError:
@@ -311,12 +387,15 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
         if not trained:
             trackers.close(failed=True)
     try:
-        folder.save_model(simulator, outcome["selected_round"])
+        model_sha256 = folder.save_model(simulator, outcome["selected_round"])
         # This sitting's time and the earlier sittings' rounds: simulator.state.seconds now holds this
         # sitting's rounds too, so it is read at the checkpoint (seconds_before), not here.
         seconds = time.perf_counter() - start + seconds_before
         summary = summarise(config, outcome, seconds, experiment.context)
         summary["data_seconds"] = round(experiment.data_seconds, 2)
+        chosen = simulator.engine.compute.chosen
+        if chosen is not None and chosen.asked != "fp32":  # which precision ran and why (auto: the hardware's)
+            summary["precision"] = chosen.to_json()
         if resume:  # also tells fedfew.study.runfolders.run_seconds that these seconds count each sitting once
             summary["seconds_resumed_from"] = round(seconds_before, 2)
         attack = config.eval.membership_inference  # opt-in: the selected model against its members
@@ -338,10 +417,11 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
             _warn_participation(config, summary)
         if summary.get("below_initial"):
             logger.warning("%s", below_initial_message(summary))
-        _write_results(folder, config, outcome, summary)
+        summary_sha256 = _write_results(folder, config, outcome, summary)
         trackers.finish(summary)
         trackers.close()
-        folder.set_status("complete", round=rounds, selected_round=outcome["selected_round"])
+        folder.set_status("complete", round=rounds, selected_round=outcome["selected_round"],
+                          summary_sha256=summary_sha256, model_sha256=model_sha256)
     except KeyboardInterrupt:
         trackers.close(failed=True)
         raise interrupted("while the results were being written") from None
@@ -382,10 +462,20 @@ _progress_bar = progress_bar  # the old name
 
 
 def _write_results(folder: RunFolder, config: ExperimentConfig, outcome: dict[str, Any],
-                   summary: dict[str, Any]) -> None:
-    """The complete-run files, summary.json last: a script that finds it finds the others."""
+                   summary: dict[str, Any]) -> str:
+    """The complete-run files, summary.json first: results.md, accuracy.png and model/ are made under
+    hidden names and renamed after it, so a run cut short at any instant leaves no results.md or
+    model/ without a summary (and status.json says complete only after all of them). Returns the
+    SHA-256 of summary.json, which status.json records."""
     line = privacy_line(summary)  # a private run's guarantee under its table
-    serialize.atomic_write_text(folder.path / "results.md", f"# {config.name}\n\n" + markdown_table([summary]) +
+    pending_md, pending_png = (folder.path / PENDING_RESULTS[name] for name in ("results.md", "accuracy.png"))
+    serialize.atomic_write_text(pending_md, f"# {config.name}\n\n" + markdown_table([summary]) +
                                 (f"\n{line}\n" if line else ""))
-    plot_curves({config.algorithm.name: outcome["history"]}, folder.path / "accuracy.png", config.name)
-    serialize.atomic_write_text(folder.path / "summary.json", strict_json(summary, indent=2) + "\n")
+    plot_curves({config.algorithm.name: outcome["history"]}, pending_png, config.name)
+    text = strict_json(summary, indent=2) + "\n"
+    serialize.atomic_write_text(folder.path / "summary.json", text)
+    os.replace(pending_md, folder.path / "results.md")
+    if pending_png.is_file():
+        os.replace(pending_png, folder.path / "accuracy.png")
+    folder.publish_model()
+    return sha256_bytes(text.encode())

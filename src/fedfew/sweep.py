@@ -4,12 +4,13 @@ that ``fedfew run`` writes for several configs."""
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 from typing import cast
 
 import yaml
 
-from fedfew.config import ConfigError, ExperimentConfig, load_config
+from fedfew.config import ConfigError, ExperimentConfig, load_config, load_yaml, resolve_key
 from fedfew.experiment import dataset_cache
 from fedfew.jsontypes import JSONObject, JSONValue
 from fedfew.results import markdown_table, plot_curves
@@ -20,33 +21,69 @@ __all__ = ["parse_grid", "sweep", "sweep_configs", "write_comparison"]
 
 
 def parse_grid(items: list[str]) -> list[tuple[str, list[JSONValue]]]:
-    """``key=v1,v2`` items -> [(key, [v1, v2])], values parsed as YAML."""
-    grid = []
+    """``key=v1,v2`` items -> [(key, [v1, v2])], values parsed as YAML (:func:`fedfew.yaml12.load_yaml`).
+    A key given in two items, an empty value list or an empty value is refused: each would run points
+    other than the labels say."""
+    grid: list[tuple[str, list[JSONValue]]] = []
+    seen: dict[str, str] = {}
     for item in items:
         if "=" not in item:
             raise ConfigError(f"--grid {item!r} must look like key=v1,v2,...")
         key, values = item.split("=", 1)
+        key = key.strip()
+        path = resolve_key(key)
+        if path in seen:
+            raise ConfigError(f"--grid {key}: {path} is already swept by --grid {seen[path]}; give its values in one "
+                              "--grid (key=v1,v2)")
+        seen[path] = item
+        texts = values.split(",")
+        if not values.strip() or any(not v.strip() for v in texts):
+            raise ConfigError(f"--grid {key}: an empty value in {values!r}; give values separated by commas (null "
+                              f"for none), e.g. --grid {key}=1,2")
         try:
-            grid.append((key.strip(), [yaml.safe_load(v) for v in values.split(",")]))
-        except yaml.YAMLError:
-            raise ConfigError(f"--grid {key.strip()}: values {values!r} are not valid YAML") from None
+            grid.append((key, [cast("JSONValue", load_yaml(v)) for v in texts]))
+        except yaml.YAMLError as err:
+            raise ConfigError(f"--grid {key}: values {values!r} are not valid YAML ({err})") from None
     return grid
 
 
 def sweep_configs(config_path: str | Path | dict[str, object], grid: list[tuple[str, list[JSONValue]]],
                   overrides: list[str]) -> list[tuple[str, ExperimentConfig]]:
-    """(label, config) for every point of the grid, all validated."""
+    """(label, config) for every point of the grid, all validated. A key both swept and set (``--set``) is
+    refused, and so are two values of a key that resolve to the same config (``1,1.0``, ``0.001,1e-3``):
+    each would label a point that did not run as asked."""
     keys = [k for k, _ in grid]
+    set_keys = {resolve_key(o.split("=", 1)[0]): o for o in overrides if "=" in o}
+    for key in keys:
+        if resolve_key(key) in set_keys:
+            raise ConfigError(f"--grid {key}: also set by --set {set_keys[resolve_key(key)]}; sweep it or set it, "
+                              "not both")
     points = []
+    resolved: dict[str, tuple[JSONValue, ...]] = {}
     for combo in itertools.product(*[v for _, v in grid]):
         assignments = [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip().removesuffix('...').strip()}"
                        for k, v in zip(keys, combo)]
         label = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in zip(keys, combo))
         try:
-            points.append((label, load_config(config_path, overrides + assignments)))
+            config = load_config(config_path, overrides + assignments)
         except ConfigError as err:  # name the grid point: the other points may be fine
             raise ConfigError(f"grid point {', '.join(assignments)}: {err}") from None
+        same = resolved.setdefault(_key(config), combo)
+        if same is not combo:  # another point of the product: some value reads as one already swept
+            key, a, b = next(((k, x, y) for k, x, y in zip(keys, same, combo) if x != y or type(x) is not type(y)
+                              or x is not y), (keys[0], same[0], combo[0]))
+            raise ConfigError(f"--grid {key}: {a!r} and {b!r} are the same value once read ({label}): the two "
+                              "points would run the same config; give each value once")
+        points.append((label, config))
     return points
+
+
+def _key(config: ExperimentConfig) -> str:
+    """What a point runs: its config without its name, the algorithm's options as read (``1e-3`` is 0.001)."""
+    data = config.model_dump(mode="json")
+    data.pop("name", None)
+    data["algorithm"]["options"] = config.algorithm_options().model_dump(mode="json")
+    return json.dumps(data, sort_keys=True)
 
 
 def sweep(config_path: str | Path | dict[str, object], grid: list[tuple[str, list[JSONValue]]], overrides: list[str],

@@ -26,10 +26,16 @@ def data_root(root: str | Path | None) -> tuple[Path, str]:
     """The data folder and where it came from: ``root`` if given (``dataset.root``, also set by
     ``--set dataset.root=PATH``), else ``$FEDFEW_DATA``, else ``./data``."""
     if root is not None:
-        return Path(root).expanduser(), "dataset.root"
-    if os.environ.get("FEDFEW_DATA"):
-        return default_data_root(), "$FEDFEW_DATA"
-    return default_data_root(), "the default ./data"
+        folder, where = Path(root).expanduser(), "dataset.root"
+    elif os.environ.get("FEDFEW_DATA"):
+        folder, where = default_data_root(), "$FEDFEW_DATA"
+    else:
+        folder, where = default_data_root(), "the default ./data"
+    if folder.exists() and not folder.is_dir():  # else every dataset would be "missing" under a file
+        raise DataError(f"data folder {folder} ({where}) is a file, not a folder: set "
+                        f"{where if where != 'the default ./data' else 'dataset.root or $FEDFEW_DATA'} to the folder "
+                        "that holds the datasets")
+    return folder, where
 
 
 def load_dataset(name: str, root: str | Path | None = None, **options: Any) -> LabelledDataset:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ from fedfew.data.registry import DATASETS
 from fedfew.data.splits import default_split
 from fedfew.data.text import check_sentence_encoder, text_dataset
 from fedfew.data.text_options import text_options
+
+logger = logging.getLogger(__name__)
 
 Row = tuple[str, Any, Any]  # (text, label, group or None)
 
@@ -44,6 +47,32 @@ def _text(value: Any, where: str, field: str) -> str:
     return value
 
 
+def _unique_fields(where: str) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
+    """A ``json.loads`` hook refusing a field given twice in one object (plain JSON keeps the last)."""
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out:
+                raise DataError(f"{where} gives the field {key!r} twice; give it once")
+            out[key] = value
+        return out
+
+    return hook
+
+
+#: Above this share of empty texts a warning says so (every text empty is an error: nothing to learn).
+EMPTY_WARNING = 0.1
+
+
+def _check_texts(texts: list[str], path: Path, dataset: str) -> None:
+    empty = sum(1 for t in texts if not t.strip())
+    if empty == len(texts):
+        raise DataError(f"{dataset}: every text in {path} is empty ({empty} rows); check dataset.options.text_field")
+    if empty > EMPTY_WARNING * len(texts):
+        logger.warning("%s: %d of the %d texts in %s are empty (%.0f%%): they carry only their label",
+                       dataset, empty, len(texts), path, 100 * empty / len(texts))
+
+
 def _jsonl_rows(path: Path, dataset: str, fields: tuple[str, str, str | None]) -> Iterator[Row]:
     text_field, label_field, group_field = fields
     try:
@@ -53,7 +82,7 @@ def _jsonl_rows(path: Path, dataset: str, fields: tuple[str, str, str | None]) -
                     continue
                 where = f"{dataset}: {path} line {line_no}"
                 try:
-                    row = json.loads(line)
+                    row = json.loads(line, object_pairs_hook=_unique_fields(where))
                 except json.JSONDecodeError as err:
                     raise DataError(f"{where} is not valid JSON ({err})") from None
                 if not isinstance(row, dict):
@@ -97,6 +126,7 @@ def _build(
     if not rows:
         raise DataError(f"{dataset}: {path} holds no texts")
     texts = [r[0] for r in rows]
+    _check_texts(texts, path, dataset)
     labels, class_names = encode_labels([r[1] for r in rows], f"{dataset}: {path}", numeric_strings)
     extras: dict[str, Any] = {"path": str(path)}
     groups = encode_groups([r[2] for r in rows] if rows[0][2] is not None else None, f"{dataset}: {path}", extras)

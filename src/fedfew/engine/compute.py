@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
+from fedfew.engine.precision import Precision, choose_precision
 from fedfew.errors import UsageError
 
 
@@ -49,15 +50,18 @@ def tf32_allowed(allowed: bool) -> Iterator[None]:
 @dataclass(frozen=True)
 class Compute:
     device: torch.device = torch.device("cpu")
-    precision: str = "fp32"
+    precision: str = "fp32"  # what runs: fp32, tf32 or bf16 (``auto`` resolved)
+    #: What was asked and why this precision runs (:func:`fedfew.engine.precision.choose_precision`).
+    chosen: Precision | None = field(default=None, compare=False)
 
     @classmethod
     def from_runtime(cls, device: str, precision: str) -> Compute:
         resolved = resolve_device(device)
         if precision == "tf32" and resolved.type != "cuda":
             raise DeviceError(f"runtime.precision=tf32 is a CUDA mode; runtime.device={device} runs on "
-                              f"{resolved.type} (use fp32 or bf16)")
-        return cls(resolved, precision)
+                              f"{resolved.type} (use fp32, bf16 or auto)")
+        chosen = choose_precision(precision, resolved.type)
+        return cls(resolved, chosen.ran, chosen)
 
     @property
     def is_default(self) -> bool:

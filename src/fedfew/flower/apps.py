@@ -39,13 +39,13 @@ client_app = ClientApp()
 # -- the server ------------------------------------------------------------------------------------
 def run_settings(run_config: UserConfig) -> tuple[JSONObject, str | None]:
     """(config as a dict, run folder) from the run configuration."""
-    import yaml
+    from fedfew.yaml12 import load_yaml
 
     encoded = str(run_config.get("fedfew-config") or "")
     if encoded:
         config = json.loads(base64.b64decode(encoded))
     elif run_config.get("config-file"):
-        config = yaml.safe_load(Path(str(run_config["config-file"])).read_text())
+        config = load_yaml(Path(str(run_config["config-file"])).read_text())
     else:
         raise ValueError("fedfew's ServerApp needs --run-config 'config-file=\"CONFIG.yaml\"' (or fedfew-config)")
     return config, (str(run_config["run-dir"]) if run_config.get("run-dir") else None)

@@ -30,7 +30,7 @@ def _write(path: Path, data: bytes, private: bool = False) -> None:
 
 def make_tls(folder: Path, hosts: list[str], days: int = 365) -> dict[str, Path]:
     """A CA and a SuperLink certificate for ``hosts`` (names or IP addresses) under ``folder``."""
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     ca_key = ec.generate_private_key(ec.SECP384R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fedfew federation CA")])
     ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())

@@ -4,7 +4,6 @@ and make the store record of its result."""
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import TypeGuard
@@ -14,7 +13,7 @@ from fedfew.jsontypes import JSONObject
 from fedfew.runfolder import RunFolder
 from fedfew.study.folders import existing_run
 from fedfew.study.grid import Cell
-from fedfew.study.runfolders import evaluated_history, finished, run_seconds
+from fedfew.study.runfolders import evaluated_history, finished, read_summary, run_seconds
 from fedfew.study.schema import Study
 from fedfew.study.sittings import noted_sitting, run_usage
 from fedfew.study.store import CodeVersion, StudyRecord, make_record, metric
@@ -35,7 +34,7 @@ def run_cell(cell: Cell, folder: Path) -> tuple[JSONObject, Path]:
 
     previous = existing_run(folder)
     if previous is not None and finished(previous):
-        return json.loads((previous / "summary.json").read_text()), previous
+        return read_summary(previous), previous
     if continues(previous):
         log.info("resuming %s in %s", cell.title, previous)
         return resume_run(previous, progress=False), previous

@@ -59,6 +59,10 @@ def make_choice(study: Study, root: Path, store_base: Path, name: str) -> MadeCh
     reference = results.values.get((choice.against, choice.setting), {}) if choice.against else {}
     missing = [m for m in [*choice.candidates, *([choice.against] if choice.against else [])]
                if set(results.values.get((m, choice.setting), {})) < set(seeds)]
+    if missing and results.cells_without_metric:  # stored, yet without the number: waiting would not help
+        raise StudyError(f"study {study.name}, choice {name}: {results.cells_without_metric} stored cell(s) at the "
+                         f"{choice.budget} budget have no {choice.metric} in their records (a validation number needs "
+                         "runs with a validation split, splits.val); the choice cannot be made from them")
     candidates = []
     for method in choice.candidates:
         values = {s: v for s, v in results.values.get((method, choice.setting), {}).items() if s in seeds}

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fedfew.study.grid import parse_seeds
+from fedfew.study.options import check_figure, check_folder, check_root, check_store
 from fedfew.study.schema import Study, StudyError, load_study
 
 if TYPE_CHECKING:
@@ -17,6 +18,16 @@ if TYPE_CHECKING:
 
 def _store(args: argparse.Namespace, root: Path) -> Path:
     return Path(args.store) if args.store else root / "studies" / "store"
+
+
+def _checked(args: argparse.Namespace, study: Study, root: Path, write: bool) -> Path:
+    """The store and the run folders' base ``--runs`` (where the command has one), checked before any
+    work (:mod:`fedfew.study.options`); with ``write``, that they can be written."""
+    store = _store(args, root)
+    check_store(store, study.name, write)
+    if getattr(args, "runs", None) is not None:
+        check_folder(Path(args.runs), "--runs", write=write)
+    return store
 
 
 def _store_option(args: argparse.Namespace, root: Path) -> str | None:
@@ -37,7 +48,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     study, root = load_study(args.study)
     seeds = parse_seeds(args.seeds) if args.seeds is not None else None  # --seeds "": an error, not the default
-    counts = run_study(study, root, args.budget, _store(args, root), Path(args.runs), seeds, args.set, args.new_code,
+    counts = run_study(study, root, args.budget, _checked(args, study, root, write=True), Path(args.runs), seeds, args.set, args.new_code,
                        reuse=not args.no_reuse, methods=args.method)
     held = f", {counts['held']} left to other processes" if counts.get("held") else ""
     reused = f", {counts['reused']} copied from other studies' stores" if counts.get("reused") else ""
@@ -51,7 +62,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     from fedfew.study.verify import verify_study
 
     study, root = load_study(args.study)
-    done = verify_study(study, root, args.budget, _store(args, root), Path(args.runs), args.per_method, args.set)
+    done = verify_study(study, root, args.budget, _checked(args, study, root, write=True), Path(args.runs), args.per_method, args.set)
     print(done["verdict"])  # after the drift table verify_study printed
     return 0
 
@@ -60,10 +71,20 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from fedfew.study.report import collect, curve_figure, curve_keys, figure, markdown
 
     study, root = load_study(args.study)
+    _checked(args, study, root, write=False)
+    if args.figure:
+        check_figure(args.figure, "--figure")
+    if args.curve:
+        check_figure(args.curve[1], f"--curve {args.curve[0]}")
     if args.budgets is not None:
         return _report_budgets(args, study, root)
     study.budget(args.budget or study.docs_budget)  # a budget that does not exist: one line, exit 2
     results = collect(study, root, _store(args, root), args.budget)
+    if results.cells_found and results.cells_without_metric == results.cells_found:
+        kept = sorted(results.run_records[0]["metrics"]) if results.run_records else []
+        raise StudyError(f"metric {results.study.metric}: none of the {results.cells_found} stored cells of study "
+                         f"{study.name} at budget {results.budget} has it (their records keep {', '.join(kept)}); "
+                         "check the study's metric")
     if args.curve:  # before the report: a curve that cannot be drawn is one line, not a report and a shrug
         key, known = args.curve[0], curve_keys(results)
         where = f"study {study.name} at budget {results.budget}"
@@ -118,7 +139,7 @@ def _cmd_choose(args: argparse.Namespace) -> int:
     from fedfew.study.choose import choice_markdown, make_choice
 
     study, root = load_study(args.study)
-    made = make_choice(study, root, _store(args, root), args.choice)
+    made = make_choice(study, root, _checked(args, study, root, write=False), args.choice)
     print(choice_markdown(made, study, args.study), end="")
     return 0 if not made.missing else 1
 
@@ -128,6 +149,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
     from fedfew.study.status import budget_status, status_text
     from fedfew.study.store import current_code
 
+    if not args.studies:
+        check_root(Path(args.root))
     paths = [Path(p) for p in args.studies] or study_files(Path(args.root))
     if not paths:
         raise StudyError(f"no study files: none given and none in {Path(args.root) / 'studies'}")
@@ -142,6 +165,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     try:
         for path in paths:
             study, root = load_study(path)
+            _checked(args, study, root, write=False)
             if args.budget is not None and args.studies:
                 study.budget(args.budget)  # a budget a named study does not have: one line, exit 2
             # smoke budgets are the test suite's (seconds, never stored): left out unless asked for by name
@@ -164,7 +188,10 @@ def _cmd_docs(args: argparse.Namespace) -> int:
     from fedfew.study.report import collect
 
     root = Path(args.root)
+    check_root(root)
     store = Path(args.store) if args.store else None
+    if store is not None:
+        check_folder(store, "--store", write=False)
     collected: Collected = {}
     changed = write_docs(root, store, collected)
     print(f"{len(changed)} page(s) rewritten" + (f": {', '.join(str(p) for p in changed)}" if changed else ""))

@@ -51,7 +51,13 @@ class Cell:
 
 def config_hash(config: ExperimentConfig) -> str:
     """A short hash of the parts of a resolved config that decide its numbers."""
-    data = config.model_dump(mode="json")
+    return dump_hash(config.model_dump(mode="json"))
+
+
+def dump_hash(dump: Mapping[str, JSONValue]) -> str:
+    """:func:`config_hash` of a config's JSON dump (a store record's ``config``: a record is checked
+    against the hash of its own config, not only its file name)."""
+    data = json.loads(json.dumps(dump))  # a deep copy
     data.pop("name", None)  # the label of the run folder, made from the cell's names
     for section, keys in NOT_IN_KEY.items():
         for key in keys:

@@ -11,6 +11,7 @@ import json
 import logging
 from pathlib import Path
 
+from fedfew.study.grid import dump_hash
 from fedfew.study.store import FORMAT, CodeVersion, ResultStore, StudyRecord, stored_elsewhere
 
 log = logging.getLogger(__name__)
@@ -53,9 +54,18 @@ def problem(record: object, path: Path | None = None) -> str | None:
         value = record.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, types)):
             return f"{key!r} is {json.dumps(value)[:40]}, not {' or '.join(t.__name__ for t in types)}"
+    # A record is its config's: the hash of the config it holds, and the seed in it, must be the ones it
+    # is filed under (a record copied in from another cell, its config_hash edited to match, is not).
+    own = dump_hash(record["config"])
+    if own != record["config_hash"]:
+        return f"its config hashes to {own}, not to its config_hash {record['config_hash']}"
+    if record["config"].get("seed") != record["seed"]:
+        return f"its seed is {record['seed']} but its config's is {json.dumps(record['config'].get('seed'))}"
     # The file's name is how `study run` finds a cell: a record under another name is not that cell's.
     if path is not None and path.name != f"{record['config_hash']}-{code['source']}.json":
         return f"its config hash and code say {record['config_hash']}-{code['source']}.json"
+    if path is not None and record["study"] != path.parent.name:
+        return f"it is a record of study {record['study']!r}, filed in the store of {path.parent.name!r}"
     return None
 
 

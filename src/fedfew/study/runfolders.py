@@ -38,6 +38,43 @@ def finished(run_folder: Path | None) -> bool:
         and (run_folder / "summary.json").is_file()
 
 
+def read_summary(run_folder: Path) -> JSONObject:
+    """A finished run's summary.json, checked against the SHA-256 its status.json recorded when the run
+    completed (a summary edited since is refused, naming it; one of an older run has none: used as is)."""
+    from fedfew.integrity import note_not_recorded, verify_file
+
+    path = run_folder / "summary.json"
+    expected = run_status(run_folder).get("summary_sha256")
+    if isinstance(expected, str):
+        verify_file(path, expected, "the study")
+    else:
+        note_not_recorded(path, "the summary")
+    summary: JSONObject = json.loads(path.read_text())
+    if not isinstance(expected, str):
+        _check_against_checkpoint(run_folder, summary)
+    return summary
+
+
+def _check_against_checkpoint(run_folder: Path, summary: JSONObject) -> None:
+    """An older run's summary (no checksum) against its own last checkpoint: a run that selected no best
+    round reports the last round's test score, which ``checkpoint/run.json`` keeps (``last_test``)."""
+    from fedfew.integrity import DamagedFileError
+
+    try:
+        manifest = json.loads((run_folder / "checkpoint" / "run.json").read_text())
+    except (OSError, ValueError):
+        return
+    last, test = manifest.get("last_test"), summary.get("test")
+    if manifest.get("best") is not None or not isinstance(last, dict) or not isinstance(test, dict):
+        return
+    if manifest.get("round") != summary.get("rounds") or "accuracy" not in last:
+        return
+    if test.get("accuracy") != last["accuracy"]:
+        raise DamagedFileError(f"{run_folder / 'summary.json'} says test accuracy {test.get('accuracy')!r} but the "
+                               f"run's last checkpoint recorded {last['accuracy']!r}: the study refuses it; restore it "
+                               "or run the cell again")
+
+
 def metrics_rows(run_folder: Path) -> list[MetricsRow]:
     """A run folder's metrics.jsonl, one dict a round (none when the run has not logged one)."""
     path = run_folder / "metrics.jsonl"

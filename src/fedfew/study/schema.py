@@ -46,6 +46,7 @@ import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -55,6 +56,7 @@ from pydantic import (
 
 from fedfew.config import DuplicateKeyError, load_yaml
 from fedfew.errors import UsageError
+from fedfew.yaml12 import MAX_BYTES, TooLargeError, YamlNumberError
 
 #: The pseudo-method name a claim uses for the untrained control row.
 CONTROL = "control"
@@ -109,8 +111,17 @@ def _distinct_names(names: list[str]) -> list[str]:
     return names
 
 
-#: The seeds of a study or a budget: one or more, each once.
-Seeds = Annotated[list[int], Field(min_length=1), AfterValidator(_distinct_seeds)]
+def _not_bool(value: object) -> object:
+    if isinstance(value, bool):  # YAML's true is an int to pydantic: `seeds: [true]` would be seed 1
+        raise ValueError(f"{value!r} is not a seed; give an integer")
+    return value
+
+
+#: The seeds of a study or a budget: one or more integers (not true/false), each once.
+Seeds = Annotated[list[Annotated[int, BeforeValidator(_not_bool)]], Field(min_length=1),
+                  AfterValidator(_distinct_seeds)]
+#: A value a paper reports, in percent (6340 is a typo for 63.40, never a score).
+Percent = Annotated[float, Field(ge=0, le=100)]
 #: A budget's or a table's rows or columns: one or more, each once (an empty list would silently mean all).
 Names = Annotated[list[str], Field(min_length=1), AfterValidator(_distinct_names)]
 
@@ -180,7 +191,7 @@ class Control(_Strict):
 
 class PaperColumns(_Strict):
     source: str
-    values: dict[str, dict[str, float | None]] = Field(default_factory=dict)
+    values: dict[str, dict[str, Percent | None]] = Field(default_factory=dict)
 
 
 #: A claim id as a study file may give it, or as :func:`claim_id` makes it: cited by the docs' prose
@@ -204,7 +215,8 @@ def claim_id(setting: str, order: list[str]) -> str:
 
 class Claim(_Strict):
     setting: str
-    order: list[str] = Field(min_length=2)
+    #: The rows from best to worst, each once (a row twice could never be judged: "not resolved").
+    order: Annotated[list[str], Field(min_length=2), AfterValidator(_distinct_names)]
     source: str = ""
     #: How the docs cite it and ``families`` name it (default: :func:`claim_id`).
     id: str | None = Field(default=None, pattern=CLAIM_ID)
@@ -271,8 +283,14 @@ class Choice(_Strict):
     title: str = ""
 
 
+#: The longest study name: it names the store's folder and begins every cell's run folder name.
+MAX_NAME = 100
+
+
 class Study(_Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    #: Letters, digits, ``_``, ``-`` and ``.``, not first: ``.``, ``..`` or ``.hidden`` would put records
+    #: beside other studies, in the store's parent or out of sight.
+    name: str = Field(pattern=r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$", max_length=MAX_NAME)
     title: str = ""
     config: str | None = None
     set: Overrides = Field(default_factory=dict)
@@ -518,9 +536,14 @@ def load_study(path: str | Path) -> tuple[Study, Path]:
     if not path.is_file():
         raise StudyError(f"study file {path} does not exist")
     try:
+        if path.stat().st_size > MAX_BYTES:  # refused unread
+            raise StudyError(f"study file {path} is {path.stat().st_size:,} bytes, above the {MAX_BYTES:,} a study "
+                             "file may hold")
         data = load_yaml(path.read_text())
     except DuplicateKeyError as err:  # plain YAML keeps the last of the two silently
         raise StudyError(f"study file {path}: {err}; remove one of them") from None
+    except (YamlNumberError, TooLargeError) as err:
+        raise StudyError(f"study file {path}: {err}") from None
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         raise StudyError(f"study file {path} is not valid YAML: {' '.join(str(err).split())}") from None
     if not isinstance(data, dict):

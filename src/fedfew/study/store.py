@@ -8,6 +8,7 @@ Records are written to a temporary name and renamed: an interrupted write never 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -243,10 +244,16 @@ class ResultStore:
     def put(self, record: StudyRecord) -> Path:
         code = CodeVersion.from_json(record["code"])
         path = self._path(record["config_hash"], code)
-        self.folder.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-        os.replace(tmp, path)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+            os.replace(tmp, path)
+        except OSError as err:  # a full disk, a file where the folder should be: name the record
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            raise StudyError(f"cannot write store record {path}: {err.strerror or err}; the run's folder keeps its "
+                             "result, and the same command stores it once there is room") from None
         return path
 
 
