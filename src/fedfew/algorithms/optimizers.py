@@ -26,6 +26,9 @@ from torch.optim.sgd import sgd
 class LocalOptimizer(Protocol):
     """What an algorithm's training loop asks of an optimiser."""
 
+    #: the step size, which a schedule may change between steps (``lr_halving_episodes``)
+    lr: float
+
     def zero_grad(self, set_to_none: bool = True) -> None: ...
 
     def step(self) -> None: ...
