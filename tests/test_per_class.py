@@ -82,6 +82,8 @@ def test_stored_cells_keep_their_keys_and_per_class_makes_a_new_one() -> None:
     assert records, "no stored records to check"
     for path in records[:: max(1, len(records) // 60)]:  # a spread of studies, a few seconds in all
         record = json.loads(path.read_text())
+        if record["config"].get("privacy", {}).get("mechanism", "none") != "none":
+            continue  # issue 51 moved a DP cell's key with its guarantee (tests/test_privacy.py checks those)
         config = load_config(record["config"])
         assert config_hash(config) == record["config_hash"], path
     config = load_config(json.loads(records[0].read_text())["config"])

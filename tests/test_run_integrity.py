@@ -216,11 +216,15 @@ def test_an_interrupt_during_the_write_up_is_resumable_and_leaves_no_result(
 
 
 def test_sigterm_when_the_model_appears_then_resume(tmp_path: Path, proto_whole: dict[str, Any]) -> None:
+    # The model is written under its pending name first and becomes model/ only after summary.json
+    # (fedfew.runfolder.PENDING_MODEL): its appearance there is the write-up's start.
+    from fedfew.runfolder import PENDING_MODEL
+
     path = tmp_path / "proto.yaml"
     path.write_text(yaml.safe_dump(tiny_config("fl-proto", federation={"rounds": 2})))
     process = subprocess.Popen([*FEDFEW, "run", str(path), "--out", str(tmp_path / "out"), "--quiet"], cwd=REPO,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for(lambda: any((tmp_path / "out").glob("*/model/server.safetensors")), 180, process)
+    wait_for(lambda: any((tmp_path / "out").glob(f"*/{PENDING_MODEL}/server.safetensors")), 180, process)
     process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=60)
     (folder,) = list((tmp_path / "out").iterdir())

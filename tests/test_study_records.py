@@ -346,3 +346,20 @@ def test_verify_allows_drift_within_the_interval_only_across_environments(
     _restore(store, _with(record, 0.0, None))
     code, out, err = run_cli(["study", "verify", str(path), *args], capsys)
     assert code == 0 and "| not recorded → E1 | the same |" in out and "on all 1 re-run cells (exactly)" in out
+
+
+def test_a_record_of_a_section_older_than_its_newest_field_hashes_to_its_key() -> None:
+    """A store record holds the config as it was dumped when it ran: a section without the fields added
+    since (privacy's noise and accounting, issue 51) is as neutral as one holding them at their defaults, so
+    the record's own config still hashes to the key it is filed under."""
+    from fedfew.config import PrivacyConfig, load_config
+    from fedfew.study.grid import config_hash, dump_hash
+    from tests.tiny import tiny_config
+
+    config = load_config(tiny_config("fl-proto"))
+    dump = config.model_dump(mode="json")
+    older = {**dump, "privacy": {k: v for k, v in dump["privacy"].items() if k not in ("noise", "accounting")}}
+    assert dump_hash(older) == dump_hash(dump) == config_hash(config)
+    assert set(PrivacyConfig().model_dump()) > set(older["privacy"])
+    private = {**dump, "privacy": {**older["privacy"], "mechanism": "central-dp"}}
+    assert dump_hash(private) != dump_hash(dump)  # a section with a field off its default is not neutral

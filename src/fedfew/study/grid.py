@@ -72,9 +72,19 @@ def dump_hash(dump: Mapping[str, JSONValue]) -> str:
         holder = data
         for part in parents:
             holder = holder.get(part, {})
-        if key in holder and type(holder[key]) is type(neutral) and holder[key] == neutral:
+        if key in holder and _is_neutral(holder[key], neutral):
             del holder[key]
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _is_neutral(value: JSONValue, neutral: JSONValue) -> bool:
+    """Whether a config value is its neutral default. A whole section (a mapping) is neutral when every
+    field it holds is at the default: a record written before a field was added to the section holds the
+    section without it, and is as neutral as a new config holding the field at its default."""
+    if isinstance(neutral, dict):
+        return isinstance(value, dict) and set(value) <= set(neutral) \
+            and all(_is_neutral(item, neutral[name]) for name, item in value.items())
+    return type(value) is type(neutral) and value == neutral
 
 
 def assignments(overrides: Mapping[str, object]) -> list[str]:
