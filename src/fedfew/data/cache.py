@@ -4,7 +4,6 @@ one costs the computation, never a wrong value."""
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import tempfile
@@ -19,15 +18,6 @@ logger = logging.getLogger(__name__)
 def cache_dir() -> Path:
     """Where fedfew keeps computed files: ``$FEDFEW_CACHE`` if set, else ``~/.cache/fedfew``."""
     return Path(os.environ.get("FEDFEW_CACHE") or Path.home() / ".cache" / "fedfew").expanduser()
-
-
-def file_digest(path: Path) -> str:
-    """The SHA-256 of a file's bytes (its content, wherever it lies and whatever its time stamps)."""
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def cached_tensors(folder: str, key: str, compute: Callable[[], dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

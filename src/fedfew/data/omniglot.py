@@ -21,9 +21,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fedfew.data.cache import cached_tensors, file_digest
+from fedfew.data.cache import cached_tensors
 from fedfew.data.dataset import DataError, DataNotFoundError, LabelledDataset
 from fedfew.data.registry import DATASETS
+from fedfew.integrity import sha256_file
 
 OMNIGLOT_URL = (
     "Download images_background.zip and images_evaluation.zip from the official repository "
@@ -173,7 +174,7 @@ def _resized_npz(npz: Path, image_size: int | None, invert: bool) -> tuple[torch
     resizing 32,460 images of 105x105 is most of a run's data time, so the result is kept in the cache
     folder under the file's content digest, the options and the torch version (whose resize it is):
     the same bytes give the same tensors, read back instead of computed."""
-    key = f"{file_digest(npz)[:32]}-size{image_size}-invert{int(invert)}-torch{torch.__version__}"
+    key = f"{sha256_file(npz)[:32]}-size{image_size}-invert{int(invert)}-torch{torch.__version__}"
 
     def compute() -> dict[str, torch.Tensor]:
         raw, char_ids = _read_npz(npz)
