@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
-from fedfew.config import load_config
-from fedfew.engine.simulator import run_round
+from fedfew.config.validation import load_config
+from fedfew.engine.round import run_round
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -34,7 +34,7 @@ def main() -> int:
     parser.add_argument("--settings", nargs="+", default=["sequential", "workers2", "batched"])
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
-    from fedfew.experiment import build_experiment
+    from fedfew.run.experiment import build_experiment
 
     data_root = Path(os.environ.get("FEDFEW_SHARED_DATA", REPO.parent / "shared" / "data"))
     overrides = {"sequential": ["runtime.workers=0"], "workers2": ["runtime.workers=2"],

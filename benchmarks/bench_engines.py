@@ -41,7 +41,7 @@ def one_run(config: str, engine: str, rounds: int, out: Path, extra: list[str]) 
     # eval.every past the last round: only the last round evaluates (the final model's scores).
     sets = [f"federation.rounds={rounds}", f"eval.every={rounds + 1}", "runtime.checkpoint_every=0",
             *ENGINE_SETTINGS[engine], *extra]
-    args = [sys.executable, "-m", "fedfew.cli", "run", config, "--out", str(out), "--quiet"]
+    args = [sys.executable, "-m", "fedfew.cli.main", "run", config, "--out", str(out), "--quiet"]
     for item in sets:
         args += ["--set", item]
     started = time.perf_counter()

@@ -39,8 +39,8 @@ FAMILIES = {
 
 DRIVER = """
 import json, sys, time
-from fedfew.config import load_config
-from fedfew.experiment import build_experiment
+from fedfew.config.validation import load_config
+from fedfew.run.experiment import build_experiment
 config = load_config(sys.argv[1], json.loads(sys.argv[2]))
 start = time.perf_counter()
 experiment = build_experiment(config)

@@ -8,7 +8,7 @@ Runs CONFIG (default ``benchmarks/peers.yaml``) in a child process, as ``fedfew 
 does it (wrappers installed by the child before the run; nothing in fedfew is changed):
 
     interpreter   process start until the child's first line (Python start-up, site)
-    imports       ``import fedfew.cli, fedfew.runner`` (torch, pydantic, numpy, ...)
+    imports       ``import fedfew.cli.main, fedfew.run.runner`` (torch, pydantic, numpy, ...)
     config        load_config and the run folder
     data          build_experiment: dataset, partition, clients, test tasks, algorithm
     workers       Experiment.simulator: the model, the client states, the engine (worker processes)
@@ -21,7 +21,7 @@ does it (wrappers installed by the child before the run; nothing in fedfew is ch
     plot          accuracy.png (matplotlib)
     close         the engine closed (worker processes stopped), summary.json, the rest of the run
     exit          the child's last line until the process is gone (exit handlers; the interpreter's
-                  shutdown too where the sources predate ``fedfew.cli.exit_quickly``)
+                  shutdown too where the sources predate ``fedfew.cli.main.exit_quickly``)
 
 Prints one line per phase with its seconds and share of the whole, and the load average before and
 after. Seconds on a busy machine mean little; the shares within one run say where the fixed cost is.
@@ -48,12 +48,12 @@ PHASES = ["interpreter", "imports", "config", "data", "workers", "round 0", "rou
 
 def child(config_path: str, overrides: list[str], out: str) -> None:
     marks: dict[str, float] = {"start": time.time()}
-    import fedfew.cli  # noqa: F401  (what `fedfew run` imports before it parses)
-    import fedfew.runner as runner
-    from fedfew.config import load_config
+    import fedfew.cli.main  # noqa: F401  (what `fedfew run` imports before it parses)
+    import fedfew.run.runner as runner
+    from fedfew.config.validation import load_config
     from fedfew.engine.simulator import Simulator
-    from fedfew.experiment import Experiment
-    from fedfew.runfolder import RunFolder
+    from fedfew.run.experiment import Experiment
+    from fedfew.run.folder import RunFolder
 
     marks["imported"] = time.time()
     spent: dict[str, float] = {}
@@ -97,7 +97,7 @@ def child(config_path: str, overrides: list[str], out: str) -> None:
     marks_end = time.time()
     print("LAST " + repr(marks_end), flush=True)
     try:  # end as the `fedfew` command does
-        from fedfew.cli import exit_quickly
+        from fedfew.cli.main import exit_quickly
     except ImportError:  # sources from before it (--src): the ordinary exit
         return
     exit_quickly(0)

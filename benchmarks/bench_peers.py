@@ -78,8 +78,8 @@ def episode_gflop() -> float:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from fedfew.episodes import Episode
-    from fedfew.meta.learners import MAML
+    from fedfew.fewshot.episodes import Episode
+    from fedfew.fewshot.learners import MAML
     from fedfew.models import build_model
 
     model = build_model("conv4", (1, 28, 28), 5, hidden=64)
@@ -102,7 +102,7 @@ def timed(command: list[str], env: dict[str, str]) -> float:
 
 
 def run_fedfew(out: Path, seed: int, rounds: int, extra: list[str], data_root: Path) -> dict:
-    command = [sys.executable, "-m", "fedfew.cli", "run", str(CONFIG), "--out", str(out), "--quiet",
+    command = [sys.executable, "-m", "fedfew.cli.main", "run", str(CONFIG), "--out", str(out), "--quiet",
                "--set", f"seed={seed}", "--set", f"federation.rounds={rounds}", "--set", f"eval.every={rounds}",
                "--set", f"partition.rng_entropy=[{seed}, 0]", "--set", f"dataset.root={data_root}"]
     for item in extra:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from fedfew.cli import demo_config_path
-from fedfew.config import load_config
-from fedfew.experiment import build_experiment
+from fedfew.cli.main import demo_config_path
+from fedfew.config.validation import load_config
+from fedfew.run.experiment import build_experiment
 
 
 def main() -> None:

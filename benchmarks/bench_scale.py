@@ -63,8 +63,8 @@ def config(algorithm: str, clients: int, data: Path, rounds: int) -> dict:
 
 def one(args: argparse.Namespace) -> None:
     """Run one (algorithm, clients) in this process and print a JSON line."""
-    from fedfew.config import load_config
-    from fedfew.runner import run_experiment
+    from fedfew.config.validation import load_config
+    from fedfew.run.runner import run_experiment
 
     cfg = json.loads(args.config)
     started = time.perf_counter()

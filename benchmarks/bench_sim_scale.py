@@ -141,8 +141,8 @@ def instrument(started: list[float]) -> dict[str, float]:
 
 
 def one(args: argparse.Namespace) -> None:
-    from fedfew.config import load_config
-    from fedfew.runner import run_experiment
+    from fedfew.config.validation import load_config
+    from fedfew.run.runner import run_experiment
 
     started = [time.perf_counter()]
     phases = instrument(started)

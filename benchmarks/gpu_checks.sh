@@ -103,7 +103,7 @@ if has graphs; then
       SAMPLER=$!
     fi
     GRAPH_RUNS="$(mktemp -d)"
-    FEDFEW_DATA="$FEDFEW_SHARED_DATA" step graphs-"$label" 180 "$PYTHON" -m fedfew.cli run benchmarks/peers.yaml \
+    FEDFEW_DATA="$FEDFEW_SHARED_DATA" step graphs-"$label" 180 "$PYTHON" -m fedfew.cli.main run benchmarks/peers.yaml \
       --out "$GRAPH_RUNS" --quiet --set runtime.device="$DEVICE" --set runtime.workers=0 --set runtime.threads=2 \
       --set runtime.batch_clients=true --set "${setting#*:}" --set federation.rounds="$ROUNDS" --set eval.initial=auto
     [ -n "$SAMPLER" ] && kill "$SAMPLER" 2>/dev/null
@@ -128,7 +128,7 @@ fi
 # 5. the stored cell at its budget on the device (its config as stored; only the device differs)
 if has cell && [ -s .gpu/cell.yaml ]; then
   CELL_RUNS="$(mktemp -d)"
-  FEDFEW_DATA="$FEDFEW_SHARED_DATA" step cell-"$DEVICE" 240 "$PYTHON" -m fedfew.cli run .gpu/cell.yaml --out "$CELL_RUNS" \
+  FEDFEW_DATA="$FEDFEW_SHARED_DATA" step cell-"$DEVICE" 240 "$PYTHON" -m fedfew.cli.main run .gpu/cell.yaml --out "$CELL_RUNS" \
     --quiet --set runtime.device="$DEVICE" --set runtime.threads=4 --set runtime.checkpoint_every=1000
   "$PYTHON" - "$CELL_RUNS" "$OUT/cell.json" <<'PY' >>"$LOG" 2>&1
 import json, pathlib, sys

@@ -23,8 +23,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.tiny
 
-from fedfew.config import load_config  # noqa: E402
-from fedfew.experiment import build_experiment  # noqa: E402
+from fedfew.config.validation import load_config  # noqa: E402
+from fedfew.run.experiment import build_experiment  # noqa: E402
 from tests.tiny import ALGORITHM_SETUPS, tiny_config  # noqa: E402
 
 LOSS_REL, ACCURACY_ABS = 1e-3, 0.15

@@ -4,7 +4,7 @@ with a closing summary line. docs/studies.md ("Measured drift") holds its output
 
     python scripts/drift_table.py [--source SOURCE] [--store studies/store]
 
-``--source`` defaults to this installation's number-code version (fedfew.codeversion.numbers_version).
+``--source`` defaults to this installation's number-code version (fedfew.core.codeversion.numbers_version).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", default=str(REPO / "studies" / "store"))
     args = parser.parse_args(argv)
     if args.source is None:
-        from fedfew.codeversion import numbers_version
+        from fedfew.core.codeversion import numbers_version
 
         args.source = numbers_version()
     print(table(Path(args.store), args.source))

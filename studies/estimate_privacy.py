@@ -22,7 +22,7 @@ from pathlib import Path
 
 from fedfew.study.estimate import duration
 from fedfew.study.grid import cells
-from fedfew.study.schema import load_study
+from fedfew.study.study_file import load_study
 
 ROOT = Path(__file__).resolve().parents[1]
 #: This study's untrained rows -> the benchmark's row with the same head at round 0.

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from fedfew.data import LabelledDataset
-from fedfew.engine import ClientData, Context, EpisodeShape
+from fedfew.interface.algorithm import ClientData, Context, EpisodeShape
 from fedfew.models import build_model
 
 
@@ -48,7 +48,7 @@ def cut_and_resumed(config: Any, algorithm_class: type, folder: Path, monkeypatc
     """A run whole, and the same run interrupted at ``algorithm_class.client_update``'s ``cut_at_call``-th
     call (after round 1) and resumed: (whole summary, resumed summary, the resumed run's metric rows, the
     whole run's), rows without their seconds."""
-    from fedfew.runner import RunInterrupted, resume_run, run_experiment
+    from fedfew.run.runner import RunInterrupted, resume_run, run_experiment
 
     whole = run_experiment(config, folder / "whole", progress=False)
     calls = {"n": 0}

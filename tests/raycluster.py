@@ -55,7 +55,7 @@ def pids_using(folder: str) -> set[int]:
 
 
 def _alive(pids: set[int]) -> set[int]:
-    from fedfew.processes import alive
+    from fedfew.core.processes import alive
 
     return {p for p in pids if alive(p)}
 
@@ -86,7 +86,7 @@ class RayCluster:
     def pids(self) -> set[int]:
         """Its processes: those carrying the marker or holding files in its temp folder, and everything
         below them (Ray's agents start with an environment of their own)."""
-        from fedfew.processes import descendant_pids
+        from fedfew.core.processes import descendant_pids
 
         marked = marked_pids(self.marker) | pids_using(self.temp)
         return marked.union(*(descendant_pids(pid) for pid in marked))

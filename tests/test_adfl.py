@@ -12,17 +12,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedfew.adversarial import mi_fgsm
 from fedfew.algorithms.adfl import AdFLOptions, adversarial_samples, coherence_scores, judgement_matrix
-from fedfew.algorithms.common import TrainOptions, train_epochs
 from fedfew.algorithms.oneshot import ensemble_predictions, member_probabilities, top_n
-from fedfew.config import ConfigError, load_config
+from fedfew.algorithms.parts.common import TrainOptions, train_epochs
+from fedfew.config.validation import ConfigError, load_config
+from fedfew.core.seeding import torch_generator
 from fedfew.data import LabelledDataset
-from fedfew.engine.algorithm import ClientResult, EvalData
-from fedfew.engine.simulator import simulate_round
-from fedfew.engine.state import get_state
-from fedfew.experiment import build_experiment
-from fedfew.seeding import torch_generator
+from fedfew.engine.round import simulate_round
+from fedfew.fewshot.adversarial import mi_fgsm
+from fedfew.interface.algorithm import ClientResult, EvalData
+from fedfew.interface.state import get_state
+from fedfew.run.experiment import build_experiment
 
 
 def linear(weight: list[list[float]], bias: list[float] | None = None) -> nn.Linear:
@@ -317,7 +317,7 @@ def test_committed_configs_are_valid_for_every_compared_method() -> None:
 
     import yaml
 
-    from fedfew.study.schema import load_study
+    from fedfew.study.study_file import load_study
 
     repo = Path(__file__).resolve().parents[1]
     configs = sorted((repo / "configs" / "adfl").glob("*.yaml"))
@@ -347,7 +347,7 @@ def test_mnist15k_joins_two_disjoint_parts(shared_data) -> None:
 
 
 def test_ranks_share_ties_and_correlations_match_hand_values() -> None:
-    from fedfew.algorithms.oneshot_report import descending_ranks, pearson, spearman
+    from fedfew.algorithms.parts.oneshot_report import descending_ranks, pearson, spearman
 
     assert descending_ranks(torch.tensor([3.0, 1.0, 3.0, 2.0])).tolist() == [1.5, 4.0, 1.5, 3.0]
     assert descending_ranks(torch.zeros(4)).tolist() == [2.5] * 4  # a selection that scores nothing: all mid
@@ -360,7 +360,7 @@ def test_ranks_share_ties_and_correlations_match_hand_values() -> None:
 
 
 def test_corrupted_clients_rank_by_the_servers_score_and_count_when_selected() -> None:
-    from fedfew.algorithms.oneshot_report import corruption_metrics
+    from fedfew.algorithms.parts.oneshot_report import corruption_metrics
 
     scores = {0: 5.0, 1: 1.0, 2: 3.0, 3: 3.0, 4: 0.0}  # ranks 1, 4, 2.5, 2.5, 5
     out = corruption_metrics([0, 1, 2, 3, 4], scores, [1, 4], [0, 2])

@@ -30,7 +30,10 @@ ARCHITECTURE = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 #: ``importlib.import_module`` with a literal name, or an f-string whose literal part names a package
 #: (every module directly in it); ``by-name``: a ``"fedfew.module:attr"`` string, or, in a module that
 #: calls ``import_module`` with a computed name, any string naming a fedfew module (its lazy table).
-KINDS = ("module", "function", "type", "dynamic", "by-name")
+#: ``init``: what a parent package's ``__init__`` imports at its top level, which Python runs before the
+#: imported module (``import a.b.c`` runs ``a/__init__`` and ``a/b/__init__`` first): the importer depends
+#: on it at run time as much as on the module it named.
+KINDS = ("module", "function", "type", "dynamic", "by-name", "init")
 
 
 def modules() -> dict[str, Path]:
@@ -158,21 +161,45 @@ class Edge:
     lines: tuple[int, ...]
 
 
+#: The kinds that run when the importer runs (a type import never does): each also runs the imported
+#: module's parent packages' ``__init__``.
+RUNS = ("module", "function", "dynamic", "by-name")
+
+
+def parents(module: str, known: dict[str, Path]) -> list[str]:
+    """The packages Python initialises before ``module``, outermost first (``fedfew``, ``fedfew.a``)."""
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts)) if ".".join(parts[:i]) in known]
+
+
 def import_graph() -> list[Edge]:
-    """Every import between fedfew's modules: one edge per (importer, imported, kind)."""
+    """Every import between fedfew's modules: one edge per (importer, imported, kind), with the ``init``
+    edges of Python's rule: importing ``a.b.c`` runs ``a/__init__`` and ``a/b/__init__``, so the importer
+    also depends on what those import at their top level."""
     known = modules()
     lines: dict[tuple[str, str, str], list[int]] = {}
+    top_level: dict[str, set[str]] = {}
+    found_by: dict[str, list[Import]] = {}
     for name, path in known.items():
-        for found in imports_of(name, path.read_text(), path.name == "__init__.py"):
+        found_by[name] = imports_of(name, path.read_text(), path.name == "__init__.py")
+        top_level[name] = {target for found in found_by[name] if found.kind == "module"
+                           for target in _resolve(found.imported, known)}
+    for name, found_here in found_by.items():
+        for found in found_here:
             for target in _resolve(found.imported, known):
                 if target != name:
                     lines.setdefault((name, target, found.kind), []).append(found.line)
+                if found.kind not in RUNS:
+                    continue
+                for package in parents(target, known):
+                    for ran in top_level[package] - {name, package}:
+                        lines.setdefault((name, ran, "init"), []).append(found.line)
     return [Edge(a, b, kind, tuple(sorted(set(at)))) for (a, b, kind), at in sorted(lines.items())]
 
 
 # -- the declaration ----------------------------------------------------------------------------------------
 def path_of(module: str) -> str:
-    """A module as the declaration names it: its file relative to src/fedfew (``engine/engines.py``)."""
+    """A module as the declaration names it: its file relative to src/fedfew (``engine/base.py``)."""
     path = modules()[module]
     return path.relative_to(SRC).as_posix()
 
@@ -310,7 +337,9 @@ def check(edges: list[Edge], placed: dict[str, tuple[int, str]], known: list[Kno
         return f"{where}: within layer '{low_name}'" if high == low else f"{where}: down to layer '{high_name}'"
 
     def within(e: Edge) -> bool:
-        return placed[e.imported][0] == placed[e.importer][0]
+        # A package's __init__ importing its own modules is Python's idiom, not a cycle of the code: the
+        # ``init`` edges count for the layers (above), not for cycles inside one.
+        return e.kind != "init" and placed[e.imported][0] == placed[e.importer][0]
 
     up = [say(e) for e in edges if placed[e.imported][0] > placed[e.importer][0] and key(e) not in listed]
     # A cycle goes up a layer somewhere (reported above) or stays in one layer: the cycles to report here.
@@ -355,6 +384,73 @@ def test_no_import_cycle(checked: Check) -> None:
     assert not checked.cycles, "\n".join(checked.cycles)
 
 
+def room_of(path: str) -> str:
+    """A module's folder relative to src/fedfew ("" for the package's own files): one room each."""
+    return path.rpartition("/")[0]
+
+
+def folder_cycles(edges: list[Edge], paths: dict[str, str]) -> list[str]:
+    """The imports between folders (each folder one room, of every kind but ``init``) that close a cycle
+    of rooms: two folders importing each other, or a longer ring."""
+    rooms: dict[str, set[str]] = {}
+    for e in edges:
+        a, b = room_of(paths[e.importer]), room_of(paths[e.imported])
+        if e.kind != "init" and a != b:
+            rooms.setdefault(a, set()).add(b)
+    found = []
+    for component in strongly_connected(rooms):
+        inside = sorted({f"{paths[e.importer]} -> {paths[e.imported]} ({e.kind})" for e in edges
+                         if e.kind != "init" and room_of(paths[e.importer]) in component
+                         and room_of(paths[e.imported]) in component
+                         and room_of(paths[e.importer]) != room_of(paths[e.imported])})
+        names = ", ".join(f"{room or 'fedfew'}/" for room in component)
+        found.append(f"folders {names} import each other:\n    " + "\n    ".join(inside))
+    return found
+
+
+def test_no_two_folders_import_each_other() -> None:
+    """Drawn with each folder as one room, src/ has no ring of rooms (docs/architecture.md)."""
+    known = modules()
+    paths = {m: p.relative_to(SRC).as_posix() for m, p in known.items()}
+    found = folder_cycles(import_graph(), paths)
+    assert not found, "\n".join(found)
+
+
+def test_the_layers_are_folders() -> None:
+    """Every entry of the layers block is a folder, but the package's own two files at the top."""
+    files = [entry for _, entries in declared_layers(ARCHITECTURE.read_text()) for entry in entries
+             if not entry.endswith("/")]
+    assert sorted(files) == ["__init__.py", "__main__.py"]
+
+
+def test_parent_packages_count_and_rooms_find_rings() -> None:
+    """The checker's two newer rules on made-up graphs: ``init`` edges of a parent package whose
+    ``__init__`` imports upward go up a layer; two folders importing each other are a ring."""
+    placed = {"p": (2, "high"), "p.sub.low": (1, "low"), "p.top": (2, "high"), "q.x": (1, "low")}
+    paths = {"p": "p/__init__.py", "p.sub.low": "p/sub/low.py", "p.top": "p/top.py", "q.x": "q/x.py"}
+    edges = [Edge("q.x", "p.top", "init", (1,))]
+    assert check(edges, placed, [], paths).up == [
+        "q/x.py -> p/top.py (init import, line 1): layer 'low' imports layer 'high' above it"]
+    ring = [Edge("p.sub.low", "q.x", "module", (1,)), Edge("q.x", "p.sub.low", "function", (5,))]
+    assert len(folder_cycles(ring, paths)) == 1
+    assert folder_cycles(ring[:1], paths) == []
+    assert parents("fedfew.interface.algorithm", modules()) == ["fedfew", "fedfew.interface"]
+
+
+def test_importing_the_interface_runs_nothing_above_it() -> None:
+    """``import fedfew.interface`` (every module of the algorithm contract) in a fresh interpreter loads no
+    module of the engine, privacy, data or algorithms packages (nor anything above them)."""
+    names = sorted(m for m in modules() if m.startswith("fedfew.interface"))
+    code = (f"import sys; import {', '.join(names)}; "
+            "print(sorted(m for m in sys.modules if m.startswith('fedfew.')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    loaded = eval(done.stdout)  # a printed list of names
+    above = [m for m in loaded if m.split(".")[1] in {"engine", "privacy", "data", "algorithms", "flower", "config",
+                                                      "run", "study", "cli"}]
+    assert above == [] and "fedfew.interface.algorithm" in loaded
+
+
 def test_the_known_violations_are_exact(checked: Check) -> None:
     """A row of the known-violations table whose import is gone (or no longer goes up or round a
     cycle) must leave the table: it only shrinks."""
@@ -370,11 +466,11 @@ from typing import TYPE_CHECKING
 from fedfew import errors
 from . import sibling
 if TYPE_CHECKING:
-    from fedfew.config import ExperimentConfig
+    from fedfew.config.validation import ExperimentConfig
 class A:
-    import fedfew.seeding
+    import fedfew.core.seeding
     def method(self):
-        from fedfew.runner import run_experiment
+        from fedfew.run.runner import run_experiment
 def f():
     importlib.import_module("fedfew.flower.simulation")
     importlib.import_module(f"{__name__}.{name}")
@@ -382,13 +478,13 @@ TABLE = {"x": "fedfew.flower.launch:FlowerLaunch"}
 '''
     found = {(i.imported, i.kind) for i in imports_of("fedfew.pkg", source, is_package=True)}
     assert found == {("importlib", "module"), ("typing.TYPE_CHECKING", "module"), ("fedfew.errors", "module"),
-                     ("fedfew.pkg.sibling", "module"), ("fedfew.config.ExperimentConfig", "type"),
-                     ("fedfew.seeding", "module"), ("fedfew.runner.run_experiment", "function"),
+                     ("fedfew.pkg.sibling", "module"), ("fedfew.config.validation.ExperimentConfig", "type"),
+                     ("fedfew.core.seeding", "module"), ("fedfew.run.runner.run_experiment", "function"),
                      ("fedfew.flower.simulation", "dynamic"), ("fedfew.pkg.*", "dynamic"),
                      ("fedfew.flower.launch", "by-name")}
-    lazy = imports_of("fedfew.x", 'import importlib\nT = {"a": ("fedfew.sweep", "f")}\n'
+    lazy = imports_of("fedfew.x", 'import importlib\nT = {"a": ("fedfew.run.sweep", "f")}\n'
                                   'def get(n):\n    return importlib.import_module(T[n][0])\n')
-    assert ("fedfew.sweep", "by-name") in {(i.imported, i.kind) for i in lazy}
+    assert ("fedfew.run.sweep", "by-name") in {(i.imported, i.kind) for i in lazy}
 
 
 def test_the_checker_finds_what_goes_up_and_round() -> None:
@@ -408,16 +504,16 @@ def test_the_checker_finds_what_goes_up_and_round() -> None:
 
 # -- the rest of the package's shape --------------------------------------------------------------------------
 def test_the_engine_registry_loads_the_engines_it_names_only_when_asked() -> None:
-    """``fedfew.engines`` names the built-in engines ("module:class") instead of importing them: the config
+    """``fedfew.config.engines`` names the built-in engines ("module:class") instead of importing them: the config
     check and the experiment import it without Flower's package; asking for a name loads that one."""
-    code = ("import sys; import fedfew.engines; from fedfew.config import load_config; "
+    code = ("import sys; import fedfew.config.engines; from fedfew.config.validation import load_config; "
             "load_config({'task': 'fewshot', 'dataset': {'name': 'digits'}, 'algorithm': {'name': 'fedavg'}}); "
             "print(sorted(m for m in sys.modules if m.startswith(('fedfew.flower', 'fedfew.engine.workers'))))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
-    from fedfew.engine.engines import ENGINES as REGISTERED
-    from fedfew.engines import BUILT_IN, ENGINES
+    from fedfew.config.engines import BUILT_IN, ENGINES
+    from fedfew.engine.base import ENGINES as REGISTERED
 
     for name, where in BUILT_IN.items():
         module, _, attribute = where.partition(":")
@@ -480,7 +576,7 @@ def test_the_draw_finder_finds_a_draw_without_a_device() -> None:
 
 
 def test_every_seeded_draw_names_its_device() -> None:
-    """Sampling draws on the CPU from the seeded generators on every device (fedfew.engine.compute): a
+    """Sampling draws on the CPU from the seeded generators on every device (fedfew.interface.compute): a
     draw that names no device would land on the GPU's default device there and fail."""
     found = [f"{path.relative_to(SRC)}:{line}" for path in sorted(SRC.rglob("*.py"))
              for line in undeviced_draws(path.read_text())]

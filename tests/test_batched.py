@@ -20,13 +20,13 @@ import pytest
 import torch
 import yaml
 
-from fedfew.config import load_config
+from fedfew.config.validation import load_config
 from fedfew.engine.batched import BatchingUnsupportedError
-from fedfew.episodes import Episode
-from fedfew.experiment import build_experiment
-from fedfew.meta.learners import MAML, ProtoNet
-from fedfew.meta.stacked import StackedEpisodes, stack_states, stacked_forward, why_not_stackable
+from fedfew.fewshot.episodes import Episode
+from fedfew.fewshot.learners import MAML, ProtoNet
+from fedfew.fewshot.stacked import StackedEpisodes, stack_states, stacked_forward, why_not_stackable
 from fedfew.models import build_model
+from fedfew.run.experiment import build_experiment
 from tests.tiny import simulate, tiny_config
 
 #: (algorithm, extra options): the episodic family the batched path supports.
@@ -86,7 +86,7 @@ def test_batched_clients_equal_the_sequential_path(name: str, options: dict[str,
 
 def test_the_run_folders_metrics_agree(tmp_path: Path) -> None:
     """Through the command line: metrics.jsonl of a batched run against a sequential one."""
-    from fedfew.cli import main
+    from fedfew.cli.main import main
 
     config = tiny_config("fl-maml", federation={"rounds": 2})
     config["algorithm"]["options"]["first_order"] = True
@@ -153,7 +153,7 @@ def test_the_gradient_of_the_summed_losses_is_each_clients_own(learner: Any) -> 
 
 def test_an_algorithm_without_a_batched_update_is_a_one_line_usage_error(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from fedfew.cli import main
+    from fedfew.cli.main import main
 
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(tiny_config("fedavg")))
@@ -200,14 +200,14 @@ def test_cuda_without_a_gpu_is_one_line_and_exit_2(tmp_path: Path, extra: list[s
     import subprocess
     import sys
 
-    from fedfew.cli import demo_config_path
-    from fedfew.engine.compute import DeviceError
-    from fedfew.errors import UsageError
+    from fedfew.cli.main import demo_config_path
+    from fedfew.core.errors import UsageError
+    from fedfew.interface.compute import DeviceError
 
     assert issubclass(DeviceError, UsageError)
     src = Path(__file__).resolve().parents[1] / "src"
     env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    done = subprocess.run([sys.executable, "-m", "fedfew.cli", "run", str(demo_config_path()), "--set",
+    done = subprocess.run([sys.executable, "-m", "fedfew.cli.main", "run", str(demo_config_path()), "--set",
                            "runtime.device=cuda", "--out", str(tmp_path), "--quiet", *extra],
                           capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 2

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedfew.algorithms.episodic import EpisodicFedAvg
-from fedfew.algorithms.optimizers import Adam
-from fedfew.config import ConfigError, load_config
-from fedfew.experiment import training_episode
-from fedfew.runner import run_experiment
+from fedfew.algorithms.parts.episodic import EpisodicFedAvg
+from fedfew.algorithms.parts.optimizers import Adam
+from fedfew.config.validation import ConfigError, load_config
+from fedfew.run.experiment import training_episode
+from fedfew.run.runner import run_experiment
 from fedfew.study.grid import config_hash
 from tests.helpers import cut_and_resumed
 from tests.tiny import tiny_config
@@ -121,7 +121,7 @@ def test_resume_with_kept_moments_equals_uninterrupted(options: dict, tmp_path: 
 def test_the_allocator_setting_applies_and_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
     import ctypes.util
 
-    from fedfew.allocator import ENVIRONMENT, keep_large_blocks
+    from fedfew.core.allocator import ENVIRONMENT, keep_large_blocks
 
     if ctypes.util.find_library("c") is None or not hasattr(ctypes.CDLL(ctypes.util.find_library("c")), "mallopt"):
         pytest.skip("not glibc")

@@ -15,7 +15,7 @@ from fedfew.study.aggregate import aggregate, aggregate_markdown
 from fedfew.study.citations import Citation, check_citation, check_pages, find_citations
 from fedfew.study.docs import MARKER, marker_pattern, study_files
 from fedfew.study.report import JudgedClaim, StudyResults, claims, claims_table, collect
-from fedfew.study.schema import CONTROL, Study, claim_id, load_study
+from fedfew.study.study_file import CONTROL, Study, claim_id, load_study
 from fedfew.study.verdict import (
     HOLDS,
     NOT_RESOLVED,

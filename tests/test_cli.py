@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from fedfew.cli import demo_config_path, main
+from fedfew.cli.main import demo_config_path, main
 
 TINY = [
     "federation.rounds=2", "partition.num_clients=4", "federation.clients_per_round=4",
@@ -104,7 +104,7 @@ def test_exit_quickly_skips_the_shutdown_unless_a_non_daemon_thread_runs(tmp_pat
         "real_exit = os._exit\n"
         f"os._exit = lambda code: (open({str(marker)!r}, 'w').close(), real_exit(code))\n"
         f"threading.Thread(target=time.sleep, args=(1.0,), daemon={daemon}).start()\n"
-        "from fedfew.cli import exit_quickly\n"
+        "from fedfew.cli.main import exit_quickly\n"
         "exit_quickly(3)\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 3, done.stderr

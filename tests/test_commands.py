@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 import yaml
 
-from fedfew.cli import main
-from fedfew.config import ConfigError, load_config
-from fedfew.runfolder import RunFolder
-from fedfew.runner import resume_run, run_experiment
-from fedfew.study.runfolders import run_seconds
-from fedfew.sweep import parse_grid, sweep_configs
+from fedfew.cli.main import main
+from fedfew.config.validation import ConfigError, load_config
+from fedfew.run.folder import RunFolder
+from fedfew.run.runner import resume_run, run_experiment
+from fedfew.run.sweep import parse_grid, sweep_configs
+from fedfew.study.run_readback import run_seconds
 from tests.tiny import tiny_config
 
 
@@ -130,7 +130,7 @@ def test_bf16_gives_the_fp32_accuracy_within_three_points() -> None:
     """runtime.precision: bf16 (autocast of matrix products and convolutions) on a small config: the
     test accuracy over the same 150 episodes is within 3 points of fp32's (the 95% interval of either
     is about 4 points), and the numbers are not fp32's (bf16 was really used)."""
-    from fedfew.experiment import build_experiment
+    from fedfew.run.experiment import build_experiment
 
     results = {}
     for precision in ("fp32", "bf16"):

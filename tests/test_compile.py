@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import torch
 
-from fedfew.config import ConfigError, load_config
-from fedfew.experiment import build_experiment
+from fedfew.config.validation import ConfigError, load_config
+from fedfew.run.experiment import build_experiment
 from tests.tiny import simulate, tiny_config
 
 pytestmark = pytest.mark.slow

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from fedfew.config import ConfigError, apply_override, dump_config, load_config
+from fedfew.config.validation import ConfigError, apply_override, dump_config, load_config
 
 
 def error_of(overrides: list[str]) -> str:
@@ -76,7 +76,7 @@ def test_committed_configs_are_valid() -> None:
     paths = sorted((root / "configs").rglob("*.yaml")) + [root / "src/fedfew/configs/demo.yaml"]
     import yaml
 
-    from fedfew.config import ExperimentConfig
+    from fedfew.config.validation import ExperimentConfig
 
     checked = 0
     for path in paths:

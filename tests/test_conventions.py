@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import yaml
 
-from fedfew.cli import logging_to_stderr, main
-from fedfew.config import load_config
-from fedfew.engine.engines import ENGINES, Delivery, Engine, EngineSetup, Faults, InProcessEngine
+from fedfew.cli.main import logging_to_stderr, main
+from fedfew.config.validation import load_config
+from fedfew.engine.base import ENGINES, Delivery, Engine, EngineSetup, Faults, InProcessEngine
 from fedfew.engine.tasks import ClientTask, run_client_task
-from fedfew.experiment import build_experiment
+from fedfew.run.experiment import build_experiment
 from tests.tiny import simulate, tiny_config
 
 
@@ -97,7 +97,7 @@ def test_faults_are_drawn_once_for_every_engine() -> None:
 
 
 def test_the_engines_are_registered_by_name() -> None:
-    from fedfew.engines import ENGINES as BY_NAME  # the built-in engines, loaded on first use
+    from fedfew.config.engines import ENGINES as BY_NAME  # the built-in engines, loaded on first use
 
     assert {"inprocess", "workers", "flower"} <= set(BY_NAME.names())
     assert BY_NAME.get("inprocess") is InProcessEngine and BY_NAME.get("flower").runs_elsewhere

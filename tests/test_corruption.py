@@ -12,12 +12,12 @@ import pytest
 import torch
 import yaml
 
-from fedfew.cli import main
-from fedfew.config import ConfigError, load_config
-from fedfew.corruption import CORRUPTIONS, flip
+from fedfew.cli.main import main
+from fedfew.config.validation import ConfigError, load_config
+from fedfew.core.seeding import torch_generator
 from fedfew.data import LabelledDataset
-from fedfew.experiment import Experiment, build_experiment
-from fedfew.seeding import torch_generator
+from fedfew.fewshot.corruption import CORRUPTIONS, flip
+from fedfew.run.experiment import Experiment, build_experiment
 
 BASE: dict[str, Any] = {
     "seed": 3, "task": "classification", "dataset": {"name": "digits"},

@@ -16,7 +16,7 @@ import fedfew
 from fedfew.study.docs import MARKER, doc_pages, marker_pattern
 from fedfew.study.intervals import interval_figure, own_control, plotted, read_plotted
 from fedfew.study.report import StudyResults, collect
-from fedfew.study.schema import CONTROL, Study, load_study
+from fedfew.study.study_file import CONTROL, Study, load_study
 from fedfew.study.summary import summary_line
 
 REPO = Path(__file__).resolve().parents[1]
@@ -176,7 +176,7 @@ def test_citations_render_as_labels_and_code_stays_code() -> None:
 def test_study_report_draws_the_docs_figure(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`fedfew study report --intervals` is the docs' figure, byte for byte (the same committed command
     draws the figure and the table); with --budgets it is one line, exit 2."""
-    from fedfew.cli import main
+    from fedfew.cli.main import main
 
     target = tmp_path / "headline.svg"
     assert main(["study", "report", str(REPO / "studies" / "benchmark_fewshot.yaml"), "--budget", "headline",

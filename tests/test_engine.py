@@ -6,25 +6,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedfew.algorithms.episodic import EpisodicOptions, MAMLOptions
 from fedfew.algorithms.fedavg import FedAvg, FedAvgOptions, FedProx, FedProxOptions
 from fedfew.algorithms.fl_maml import FLMAML
 from fedfew.algorithms.fl_proto import FLProto
-from fedfew.engine import (
-    ClientResult,
-    EvalData,
-    Simulator,
-    client_schedule,
-    get_state,
-    load_state_,
-    normalise,
-    payload_bytes,
-    weighted_average,
-    weights_for,
-)
-from fedfew.engine.simulator import simulate_round
-from fedfew.episodes import Episode, fixed_episodes
-from fedfew.meta.learners import MAML
+from fedfew.algorithms.parts.episodic import EpisodicOptions, MAMLOptions
+from fedfew.engine.round import simulate_round
+from fedfew.engine.schedule import client_schedule
+from fedfew.engine.simulator import Simulator
+from fedfew.fewshot.episodes import Episode, fixed_episodes
+from fedfew.fewshot.learners import MAML
+from fedfew.interface.aggregation import normalise, weighted_average, weights_for
+from fedfew.interface.algorithm import ClientResult, EvalData
+from fedfew.interface.state import get_state, load_state_, payload_bytes
 from fedfew.models import FewShotModel, count_parameters
 from tests.helpers import blob_dataset, clients_from, context_for
 

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 import torch
 
-from fedfew.config import load_config
-from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, Options
+from fedfew.config.validation import load_config
 from fedfew.engine.tasks import ClientTask
 from fedfew.engine.workers import WorkersEngine
-from fedfew.experiment import build_experiment
+from fedfew.interface.algorithm import Algorithm, ClientData, ClientResult, Options
+from fedfew.run.experiment import build_experiment
 from tests.tiny import ALGORITHM_SETUPS, simulate, tiny_config
 
 
@@ -28,8 +28,9 @@ def run(config: dict[str, Any], overrides: list[str], states_dir: Path | None = 
 
 def test_every_registered_algorithm_has_a_small_config() -> None:
     """The engine, fault, resume and Flower tests run every algorithm through tests/tiny.py."""
-    import fedfew.algorithms  # noqa: F401
-    from fedfew.engine import ALGORITHMS
+    from fedfew.algorithms import register_all
+    register_all()  # the built-in algorithms, registered
+    from fedfew.interface.algorithm import ALGORITHMS
 
     assert set(ALGORITHMS.names()) == set(ALGORITHM_SETUPS)
 
@@ -116,7 +117,7 @@ def test_every_algorithm_starts_from_the_same_numbers_on_cuda(name: str) -> None
     """Models are initialised from the CPU's random numbers wherever they live: the server's initial
     state on cuda is the CPU's, bit for bit (a module built under the cuda default device would draw
     from the CUDA generator instead)."""
-    from fedfew.engine.serialize import flatten as flatten_tree
+    from fedfew.interface.serialize import flatten as flatten_tree
 
     states = {}
     for device in ("cpu", "cuda"):
@@ -131,7 +132,7 @@ def test_every_algorithm_starts_from_the_same_numbers_on_cuda(name: str) -> None
 
 
 def test_tf32_off_cuda_is_a_clean_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from fedfew.cli import demo_config_path, main
+    from fedfew.cli.main import demo_config_path, main
 
     assert main(["run", str(demo_config_path()), "--set", "runtime.precision=tf32", "--set", "runtime.device=cpu",
                  "--out", str(tmp_path), "--quiet"]) == 2
@@ -142,7 +143,7 @@ def test_tf32_off_cuda_is_a_clean_error(tmp_path: Path, capsys: pytest.CaptureFi
 def test_cuda_asked_without_a_gpu_is_a_clean_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
-    from fedfew.cli import demo_config_path, main
+    from fedfew.cli.main import demo_config_path, main
 
     assert main(["run", str(demo_config_path()), "--set", "runtime.device=cuda", "--out", str(tmp_path),
                  "--quiet"]) == 2

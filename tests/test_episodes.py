@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from fedfew.data import LabelledDataset
-from fedfew.episodes import EpisodeError, EpisodeSampler, fixed_episodes
+from fedfew.fewshot.episodes import EpisodeError, EpisodeSampler, fixed_episodes
 
 
 def toy_dataset(classes: int = 8, per_class: int = 20) -> LabelledDataset:

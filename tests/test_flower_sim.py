@@ -31,10 +31,10 @@ import yaml
 pytest.importorskip("ray")
 pytest.importorskip("flwr")
 
-from fedfew.config import load_config  # noqa: E402
-from fedfew.experiment import NODE_BUILDER, build_experiment  # noqa: E402
+from fedfew.config.validation import load_config  # noqa: E402
+from fedfew.core.processes import descendant_pids  # noqa: E402
 from fedfew.flower.simulation import FlowerSimEngine, Simulation  # noqa: E402
-from fedfew.processes import descendant_pids  # noqa: E402
+from fedfew.run.experiment import NODE_BUILDER, build_experiment  # noqa: E402
 from tests.raycluster import MARKER, RayCluster, marked_pids, pids_using  # noqa: E402
 from tests.tiny import ALGORITHM_SETUPS, tiny_config, wait_for_logged_round  # noqa: E402
 
@@ -193,9 +193,9 @@ class TestSecureAggregation:
         from flwr.common import bytes_to_ndarray
         from flwr.common.secure_aggregation.quantization import quantize
 
-        from fedfew.engine.static import static_tensors
         from fedfew.engine.tasks import ClientTask
-        from fedfew.flower.secure_aggregation import client_vector, layout, protocol_sizes
+        from fedfew.interface.static import static_tensors
+        from fedfew.privacy.secure_sum import client_vector, layout, protocol_sizes
         from tests.test_secagg import one_round, secure_config
 
         config = secure_config("fl-proto")
@@ -263,7 +263,7 @@ class TestSecureAggregation:
 
 def fedfew_run(args: list[str], marker: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, MARKER: marker}
-    return subprocess.run([sys.executable, "-m", "fedfew.cli", "run", *args, "--quiet"], cwd=REPO, env=env,
+    return subprocess.run([sys.executable, "-m", "fedfew.cli.main", "run", *args, "--quiet"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -283,7 +283,7 @@ def test_a_run_waits_for_the_cpus_another_job_holds_until_flower_startup_timeout
     marker = uuid.uuid4().hex
 
     def start(config: Path, out: str) -> subprocess.Popen[str]:
-        return subprocess.Popen([sys.executable, "-m", "fedfew.cli", "run", str(config), *on_cluster, "--out",
+        return subprocess.Popen([sys.executable, "-m", "fedfew.cli.main", "run", str(config), *on_cluster, "--out",
                                  str(tmp_path / out)], cwd=REPO, env={**os.environ, MARKER: marker},
                                 stderr=subprocess.PIPE, text=True)
 
@@ -374,7 +374,7 @@ def test_an_interrupted_run_leaves_no_process(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(tiny_config("fl-proto", federation={"rounds": 200})))
     marker, temp = uuid.uuid4().hex, tempfile.mkdtemp(prefix="fr", dir="/tmp")
-    run = subprocess.Popen([sys.executable, "-m", "fedfew.cli", "run", str(path), "--set", "runtime.engine=flower-sim",
+    run = subprocess.Popen([sys.executable, "-m", "fedfew.cli.main", "run", str(path), "--set", "runtime.engine=flower-sim",
                             "--set", "flower.sim.init_args.num_cpus=2", "--set", f"flower.sim.init_args._temp_dir={temp}",
                             "--out", str(tmp_path / "out"), "--quiet"],
                            cwd=REPO, env={**os.environ, MARKER: marker}, stderr=subprocess.PIPE, text=True)

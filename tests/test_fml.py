@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from fedfew.algorithms.fml import FML, DynamicWeights, FMLOptions, dml_losses, kl_batchmean
-from fedfew.config import ConfigError, load_config
-from fedfew.engine import payload_bytes
-from fedfew.experiment import build_experiment
-from fedfew.seeding import torch_generator
+from fedfew.config.validation import ConfigError, load_config
+from fedfew.core.seeding import torch_generator
+from fedfew.interface.state import payload_bytes
+from fedfew.run.experiment import build_experiment
 
 TRAIN = {"local_epochs": 1, "batch_size": 16, "lr": 0.05, "momentum": 0.9}
 
@@ -118,7 +118,7 @@ def test_aggregation_is_the_plain_average_of_memes():
     experiment = build_experiment(config("fml", TRAIN))
     fml: FML = experiment.algorithm
     server = fml.init_server(torch_generator(0, "s"))
-    from fedfew.engine import ClientResult
+    from fedfew.interface.algorithm import ClientResult
 
     a = {k: torch.ones_like(v) for k, v in server["model"].items()}
     b = {k: 3 * torch.ones_like(v) for k, v in server["model"].items()}
@@ -249,8 +249,8 @@ def test_local_by_client_holds_each_trained_clients_own_score():
 
 
 def test_fedavg_score_uploads_scores_the_last_uploads_and_changes_no_training_number():
-    from fedfew.engine.protocol import update_generator
-    from fedfew.evaluation import dataset_accuracy
+    from fedfew.fewshot.evaluation import dataset_accuracy
+    from fedfew.interface.protocol import update_generator
 
     plain_sim, plain = run("fedavg", {**TRAIN, "aggregation": "uniform"}, rounds=2)
     simulator = build_experiment(config("fedavg", {**TRAIN, "aggregation": "uniform", "score_uploads": True},
@@ -302,7 +302,7 @@ def test_newcomer_phase_reports_each_start_and_way_per_epoch_after_the_last_roun
             assert by_epoch == {str(row["epoch"]): row["local_accuracy"] for row in curve}
             assert test[f"newcomer_{init}_{by}_accuracy"] == by_epoch["2"]
     # Both ways start from the same model (paired): from the global model, epoch 0 is its accuracy.
-    from fedfew.evaluation import dataset_accuracy
+    from fedfew.fewshot.evaluation import dataset_accuracy
 
     global_model = fml.new_global_model()
     global_model.load_state_dict(simulator.server["model"])

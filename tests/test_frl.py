@@ -25,15 +25,7 @@ from fedfew.algorithms.frl import (
     split_support_query,
 )
 from fedfew.algorithms.frl_baselines import FRLOneShot, OneShotFineTuneOptions, OneShotFL, OneShotTrainOptions
-from fedfew.algorithms.per_fedavg import (
-    FRLPerFedAvgDistance,
-    PerFedAvgOptions,
-    per_fedavg_step,
-    prototype_batch_loss,
-)
-from fedfew.config import ConfigError, load_config
-from fedfew.data import LabelledDataset
-from fedfew.deployment import (
+from fedfew.algorithms.parts.frl_deployment import (
     DeploymentOptions,
     draw_groups,
     evaluate_deployment,
@@ -41,9 +33,19 @@ from fedfew.deployment import (
     participant_positions,
     with_fresh_head,
 )
-from fedfew.engine import ClientData, ClientResult, Context, EpisodeShape, EvalData, Simulator, payload_bytes
-from fedfew.engine.engines import InProcessEngine
-from fedfew.episodes import fixed_episodes
+from fedfew.algorithms.per_fedavg import (
+    FRLPerFedAvgDistance,
+    PerFedAvgOptions,
+    per_fedavg_step,
+    prototype_batch_loss,
+)
+from fedfew.config.validation import ConfigError, load_config
+from fedfew.data import LabelledDataset
+from fedfew.engine.base import InProcessEngine
+from fedfew.engine.simulator import Simulator
+from fedfew.fewshot.episodes import fixed_episodes
+from fedfew.interface.algorithm import ClientData, ClientResult, Context, EpisodeShape, EvalData
+from fedfew.interface.state import payload_bytes
 from fedfew.models import FewShotModel
 from tests.helpers import blob_dataset, context_for
 
@@ -111,7 +113,7 @@ def test_global_prototypes_are_the_class_means_when_models_agree() -> None:
     parts = [torch.tensor([0, 1, 2, 6, 7]), torch.tensor([3, 4, 5, 8, 9, 10, 11])]  # classes 0,1 / 0,1
     clients = [ClientData(i, data.subset(p)) for i, p in enumerate(parts)]
     server = inner.start({k: v.clone() for k, v in inner.model.state_dict().items()}, 4, torch.Generator())
-    from fedfew.engine.simulator import simulate_round
+    from fedfew.engine.round import simulate_round
 
     outcome = simulate_round(inner, server, clients, {}, [0, 1], seed=0, round_key=0)
     with torch.no_grad():

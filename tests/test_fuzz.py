@@ -26,7 +26,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fedfew.cli import main
+from fedfew.cli.main import main
 from tests.tiny import tiny_config
 
 FUZZ_SETTINGS = settings(max_examples=100, deadline=None, derandomize=True,
@@ -487,8 +487,8 @@ READ_BACK_SETTINGS = settings(max_examples=30, deadline=None, derandomize=True,
 def interrupted_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 3-round run of ``local`` (private states on disk) interrupted by Ctrl-C in round 3."""
     from fedfew.algorithms.local import Local
-    from fedfew.config import load_config
-    from fedfew.runner import RunInterrupted, run_experiment
+    from fedfew.config.validation import load_config
+    from fedfew.run.runner import RunInterrupted, run_experiment
 
     config = load_config(tiny_config("local", federation={"rounds": 3, "clients_per_round": 4},
                                      runtime={"threads": 1, "progress": False, "client_states": "disk"}))
@@ -594,8 +594,8 @@ def test_fuzzed_damage_to_a_run_folder_is_refused_on_resume(interrupted_run: Pat
 def stored_two_seeds(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """Hand-made records of the digits study's smoke cells, seeds 0 and 1: (study file, store)."""
     from fedfew.study.grid import cells
-    from fedfew.study.schema import load_study
     from fedfew.study.store import CodeVersion, ResultStore, make_record
+    from fedfew.study.study_file import load_study
     from tests.test_study import DIGITS_STUDY, dumped
 
     tmp = tmp_path_factory.mktemp("fuzz-other-cells")
@@ -650,8 +650,8 @@ def test_fuzzed_sweeps_label_what_they_run_or_are_refused(grids: list[tuple[str,
                                                           also_set: str | None) -> None:
     """A sweep either resolves to points whose configs hold exactly the values their labels give, each
     point once, or is refused in one line naming a swept key (exit 2) before any run."""
-    from fedfew.config import ConfigError, load_config
-    from fedfew.sweep import parse_grid, sweep_configs
+    from fedfew.config.validation import ConfigError, load_config
+    from fedfew.run.sweep import parse_grid, sweep_configs
 
     items = [f"{key}={','.join(GRID_VALUES[key][i % len(GRID_VALUES[key])] for i in picks)}" for key, picks in grids]
     sets = [f"{also_set}=2"] if also_set else []
@@ -697,7 +697,7 @@ def test_fuzzed_yaml_numbers_mean_what_yaml_12_says_or_are_refused(key: str, raw
     YAML 1.2 reads it (never base 60, never an underscore dropped, never octal from a leading zero)."""
     import re as re_
 
-    from fedfew.config import ConfigError, load_config
+    from fedfew.config.validation import ConfigError, load_config
 
     counts = COUNTS.setdefault("YAML numbers", Counter())
     counts["inputs"] += 1

@@ -24,8 +24,8 @@ from fedfew.algorithms.f2l import (
     mutual_information_loss,
     twice_differentiable,
 )
-from fedfew.episodes import Episode
-from fedfew.meta.learners import MAML
+from fedfew.fewshot.episodes import Episode
+from fedfew.fewshot.learners import MAML
 from fedfew.models.base import FewShotModel
 from tests.helpers import blob_dataset, context_for
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 from tiny import tiny_config
 
-from fedfew.config import ConfigError, load_config
-from fedfew.experiment import build_experiment
+from fedfew.config.validation import ConfigError, load_config
+from fedfew.run.experiment import build_experiment
 
 HELD = {"classes": ["5", "6", 7], "holdout": 0.25}  # names or ids
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from fedfew.cli import main
-from fedfew.config import ConfigError, load_config
-from fedfew.runner import run_experiment
+from fedfew.cli.main import main
+from fedfew.config.validation import ConfigError, load_config
+from fedfew.run.runner import run_experiment
 from tests.tiny import tiny_config
 
 
@@ -57,7 +57,7 @@ def test_the_new_keys_at_their_defaults_keep_every_stored_key() -> None:
     # Their defaults are registered as neutral (left out of the key), so every stored cell keeps its
     # key (the stored records' own hashes: tests/test_per_class.py, test_privacy.py, test_secagg.py);
     # any other value is part of it.
-    from fedfew.configschema import EvalConfig, RuntimeConfig
+    from fedfew.core.config_schema import EvalConfig, RuntimeConfig
     from fedfew.study.grid import NEUTRAL_DEFAULTS, config_hash
 
     assert NEUTRAL_DEFAULTS[("eval", "initial")] == EvalConfig().initial == "always"

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedfew.cli import demo_config_path, main
-from fedfew.config import ConfigError, load_config
+from fedfew.cli.main import demo_config_path, main
+from fedfew.config.validation import ConfigError, load_config
 from tests.tiny import tiny_config
 
 QUICK = ["--set", "federation.rounds=1", "--set", "episodes.test_episodes=5"]

@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 import yaml
 
-from fedfew.cli import main
-from fedfew.config import load_config
-from fedfew.experiment import build_experiment
+from fedfew.cli.main import main
+from fedfew.config.validation import load_config
 from fedfew.privacy.membership import (
     attack,
     auc_advantage,
@@ -23,6 +22,7 @@ from fedfew.privacy.membership import (
     split_threshold_advantage,
     tpr_at_fpr,
 )
+from fedfew.run.experiment import build_experiment
 from fedfew.study.grid import config_hash
 from tests.tiny import tiny_config
 
@@ -181,7 +181,7 @@ def test_the_privacy_study_at_its_smoke_budget_reports_epsilon_delta_and_the_att
     private cells show their (ε, δ), the membership table its advantage, and the ε figure is drawn."""
     from fedfew.study.epsilon import epsilon_figure, setting_epsilons
     from fedfew.study.report import collect
-    from fedfew.study.schema import load_study
+    from fedfew.study.study_file import load_study
     from tests.test_study import run_cli
 
     data = Path(__import__("os").environ.get("FEDFEW_DATA", REPO.parent / "shared" / "data"))

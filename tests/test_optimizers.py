@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from fedfew.algorithms.common import make_optimizer
-from fedfew.algorithms.optimizers import SGD, Adam
+from fedfew.algorithms.parts.common import make_optimizer
+from fedfew.algorithms.parts.optimizers import SGD, Adam
 
 
 def _model(seed: int) -> nn.Module:
@@ -66,7 +66,7 @@ def test_an_empty_parameter_list_is_refused() -> None:
 
 def test_training_with_them_does_not_import_torch_dynamo() -> None:
     code = ("import sys, torch\n"
-            "from fedfew.algorithms.optimizers import SGD, Adam\n"
+            "from fedfew.algorithms.parts.optimizers import SGD, Adam\n"
             "m = torch.nn.Linear(3, 2)\n"
             "for opt in (SGD(m.parameters(), lr=0.1, momentum=0.9), Adam(m.parameters(), lr=0.1)):\n"
             "    opt.zero_grad(); m(torch.randn(4, 3)).sum().backward(); opt.step()\n"

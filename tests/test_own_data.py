@@ -17,10 +17,10 @@ import torch
 import yaml
 from PIL import Image
 
-from fedfew.cli import main
-from fedfew.config import load_config
+from fedfew.cli.main import main
+from fedfew.config.validation import load_config
 from fedfew.data import DataError, DataNotFoundError, load_dataset
-from fedfew.experiment import build_experiment
+from fedfew.run.experiment import build_experiment
 
 REPO = Path(__file__).resolve().parents[1]
 ANIMALS = ["ant", "bee", "cat", "dog", "eel", "fox", "gnu", "hen"]

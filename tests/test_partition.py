@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from fedfew.partition import PARTITIONS, PartitionError, count_matrix, partition, summary
+from fedfew.fewshot.partition import PARTITIONS, PartitionError, count_matrix, partition, summary
 
 
 def labels_balanced(classes: int = 10, per_class: int = 100) -> np.ndarray:
@@ -136,7 +136,7 @@ def test_label_skew_paper_reading_is_locally_balanced_with_rarer_classes() -> No
     classes evenly."""
     from scipy.stats import spearmanr
 
-    from fedfew.partition import class_occurrence_probabilities
+    from fedfew.fewshot.partition import class_occurrence_probabilities
 
     labels = labels_balanced(10, 3000)
     parts = partition("label_skew", labels, 1000, rng(5), classes_per_client=4, samples_per_client=20,

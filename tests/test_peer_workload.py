@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from fedfew.config import load_config
-from fedfew.episodes import EpisodeError, load_tasks
-from fedfew.experiment import build_experiment
+from fedfew.config.validation import load_config
+from fedfew.fewshot.episodes import EpisodeError, load_tasks
+from fedfew.fewshot.partition import partition
 from fedfew.models import build_model
-from fedfew.partition import partition
+from fedfew.run.experiment import build_experiment
 from tests.helpers import blob_dataset
 from tests.tiny import tiny_config
 

@@ -12,10 +12,10 @@ import pytest
 import torch
 from tiny import simulate, tiny_config
 
-from fedfew.config import ConfigError, load_config
-from fedfew.episodes import Episode
-from fedfew.evaluation import per_class_accuracy
-from fedfew.experiment import build_experiment
+from fedfew.config.validation import ConfigError, load_config
+from fedfew.fewshot.episodes import Episode
+from fedfew.fewshot.evaluation import per_class_accuracy
+from fedfew.run.experiment import build_experiment
 from fedfew.study.grid import config_hash
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedfew.cli import main
-from fedfew.config import ConfigError, load_config
+from fedfew.cli.main import main
+from fedfew.config.plugins import PluginError, load_plugin
+from fedfew.config.validation import ConfigError, load_config
 from fedfew.data import DATASETS
 from fedfew.models import MODELS
-from fedfew.plugins import PluginError, load_plugin
 
 PLUGIN = '''
 """A user's plugin: a toy dataset of rings and a tiny model."""
@@ -106,7 +106,7 @@ def test_command_line_plugins_are_recorded_only_inside_the_command(plugin_dir: P
 
 def test_plugin_runs_in_a_fresh_process(plugin_dir: Path, tmp_path: Path) -> None:
     """The installed command in a new process: only the plugin file tells it about plugin-rings."""
-    command = [sys.executable, "-m", "fedfew.cli", "run", str(plugin_dir / "plain.yaml"),
+    command = [sys.executable, "-m", "fedfew.cli.main", "run", str(plugin_dir / "plain.yaml"),
                "--plugin", str(plugin_dir / "rings_plugin.py"), "--out", str(tmp_path), "--quiet"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)

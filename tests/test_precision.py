@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from fedfew.config import load_config
-from fedfew.engine import precision
-from fedfew.engine.precision import choose_precision, native_bf16
-from fedfew.environment import run_environment
-from fedfew.runner import run_experiment
+from fedfew.config.validation import load_config
+from fedfew.interface import precision
+from fedfew.interface.precision import choose_precision, native_bf16
+from fedfew.run.environment import run_environment
+from fedfew.run.runner import run_experiment
 from tests.tiny import tiny_config
 
 NATIVE = {"fpu", "avx2", "avx512f", "avx512_bf16"}
@@ -44,7 +44,7 @@ def test_unreadable_cpu_flags_mean_fp32(monkeypatch: pytest.MonkeyPatch) -> None
 def test_explicit_bf16_without_native_support_warns_once_with_the_slowdown(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setattr(precision, "_WARNED", set())
-    with caplog.at_level(logging.WARNING, logger="fedfew.engine.precision"):
+    with caplog.at_level(logging.WARNING, logger="fedfew.interface.precision"):
         for _ in range(3):
             chosen = choose_precision("bf16", "cpu", flags=AVX2_ONLY)
             assert chosen.ran == "bf16"  # as asked

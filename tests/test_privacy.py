@@ -32,11 +32,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fedfew.cli import main
-from fedfew.config import PrivacyConfig, load_config
-from fedfew.engine.algorithm import Algorithm, ClientResult, register
-from fedfew.errors import UsageError
-from fedfew.experiment import build_experiment
+from fedfew.cli.main import main
+from fedfew.config.validation import PrivacyConfig, load_config
+from fedfew.core.errors import UsageError
+from fedfew.interface.algorithm import Algorithm, ClientResult, register
 from fedfew.privacy import (
     NOT_COVERED,
     ClientSpec,
@@ -49,7 +48,8 @@ from fedfew.privacy import (
 )
 from fedfew.privacy.accounting import EPSILON_TOLERANCE
 from fedfew.privacy.clipping import DELTA, WITHIN
-from fedfew.runner import run_experiment
+from fedfew.run.experiment import build_experiment
+from fedfew.run.runner import run_experiment
 from fedfew.study.grid import config_hash
 from tests.helpers import cut_and_resumed
 from tests.test_fuzz import check_outcome, run_cli
@@ -180,8 +180,8 @@ def test_local_noise_is_not_reproducible_from_the_config_seed() -> None:
     first = privatize(result, {"model": sent}, spec, 0, "4", 3).upload[DELTA]["w"]
     again = privatize(result, {"model": sent}, spec, 0, "4", 3).upload[DELTA]["w"]
     assert not torch.equal(first, again)
+    from fedfew.core.seeding import torch_generator
     from fedfew.privacy.clipping import LOCAL_NOISE_KEY
-    from fedfew.seeding import torch_generator
 
     regenerated = torch.randn(1000, generator=torch_generator(0, LOCAL_NOISE_KEY, "4", 3), dtype=torch.float64) * 0.4
     assert not torch.allclose(first.double(), regenerated, atol=1e-6)  # what the server could compute
@@ -471,7 +471,7 @@ def test_options_that_leak_refuse_dp(name: str, options: dict[str, Any]) -> None
 
 def test_a_plugin_algorithm_that_says_nothing_is_refused() -> None:
     from fedfew.algorithms.fedavg import FedAvg
-    from fedfew.engine import ALGORITHMS
+    from fedfew.interface.algorithm import ALGORITHMS
 
     @register("silent-upload-test")
     class Silent(FedAvg):
@@ -518,7 +518,7 @@ def test_flower_equals_inprocess_with_privacy_on(engine: str, tmp_path: Path) ->
     config = private("fl-proto", ADAPTIVE)
     path = tmp_path / "dp.yaml"
     path.write_text(yaml.safe_dump(config))
-    done = subprocess.run([sys.executable, "-m", "fedfew.cli", "run", str(path), "--quiet", *sets, "--out",
+    done = subprocess.run([sys.executable, "-m", "fedfew.cli.main", "run", str(path), "--quiet", *sets, "--out",
                            str(tmp_path / "out")], cwd=REPO, capture_output=True, text=True, timeout=900,
                           env=dict(os.environ))
     assert done.returncode == 0, done.stderr[-2000:]

@@ -17,12 +17,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fedfew.config import PrivacyConfig, load_config
-from fedfew.engine.simulator import client_schedule
-from fedfew.experiment import build_experiment
+from fedfew.config.validation import PrivacyConfig, load_config
+from fedfew.engine.schedule import client_schedule
 from fedfew.privacy import PrivateAggregation
 from fedfew.privacy.accounting import accounted_epsilon, solve_for
 from fedfew.privacy.sampling import ParticipantSampler
+from fedfew.run.experiment import build_experiment
 from tests.test_privacy import CENTRAL, Averaged, private, simulated
 
 DELTA = 1e-5

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 import torch
 
-from fedfew.config import PrivacyConfig, load_config
-from fedfew.engine.algorithm import ClientResult
-from fedfew.errors import ConfigError
-from fedfew.experiment import build_experiment
+from fedfew.config.validation import PrivacyConfig, load_config
+from fedfew.core.errors import ConfigError
+from fedfew.interface.algorithm import ClientResult
 from fedfew.privacy.accounting import epsilon
 from fedfew.privacy.clipping import DELTA, PROTOTYPES, REFERENCE, ClientSpec, l2_norm, privatize
+from fedfew.run.experiment import build_experiment
 from tests.helpers import cut_and_resumed
 from tests.test_privacy import CENTRAL, LOCAL, SEEDED, private, simulated
 

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import yaml
 
-from fedfew.cli import main
-from fedfew.config import load_config
-from fedfew.experiment import build_experiment
+from fedfew.cli.main import main
+from fedfew.config.validation import load_config
 from fedfew.privacy.coverage import REPRODUCIBLE_NOISE, SHARED_ONLY
-from fedfew.runner import run_experiment
+from fedfew.run.experiment import build_experiment
+from fedfew.run.runner import run_experiment
 from tests.test_privacy import CENTRAL, SEEDED, private, simulated
 
 #: A secret fixed-size sample (2 of 4 clients): the same number of client updates every round.
@@ -36,8 +36,8 @@ def test_two_runs_with_one_seed_draw_different_noise() -> None:
 def test_a_secure_run_resumes_from_its_checkpoint_without_redrawing_a_finished_round(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from fedfew.algorithms.fl_proto import FLProto
-    from fedfew.runfolder import RunFolder
-    from fedfew.runner import RunInterrupted, resume_run
+    from fedfew.run.folder import RunFolder
+    from fedfew.run.runner import RunInterrupted, resume_run
 
     config = load_config(private("fl-proto", FIXED, federation={"rounds": 3, "clients_per_round": 2}))
     calls = {"n": 0}

@@ -1,4 +1,4 @@
-"""fedfew.processes: the process questions the Flower launcher and the study claims ask."""
+"""fedfew.core.processes: the process questions the Flower launcher and the study claims ask."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from fedfew.processes import alive, descendant_pids
+from fedfew.core.processes import alive, descendant_pids
 
 
 def test_a_zombie_child_is_not_a_descendant_and_a_running_one_is() -> None:

@@ -15,9 +15,9 @@ import yaml
 
 from fedfew.algorithms.fl_proto import FLProto
 from fedfew.algorithms.local import Local
-from fedfew.cli import main
-from fedfew.config import ExperimentConfig, load_config
-from fedfew.runner import RunInterrupted, resume_run, run_experiment
+from fedfew.cli.main import main
+from fedfew.config.validation import ExperimentConfig, load_config
+from fedfew.run.runner import RunInterrupted, resume_run, run_experiment
 from tests.tiny import tiny_config
 
 
@@ -183,7 +183,7 @@ def test_changed_data_is_refused_on_resume(tmp_path: Path, monkeypatch: pytest.M
 
 # -- 4: store records (tests/test_study_records.py); 5: results.md only after summary.json ------------
 def test_results_and_model_appear_only_after_the_summary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import fedfew.runner as runner
+    import fedfew.run.runner as runner
 
     seen: list[tuple[str, bool]] = []
     original = runner.plot_curves

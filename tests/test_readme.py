@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedfew.cli import DEMO_RUNS, build_parser, main, showcase_config_path
+from fedfew.cli.main import DEMO_RUNS, build_parser, main, showcase_config_path
 from fedfew.data import load_dataset
 from fedfew.data.dataset import DataError
 
@@ -112,7 +112,7 @@ def test_readme_commands_run(repo_cwd: Path, capsys: pytest.CaptureFixture[str])
 
 def test_resume_and_evaluate_paths_are_where_the_demo_writes() -> None:
     """README's resume/evaluate folder has the shape the demo's run folders have."""
-    from fedfew.cli import build_parser as parser
+    from fedfew.cli.main import build_parser as parser
 
     demo_out = parser().parse_args(["demo"]).out
     for argv in readme_commands():

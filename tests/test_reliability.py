@@ -19,14 +19,15 @@ import pytest
 import torch
 import yaml
 
-from fedfew.cli import demo_config_path, main
-from fedfew.config import load_config
-from fedfew.engine import ALGORITHMS, serialize
-from fedfew.runner import RunInterrupted, resume_run, run_experiment
+from fedfew.cli.main import demo_config_path, main
+from fedfew.config.validation import load_config
+from fedfew.interface import serialize
+from fedfew.interface.algorithm import ALGORITHMS
+from fedfew.run.runner import RunInterrupted, resume_run, run_experiment
 from tests.tiny import ALGORITHM_SETUPS, tiny_config
 
 REPO = Path(__file__).resolve().parents[1]
-FEDFEW = [sys.executable, "-m", "fedfew.cli"]
+FEDFEW = [sys.executable, "-m", "fedfew.cli.main"]
 
 
 def metrics(folder: Path) -> list[dict[str, Any]]:
@@ -110,7 +111,7 @@ def test_resume_equals_uninterrupted_for_every_algorithm(name: str, tmp_path: Pa
     calls_per_round = len(whole["history"][0]["clients"]["asked"])
     with monkeypatch.context() as patch:
         if name == "frl-scratch":  # its rounds run no client update: interrupt between rounds instead
-            from fedfew.runfolder import RunFolder
+            from fedfew.run.folder import RunFolder
 
             original = RunFolder.append_metrics
 
@@ -323,7 +324,7 @@ def test_thirty_percent_dropout_completes_and_records_who_replied(name: str, tmp
 
 
 def test_faults_are_seeded_and_aggregate_only_the_replies() -> None:
-    from fedfew.engine.engines import Faults
+    from fedfew.engine.base import Faults
 
     faults = Faults(dropout=0.3, stragglers=0.2)
     first = faults.draw(list(range(10)), seed=1, round_key="4")

@@ -18,15 +18,15 @@ from typing import Any
 import pytest
 import yaml
 
-from fedfew.cli import demo_config_path, main
-from fedfew.config import ConfigError, load_config
-from fedfew.engine.engines import Faults
-from fedfew.runfolder import RunFolder, RunFolderError
-from fedfew.runner import RunInterrupted, resume_run, run_experiment
+from fedfew.cli.main import demo_config_path, main
+from fedfew.config.validation import ConfigError, load_config
+from fedfew.engine.base import Faults
+from fedfew.run.folder import RunFolder, RunFolderError
+from fedfew.run.runner import RunInterrupted, resume_run, run_experiment
 from tests.tiny import tiny_config
 
 REPO = Path(__file__).resolve().parents[1]
-FEDFEW = [sys.executable, "-m", "fedfew.cli"]
+FEDFEW = [sys.executable, "-m", "fedfew.cli.main"]
 
 
 def strict_rows(folder: Path) -> list[dict[str, Any]]:
@@ -179,10 +179,10 @@ def test_a_lock_whose_owner_died_is_taken_only_once_no_process_of_the_run_holds_
 
 # -- item 2: interrupts during the write-up -----------------------------------------------------------
 WRITE_UP_STAGES = [
-    ("fedfew.runfolder.RunFolder.save_model", "model"),
-    ("fedfew.runner.summarise", "summary"),
-    ("fedfew.runner.plot_curves", "plot"),
-    ("fedfew.runner.markdown_table", "table"),
+    ("fedfew.run.folder.RunFolder.save_model", "model"),
+    ("fedfew.run.runner.summarise", "summary"),
+    ("fedfew.run.runner.plot_curves", "plot"),
+    ("fedfew.run.runner.markdown_table", "table"),
 ]
 
 
@@ -217,8 +217,8 @@ def test_an_interrupt_during_the_write_up_is_resumable_and_leaves_no_result(
 
 def test_sigterm_when_the_model_appears_then_resume(tmp_path: Path, proto_whole: dict[str, Any]) -> None:
     # The model is written under its pending name first and becomes model/ only after summary.json
-    # (fedfew.runfolder.PENDING_MODEL): its appearance there is the write-up's start.
-    from fedfew.runfolder import PENDING_MODEL
+    # (fedfew.run.folder.PENDING_MODEL): its appearance there is the write-up's start.
+    from fedfew.run.folder import PENDING_MODEL
 
     path = tmp_path / "proto.yaml"
     path.write_text(yaml.safe_dump(tiny_config("fl-proto", federation={"rounds": 2})))
@@ -302,7 +302,7 @@ def test_a_model_that_outputs_nan_fails_the_run_naming_round_and_client(
 def test_a_huge_learning_rate_fails_the_run(tmp_path: Path) -> None:
     config = load_config(tiny_config("fedavg", federation={"rounds": 3}))
     config = load_config(config.model_dump(mode="json"), ["algorithm.options.lr=1e30"])
-    from fedfew.engine.simulator import DivergedError
+    from fedfew.engine.guard import DivergedError
 
     with pytest.raises(DivergedError, match=r"round \d: client \d"):
         run_experiment(config, tmp_path, progress=False)

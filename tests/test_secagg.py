@@ -24,14 +24,14 @@ import numpy as np
 import pytest
 import torch
 
-from fedfew.config import ConfigError, SecureAggregationConfig, load_config
-from fedfew.engine.algorithm import ClientResult
-from fedfew.engine.protocol import init_generator
-from fedfew.engine.simulator import client_schedule
-from fedfew.engine.static import static_tensors
+from fedfew.config.validation import ConfigError, SecureAggregationConfig, load_config
+from fedfew.core.seeding import derive_seed, torch_generator
+from fedfew.engine.schedule import client_schedule
 from fedfew.engine.tasks import ClientTask, run_client_task
-from fedfew.experiment import build_experiment
-from fedfew.flower.secure_aggregation import (
+from fedfew.interface.algorithm import ClientResult
+from fedfew.interface.protocol import init_generator
+from fedfew.interface.static import static_tensors
+from fedfew.privacy.secure_sum import (
     COVERED,
     SecureAggregationError,
     SecureSettings,
@@ -41,7 +41,7 @@ from fedfew.flower.secure_aggregation import (
     refusal,
     server_results,
 )
-from fedfew.seeding import derive_seed, torch_generator
+from fedfew.run.experiment import build_experiment
 from fedfew.study.grid import config_hash
 from tests.test_fuzz import run_cli
 from tests.tiny import ALGORITHM_SETUPS, tiny_config
@@ -230,7 +230,7 @@ def test_the_table_agrees_with_each_algorithm(name: str, options: dict[str, Any]
 
 
 def test_fedfew_list_secure_aggregation(capsys: pytest.CaptureFixture[str]) -> None:
-    from fedfew.cli import main
+    from fedfew.cli.main import main
 
     assert main(["list", "secure-aggregation"]) == 0
     out = capsys.readouterr().out
@@ -311,7 +311,7 @@ def test_frl_deployment_groups_on_flower_sim_run_in_this_process() -> None:
     """The frl-* baselines evaluate on deployment groups, new clients their algorithm federates itself
     (experiment.federation_factory, without an experiment): on flower-sim they run in the server's
     process, as on flower (a simulation engine cannot be started for them)."""
-    from fedfew.engine.engines import EngineSetup, Faults, InProcessEngine, NoOptions
+    from fedfew.engine.base import EngineSetup, Faults, InProcessEngine, NoOptions
     from fedfew.flower.launch import FlowerSimLaunch
 
     experiment = build_experiment(load_config(tiny_config("frl-finetune")))

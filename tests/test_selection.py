@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from fedfew.algorithms.f2l import F2L, F2LOptions
-from fedfew.config import ConfigError, load_config
-from fedfew.engine import EvalData, Simulator
-from fedfew.episodes import fixed_episodes
+from fedfew.config.validation import ConfigError, load_config
+from fedfew.engine.simulator import Simulator
+from fedfew.fewshot.episodes import fixed_episodes
+from fedfew.interface.algorithm import EvalData
 from tests.helpers import blob_dataset, clients_from, context_for
 
 

@@ -15,10 +15,11 @@ import pytest
 import yaml
 from tiny import tiny_config
 
-from fedfew.cli import demo_config_path, main
-from fedfew.engine import ClientResult
-from fedfew.engine.simulator import LossGuard, RoundOutcome
-from fedfew.results import below_initial_message
+from fedfew.cli.main import demo_config_path, main
+from fedfew.engine.guard import LossGuard
+from fedfew.engine.round import RoundOutcome
+from fedfew.interface.algorithm import ClientResult
+from fedfew.run.results import below_initial_message
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -65,7 +66,7 @@ def test_a_config_without_task_dataset_or_algorithm_names_what_is_missing(
 
 
 def test_every_committed_config_names_its_task_dataset_and_algorithm() -> None:
-    from fedfew.config import REQUIRED_KEYS
+    from fedfew.config.validation import REQUIRED_KEYS
 
     checked = 0
     for path in [*(REPO / "configs").rglob("*.yaml"), *(REPO / "src/fedfew/configs").glob("*.yaml"),
@@ -127,7 +128,7 @@ def test_the_loss_guard_rule_absolute_and_relative_with_patience() -> None:
 def test_no_committed_study_run_would_have_tripped_the_guard() -> None:
     """Every stored cell of the committed store (each a committed config or study run) stays within the
     default rule on the rounds it recorded."""
-    from fedfew.config import DivergenceConfig
+    from fedfew.config.validation import DivergenceConfig
 
     rule = DivergenceConfig()
     checked = 0
@@ -161,7 +162,7 @@ def test_evaluate_refuses_a_model_file_of_another_architecture(tmp_path: Path,
 
 # -- 7: a closed pipe ----------------------------------------------------------------------------------
 def test_a_closed_stdout_pipe_exits_quietly() -> None:
-    process = subprocess.Popen([sys.executable, "-m", "fedfew.cli", "list"], stdout=subprocess.PIPE,
+    process = subprocess.Popen([sys.executable, "-m", "fedfew.cli.main", "list"], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert process.stdout is not None and process.stderr is not None
     process.stdout.readline()
@@ -260,7 +261,7 @@ def test_below_the_initial_model_shows_the_two_scores_apart() -> None:
 # -- 3: resume with another version --------------------------------------------------------------------
 def test_resume_refuses_a_run_of_another_version_unless_allowed_and_the_summary_records_both(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from fedfew.codeversion import numbers_version, package_version
+    from fedfew.core.codeversion import numbers_version, package_version
 
     out = tmp_path / "out"
     config = write(tmp_path / "c.yaml", tiny_config("fl-proto"))

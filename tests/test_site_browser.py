@@ -165,8 +165,8 @@ def test_api_page(browser: Any, server: str) -> None:
     open_page(browser, f"{server}/reference/api.html")
     check_chrome(browser)
     ids = {e.get_attribute("id") for e in browser.find_elements(By.CSS_SELECTOR, "[id^='fedfew.']")}
-    assert {"fedfew.runner.run_experiment", "fedfew.engine.algorithm.Algorithm",
-            "fedfew.engine.algorithm.ClientResult"} <= ids, sorted(ids)[:10]
+    assert {"fedfew.run.runner.run_experiment", "fedfew.interface.algorithm.Algorithm",
+            "fedfew.interface.algorithm.ClientResult"} <= ids, sorted(ids)[:10]
     browser.save_screenshot(str(ARTIFACTS / "api.png"))
     assert console_errors(browser) == []
 

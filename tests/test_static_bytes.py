@@ -8,12 +8,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fedfew.algorithms.episodic import EpisodicOptions
 from fedfew.algorithms.fl_proto import FLProto
+from fedfew.algorithms.parts.episodic import EpisodicOptions
+from fedfew.core.seeding import torch_generator
 from fedfew.data import LabelledDataset
-from fedfew.engine import Simulator
-from fedfew.engine.static import StaticMismatchError, crossing_bytes, static_tensors
-from fedfew.seeding import torch_generator
+from fedfew.engine.simulator import Simulator
+from fedfew.interface.static import StaticMismatchError, crossing_bytes, static_tensors
 from tests.helpers import clients_from, context_for
 
 VOCAB, DIM, LENGTH = 40, 6, 5

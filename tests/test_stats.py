@@ -1,4 +1,4 @@
-"""fedfew.stats, the one statistics module: against published values (Newcombe's Wilson intervals,
+"""fedfew.core.stats, the one statistics module: against published values (Newcombe's Wilson intervals,
 Student's sleep data, Holm's adjustment as R's p.adjust gives it, t tables), against the formulas the
 numbers path used before it (exactly equal: no stored number may move), and by hand."""
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedfew import stats
-from fedfew.evaluation import Score, mean_ci95, wilson, with_interval
+from fedfew.core import stats
+from fedfew.fewshot.evaluation import Score, mean_ci95, wilson, with_interval
 
 
 # -- published values ----------------------------------------------------------------------------------
@@ -62,14 +62,14 @@ def test_holm_adjusts_as_the_literature_does() -> None:
 
 # -- the numbers path: exactly the formulas every stored run used ----------------------------------------
 def _old_mean_ci95(values: list[float]) -> Score:
-    """evaluation.mean_ci95 before fedfew.stats, verbatim."""
+    """evaluation.mean_ci95 before fedfew.core.stats, verbatim."""
     v = torch.as_tensor(list(values), dtype=torch.float64)
     std = float(v.std(unbiased=False)) if len(v) > 1 else 0.0
     return Score(float(v.mean()), 1.96 * std / math.sqrt(len(v)), len(v))
 
 
 def _old_wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """evaluation.wilson before fedfew.stats, verbatim."""
+    """evaluation.wilson before fedfew.core.stats, verbatim."""
     p = successes / n
     denominator = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denominator

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from fedfew.study.grid import cells
-from fedfew.study.schema import load_study
 from fedfew.study.store import CodeVersion, ResultStore, make_record
+from fedfew.study.study_file import load_study
 from tests.test_study import DIGITS_STUDY, dumped, run_cli, write_study
 
 ONE_ROW = {**DIGITS_STUDY, "control": None, "no_control": "a test study of one row", "claims": [], "paper": [],

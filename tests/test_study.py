@@ -15,15 +15,15 @@ from typing import Any
 import pytest
 import yaml
 
-from fedfew.cli import main
-from fedfew.config import ConfigError, load_config
-from fedfew.errors import UsageError
+from fedfew.cli.main import main
+from fedfew.config.validation import ConfigError, load_config
+from fedfew.core.errors import UsageError
 from fedfew.study.claims import CLAIM_FILE, claim_cell, claim_owner
 from fedfew.study.docs import render_pages, study_files
 from fedfew.study.grid import cells, config_hash
 from fedfew.study.report import setting_panels
-from fedfew.study.schema import CONTROL, load_study
 from fedfew.study.store import ResultStore, current_code, metric, stored_elsewhere
+from fedfew.study.study_file import CONTROL, load_study
 from fedfew.study.verdict import HOLDS, NOT_RESOLVED, REVERSED, compare, judge_order, t_interval
 
 REPO = Path(__file__).resolve().parents[1]
@@ -98,7 +98,7 @@ DIGITS_STUDY = {
 
 def dumped(cell: Any) -> dict[str, Any]:
     """A cell's resolved config as a store record holds it (a record is checked against its config's hash)."""
-    from fedfew.config import dump_config
+    from fedfew.config.validation import dump_config
 
     return yaml.safe_load(dump_config(cell.config))
 
@@ -609,7 +609,7 @@ SUITED = {"fewshot": ("iid", "dirichlet", "shards", "dirichlet_classes", "label_
 def experiment_configs() -> list[str]:
     """The committed experiment configs (configs/f2l/methods.yaml and adaptation.yaml hold rows for a
     study to put in place, not configs)."""
-    from fedfew.config import ExperimentConfig
+    from fedfew.config.validation import ExperimentConfig
 
     return sorted(str(p.relative_to(REPO)) for p in (REPO / "configs").rglob("*.yaml")
                   if set(yaml.safe_load(p.read_text())) <= set(ExperimentConfig.model_fields))
@@ -647,7 +647,7 @@ def test_switching_the_engine_drops_the_other_engines_options() -> None:
 
 
 def test_an_iid_override_of_a_dirichlet_config_runs(tmp_path: Path) -> None:
-    from fedfew.runner import run_experiment
+    from fedfew.run.runner import run_experiment
 
     config = load_config(REPO / "src/fedfew/configs/demo.yaml", [
         "partition.name=iid", "partition.num_clients=2", "federation.rounds=1", "federation.clients_per_round=2",
@@ -701,7 +701,7 @@ def test_the_source_hash_covers_what_computes_numbers_not_the_study_layer(tmp_pa
     """A change to an algorithm makes a new code version; a change to how studies run or report
     (fedfew/study/), to the command line, or to an algorithm's docstring does not: the resolved config is
     in each cell's key already (tests/test_study_records.py edits the real package)."""
-    from fedfew.codeversion import source_hash
+    from fedfew.core.codeversion import source_hash
 
     package = tmp_path / "fedfew"
     (package / "study").mkdir(parents=True)
@@ -736,7 +736,7 @@ def test_winners_are_the_best_mean_and_the_methods_the_paired_rule_cannot_separa
     seed (a paired difference with zero spread: separated); in the other column fl-maml is best and
     fl-proto's differences (+3, -1) straddle 0: not separated. The control is never the best."""
     from fedfew.study.report import StudyResults, winners, winners_markdown
-    from fedfew.study.schema import load_study
+    from fedfew.study.study_file import load_study
 
     study, _ = load_study(write_study(tmp_path, DIGITS_STUDY))
     results = StudyResults(study, "cpu", None, cells_total=10, cells_found=10, methods=list(study.methods),
@@ -768,7 +768,7 @@ def test_winners_judge_only_complete_settings_and_leave_apart_rows_out(tmp_path:
     study keeps apart (``winners.apart``: scored by another protocol) is shown in its own column and never
     named best, even with the highest mean."""
     from fedfew.study.report import StudyResults, winners, winners_markdown
-    from fedfew.study.schema import load_study
+    from fedfew.study.study_file import load_study
 
     data = {**DIGITS_STUDY, "winners": {"apart": ["fl-proto"], "why": "another protocol"}}
     study, _ = load_study(write_study(tmp_path, data))
@@ -1084,7 +1084,7 @@ def test_a_resumed_runs_record_counts_each_sitting_once(tmp_path: Path) -> None:
     rounds in a sitting of 35 s): the runner's summary before ``seconds_resumed_from`` said 35 + 70 =
     105 s, counting the second sitting's rounds twice; the record takes 40 + 35 = 75 s. A run never
     resumed, or whose summary has ``seconds_resumed_from`` (today's runner), keeps its summary's."""
-    from fedfew.study.runfolders import run_seconds
+    from fedfew.study.run_readback import run_seconds
 
     run = tmp_path / "run"
     run.mkdir()

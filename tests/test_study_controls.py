@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from fedfew.config import load_config
+from fedfew.config.validation import load_config
 from fedfew.study.choose import make_choice
 from fedfew.study.grid import cells
 from fedfew.study.report import collect, markdown, winners
-from fedfew.study.schema import CONTROL, load_study
+from fedfew.study.study_file import CONTROL, load_study
 from tests.test_study import DIGITS_STUDY, REPO, run_cli, write_study
 
 #: The digits study with an untrained row of fl-proto: its own control.

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from fedfew.study.grid import cells
-from fedfew.study.schema import CONTROL, load_study
 from fedfew.study.store import CodeVersion, ResultStore, make_record
+from fedfew.study.study_file import CONTROL, load_study
 from tests.test_study import DIGITS_STUDY, HOLD_CLAIM, REPO, dumped, run_cli, write_study
 
 #: The digits study cut to one row, one column and no control: one cell per seed, seconds each.
@@ -259,7 +259,7 @@ def test_cells_stored_by_another_process_are_counted_as_such_and_not_in_the_time
     they were stored by other processes (not "running"), the counts agree with the lines, and after seed 0
     no time is left for this process (the other's cells are not)."""
     import fedfew.study.cell as study_cell
-    from fedfew.study.folders import cell_folder
+    from fedfew.study.cell_paths import cell_folder
     from fedfew.study.store import current_code
 
     path = write_study(tmp_path, {**ONE_ROW, "seeds": [0, 1, 2, 3]})

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from fedfew.codeversion import NOT_NUMBERS, NUMBERS_FOLDERS, NUMBERS_MODULES, in_source_hash, source_hash
-from fedfew.environment import COMPARED, NOT_RECORDED, describe, describe_environments, same_environment
+from fedfew.core.codeversion import NOT_NUMBERS, NUMBERS_FOLDERS, in_source_hash, source_hash
+from fedfew.run.environment import COMPARED, NOT_RECORDED, describe, describe_environments, same_environment
 from fedfew.study.sittings import SITTINGS_FILE, cpu_seconds, run_usage
 from fedfew.study.store import ResultStore
 from tests.test_study import DIGITS_STUDY, REPO, _as_older_code, run_cli, write_study
@@ -62,7 +62,7 @@ def _edited(path: Path, old: str, new: str) -> str:
     # code that computes numbers: an algorithm, the engine, the round loop, the evaluation, the seeds
     ("algorithms/fedavg.py", "from __future__ import annotations\n", "from __future__ import annotations\nX = 1\n",
      True),
-    ("engine/aggregation.py", "from __future__ import annotations\n", "from __future__ import annotations\nX = 1\n",
+    ("interface/aggregation.py", "from __future__ import annotations\n", "from __future__ import annotations\nX = 1\n",
      True),
     ("runner.py", "from __future__ import annotations\n", "from __future__ import annotations\nX = 1\n", True),
     ("evaluation.py", "from __future__ import annotations\n", "from __future__ import annotations\nX = 1\n", True),
@@ -102,7 +102,7 @@ def test_a_new_module_or_data_file_under_a_hashed_folder_counts(package_copy: Pa
 
 
 def test_the_code_text_keeps_no_empty_fields_that_python_versions_differ_in() -> None:
-    from fedfew.codeversion import code_text
+    from fedfew.core.codeversion import code_text
 
     text = code_text("def f(x: int) -> int:\n    'doc'\n    return x\nclass A:\n    pass\n")
     assert "type_params" not in text and "kind" not in text and "doc" not in text and "lineno" not in text
@@ -169,10 +169,10 @@ def test_every_module_the_number_code_imports_is_hashed_or_named_harmless(packag
     module and folder of the package is one or the other."""
     assert unclassified_imports(PACKAGE) == {}
     top = {p.name for p in PACKAGE.iterdir() if p.suffix == ".py" or (p.is_dir() and any(p.rglob("*.py")))}
-    named = set(NUMBERS_FOLDERS) | set(NUMBERS_MODULES) | set(NOT_NUMBERS)
-    assert top - named == set(), "classify these in fedfew.codeversion (NUMBERS_* or NOT_NUMBERS)"
-    assert named - top == set(), "these are gone: take them out of fedfew.codeversion's lists"
-    assert not (set(NUMBERS_FOLDERS) | set(NUMBERS_MODULES)) & set(NOT_NUMBERS)
+    named = set(NUMBERS_FOLDERS) | set(NOT_NUMBERS)
+    assert top - named == set(), "classify these in fedfew.core.codeversion (NUMBERS_FOLDERS or NOT_NUMBERS)"
+    assert named - top == set(), "these are gone: take them out of fedfew.core.codeversion's lists"
+    assert not set(NUMBERS_FOLDERS) & set(NOT_NUMBERS)
     # the check catches a new module an algorithm starts to use
     helper = package_copy / "lr_schedule.py"
     helper.write_text("def lr(step):\n    return 0.1 / (1 + step)\n")
@@ -188,8 +188,8 @@ def test_every_module_the_number_code_imports_is_hashed_or_named_harmless(packag
 # -- the environment and CPU seconds in every record -----------------------------------------------------
 def test_a_record_keeps_its_environment_cpu_seconds_and_load(tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
-    from fedfew.config import load_config
-    from fedfew.environment import run_environment
+    from fedfew.config.validation import load_config
+    from fedfew.run.environment import run_environment
 
     path = write_study(tmp_path, ONE_CELL)
     args = ["--store", str(tmp_path / "store"), "--runs", str(tmp_path / "runs"), "--budget", "smoke"]
@@ -352,7 +352,7 @@ def test_a_record_of_a_section_older_than_its_newest_field_hashes_to_its_key() -
     """A store record holds the config as it was dumped when it ran: a section without the fields added
     since (privacy's noise and accounting, issue 51) is as neutral as one holding them at their defaults, so
     the record's own config still hashes to the key it is filed under."""
-    from fedfew.config import PrivacyConfig, load_config
+    from fedfew.config.validation import PrivacyConfig, load_config
     from fedfew.study.grid import config_hash, dump_hash
     from tests.tiny import tiny_config
 

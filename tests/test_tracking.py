@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedfew.config import load_config
-from fedfew.runner import run_experiment
+from fedfew.config.validation import load_config
+from fedfew.run.runner import run_experiment
 from tests.tiny import tiny_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -52,7 +52,7 @@ def test_tensorboard_and_mlflow_hold_the_runs_metrics_config_and_artifacts(tmp_p
 def test_an_unknown_logger_is_one_line_and_exit_2(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(tiny_config("fl-proto")))
-    done = subprocess.run([sys.executable, "-m", "fedfew.cli", "run", str(path), "--set", "runtime.loggers=[wandb]",
+    done = subprocess.run([sys.executable, "-m", "fedfew.cli.main", "run", str(path), "--set", "runtime.loggers=[wandb]",
                            "--out", str(tmp_path / "out"), "--quiet"], cwd=REPO, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 2

@@ -3,7 +3,7 @@ page's own code blocks, run by the command line as a plugin on every engine with
 (the engine contract), its hooks keeping the contract (pure client update, hand-computed outer step),
 the complete example in ``fedfew.Algorithm``'s docstring, and the message of a hook left out.
 
-The page's runs go through ``python -m fedfew.cli run`` in a child process: a plugin registers its
+The page's runs go through ``python -m fedfew.cli.main run`` in a child process: a plugin registers its
 algorithm for good, and this process's registry must keep exactly the built-in algorithms
 (tests/test_engines.py checks that each has a tiny config). The in-process checks register into a
 throwaway registry for the same reason."""
@@ -28,11 +28,13 @@ import torch
 import yaml
 
 import fedfew
-import fedfew.algorithms  # noqa: F401  (the built-ins register now, before any test swaps the registry)
-import fedfew.engine.algorithm as algorithm_module
-from fedfew.engine.simulator import simulate_round
-from fedfew.registry import Registry
+import fedfew.interface.algorithm as algorithm_module
+from fedfew.algorithms import register_all
+from fedfew.core.registry import Registry
+from fedfew.engine.round import simulate_round
 from tests.helpers import blob_dataset, clients_from, context_for
+
+register_all()  # the built-ins register now, before any test swaps the registry
 
 REPO = Path(__file__).resolve().parents[1]
 PAGE = REPO / "docs" / "writing-an-algorithm.md"
@@ -80,7 +82,7 @@ def page_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def run_page(folder: Path, out: Path, sets: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
     """``fedfew run reptile.yaml`` as the page writes it (plus ``sets``), in a child process; the run's
     summary and per-round history, wall-clock times left out."""
-    argv = [sys.executable, "-m", "fedfew.cli", "run", "reptile.yaml", "--out", str(out), "--quiet"]
+    argv = [sys.executable, "-m", "fedfew.cli.main", "run", "reptile.yaml", "--out", str(out), "--quiet"]
     for item in TINY + sets:
         argv += ["--set", item]
     done = subprocess.run(argv, cwd=folder, env={**os.environ, **(env or {})}, capture_output=True, text=True,
@@ -250,7 +252,7 @@ def test_a_hook_left_out_says_which_class_and_hook(monkeypatch: pytest.MonkeyPat
 
 def test_fedfew_list_shows_each_option_and_what_it_means(capsys: pytest.CaptureFixture[str]) -> None:
     from fedfew.algorithms.f2l import F2LOptions
-    from fedfew.cli import main
+    from fedfew.cli.main import main
 
     assert main(["list", "algorithms", "f2l"]) == 0
     out = capsys.readouterr().out
@@ -278,7 +280,7 @@ def test_fedfew_list_shows_each_option_and_what_it_means(capsys: pytest.CaptureF
 def test_the_page_shows_what_fedfew_list_prints(page_folder: Path) -> None:
     command = "fedfew list algorithms reptile --plugin reptile.py"
     shown = PAGE.read_text().split(f"$ {command}\n", 1)[1].split("\n$ ", 1)[0]
-    done = subprocess.run([sys.executable, "-m", "fedfew.cli", *command.split()[1:]], cwd=page_folder,
+    done = subprocess.run([sys.executable, "-m", "fedfew.cli.main", *command.split()[1:]], cwd=page_folder,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout == shown + "\n"

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedfew.cli import demo_config_path, main
-from fedfew.config import load_config
-from fedfew.yaml12 import MAX_BYTES, load_yaml
+from fedfew.cli.main import demo_config_path, main
+from fedfew.config.validation import load_config
+from fedfew.core.yaml12 import MAX_BYTES, load_yaml
 from tests.test_study import DIGITS_STUDY, write_study
 from tests.tiny import tiny_config
 
@@ -114,7 +114,7 @@ def test_a_study_name_that_would_escape_its_store_is_refused(name: str, tmp_path
 
 def test_the_longest_names_allowed_still_make_folders(tmp_path: Path) -> None:
     config = load_config(tiny_config("fl-proto", name="n" * 200))
-    from fedfew.runner import new_run
+    from fedfew.run.runner import new_run
 
     folder = new_run(config, tmp_path)
     assert folder.path.is_dir() and folder.path.name.startswith("n" * 200)

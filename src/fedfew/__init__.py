@@ -30,52 +30,50 @@ The names here are loaded on first use, so ``import fedfew`` stays cheap.
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
-try:
-    __version__ = version("fedfew")
-except PackageNotFoundError:  # a source tree that was never installed
-    __version__ = "0+unknown"
+from fedfew.core.codeversion import package_version
+
+__version__ = package_version()
 
 #: Public name -> the module it lives in.
 _EXPORTS = {
-    "ALGORITHMS": "fedfew.engine.algorithm",
-    "Algorithm": "fedfew.engine.algorithm",
-    "ClientData": "fedfew.engine.algorithm",
-    "ClientResult": "fedfew.engine.algorithm",
-    "ConfigError": "fedfew.errors",
-    "Context": "fedfew.engine.algorithm",
+    "ALGORITHMS": "fedfew.interface.algorithm",
+    "Algorithm": "fedfew.interface.algorithm",
+    "ClientData": "fedfew.interface.algorithm",
+    "ClientResult": "fedfew.interface.algorithm",
+    "ConfigError": "fedfew.core.errors",
+    "Context": "fedfew.interface.algorithm",
     "DATASETS": "fedfew.data.registry",
-    "ENGINES": "fedfew.engines",
-    "Engine": "fedfew.engine.engines",
-    "Episode": "fedfew.episodes",
-    "EpisodicFedAvg": "fedfew.algorithms.episodic",
-    "EvalData": "fedfew.engine.algorithm",
-    "Experiment": "fedfew.experiment",
-    "ExperimentConfig": "fedfew.config",
-    "FedfewError": "fedfew.errors",
-    "MAML": "fedfew.meta.learners",
+    "ENGINES": "fedfew.config.engines",
+    "Engine": "fedfew.engine.base",
+    "Episode": "fedfew.fewshot.episodes",
+    "EpisodicFedAvg": "fedfew.algorithms.parts.episodic",
+    "EvalData": "fedfew.interface.algorithm",
+    "Experiment": "fedfew.run.experiment",
+    "ExperimentConfig": "fedfew.config.validation",
+    "FedfewError": "fedfew.core.errors",
+    "MAML": "fedfew.fewshot.learners",
     "MODELS": "fedfew.models",
-    "Options": "fedfew.engine.algorithm",
-    "PARTITIONS": "fedfew.partition",
-    "ProtoNet": "fedfew.meta.learners",
-    "RunFailedError": "fedfew.errors",
-    "RunInterrupted": "fedfew.errors",
-    "UsageError": "fedfew.errors",
-    "build_experiment": "fedfew.experiment",
-    "evaluate_model": "fedfew.algorithms.common",
-    "evaluate_run": "fedfew.rescore",
-    "get_state": "fedfew.engine.state",
-    "load_config": "fedfew.config",
-    "load_state_": "fedfew.engine.state",
-    "local_sampler": "fedfew.algorithms.common",
-    "register": "fedfew.engine.algorithm",
-    "resume_run": "fedfew.runner",
-    "run_experiment": "fedfew.runner",
-    "seed_torch_init": "fedfew.seeding",
-    "weighted_average": "fedfew.engine.aggregation",
-    "weights_for": "fedfew.engine.aggregation",
+    "Options": "fedfew.interface.algorithm",
+    "PARTITIONS": "fedfew.fewshot.partition",
+    "ProtoNet": "fedfew.fewshot.learners",
+    "RunFailedError": "fedfew.core.errors",
+    "RunInterrupted": "fedfew.core.errors",
+    "UsageError": "fedfew.core.errors",
+    "build_experiment": "fedfew.run.experiment",
+    "evaluate_model": "fedfew.algorithms.parts.common",
+    "evaluate_run": "fedfew.run.rescore",
+    "get_state": "fedfew.interface.state",
+    "load_config": "fedfew.config.validation",
+    "load_state_": "fedfew.interface.state",
+    "local_sampler": "fedfew.algorithms.parts.common",
+    "register": "fedfew.interface.algorithm",
+    "resume_run": "fedfew.run.runner",
+    "run_experiment": "fedfew.run.runner",
+    "seed_torch_init": "fedfew.core.seeding",
+    "weighted_average": "fedfew.interface.aggregation",
+    "weights_for": "fedfew.interface.aggregation",
 }
 
 __all__ = [
@@ -123,7 +121,7 @@ def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'fedfew' has no attribute {name!r}")
     if name in ("ALGORITHMS", "register"):
-        importlib.import_module("fedfew.algorithms")  # the built-in algorithms, registered
+        importlib.import_module("fedfew.algorithms").register_all()  # the built-in algorithms, registered
     value = getattr(importlib.import_module(_EXPORTS[name]), name)
     globals()[name] = value
     return value
@@ -134,12 +132,19 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from fedfew.algorithms.common import evaluate_model, local_sampler
-    from fedfew.algorithms.episodic import EpisodicFedAvg
-    from fedfew.config import ExperimentConfig, load_config
+    from fedfew.algorithms.parts.common import evaluate_model, local_sampler
+    from fedfew.algorithms.parts.episodic import EpisodicFedAvg
+    from fedfew.config.engines import ENGINES
+    from fedfew.config.validation import ExperimentConfig, load_config
+    from fedfew.core.errors import ConfigError, FedfewError, RunFailedError, RunInterrupted, UsageError
+    from fedfew.core.seeding import seed_torch_init
     from fedfew.data.registry import DATASETS
-    from fedfew.engine.aggregation import weighted_average, weights_for
-    from fedfew.engine.algorithm import (
+    from fedfew.engine.base import Engine
+    from fedfew.fewshot.episodes import Episode
+    from fedfew.fewshot.learners import MAML, ProtoNet
+    from fedfew.fewshot.partition import PARTITIONS
+    from fedfew.interface.aggregation import weighted_average, weights_for
+    from fedfew.interface.algorithm import (
         ALGORITHMS,
         Algorithm,
         ClientData,
@@ -149,15 +154,8 @@ if TYPE_CHECKING:
         Options,
         register,
     )
-    from fedfew.engine.engines import Engine
-    from fedfew.engine.state import get_state, load_state_
-    from fedfew.engines import ENGINES
-    from fedfew.episodes import Episode
-    from fedfew.errors import ConfigError, FedfewError, RunFailedError, RunInterrupted, UsageError
-    from fedfew.experiment import Experiment, build_experiment
-    from fedfew.meta.learners import MAML, ProtoNet
+    from fedfew.interface.state import get_state, load_state_
     from fedfew.models import MODELS
-    from fedfew.partition import PARTITIONS
-    from fedfew.rescore import evaluate_run
-    from fedfew.runner import resume_run, run_experiment
-    from fedfew.seeding import seed_torch_init
+    from fedfew.run.experiment import Experiment, build_experiment
+    from fedfew.run.rescore import evaluate_run
+    from fedfew.run.runner import resume_run, run_experiment

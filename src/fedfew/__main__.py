@@ -1,6 +1,6 @@
 """``python -m fedfew``: the ``fedfew`` command."""
 
-from fedfew.cli import run_command
+from fedfew.cli.main import run_command
 
 if __name__ == "__main__":
     run_command()

@@ -46,12 +46,12 @@ import torch
 from pydantic import Field, model_validator
 from torch import nn
 
-from fedfew.adversarial import mi_fgsm
 from fedfew.algorithms.oneshot import OneShot, OneShotOptions, OneShotServer, member_probabilities, top_n
-from fedfew.engine.aggregation import weighted_average
-from fedfew.engine.algorithm import ClientResult, EvalData, register
-from fedfew.engine.state import StateDict, load_state_
-from fedfew.jsontypes import JSONObject
+from fedfew.core.jsontypes import JSONObject
+from fedfew.fewshot.adversarial import mi_fgsm
+from fedfew.interface.aggregation import weighted_average
+from fedfew.interface.algorithm import ClientResult, EvalData, register
+from fedfew.interface.state import StateDict, load_state_
 
 
 class AdFLOptions(OneShotOptions):

@@ -96,23 +96,26 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch.func import functional_call
 
-from fedfew.algorithms.common import label_map, local_sampler, per_client_table
-from fedfew.algorithms.f2l_eval import logistic_regression_accuracy
-from fedfew.algorithms.f2l_losses import (
+from fedfew.algorithms.parts.common import label_map, local_sampler, per_client_table
+from fedfew.algorithms.parts.f2l_eval import logistic_regression_accuracy
+from fedfew.algorithms.parts.f2l_losses import (
     adaptive_temperature,
     infonce_loss,
     mutual_information_loss,
     partial_distillation_loss,
 )
-from fedfew.algorithms.f2l_models import (
+from fedfew.algorithms.parts.f2l_models import (
     F2LClientModel,
     Params,
     batched_linear,
     finetune_head,
     twice_differentiable,
 )
-from fedfew.engine.aggregation import weighted_average, weights_for
-from fedfew.engine.algorithm import (
+from fedfew.core.seeding import seed_torch_init
+from fedfew.fewshot.episodes import Episode
+from fedfew.fewshot.evaluation import accuracy, mean_ci95
+from fedfew.interface.aggregation import weighted_average, weights_for
+from fedfew.interface.algorithm import (
     Algorithm,
     ClientData,
     ClientResult,
@@ -124,11 +127,8 @@ from fedfew.engine.algorithm import (
     Payload,
     register,
 )
-from fedfew.engine.state import StateDict, get_state, load_state_
-from fedfew.episodes import Episode
-from fedfew.evaluation import accuracy, mean_ci95
+from fedfew.interface.state import StateDict, get_state, load_state_
 from fedfew.models.base import FewShotModel
-from fedfew.seeding import seed_torch_init
 
 # The losses, the client-model and the evaluation live in modules of their own; their names stay
 # importable from here, where tests and older code import them.

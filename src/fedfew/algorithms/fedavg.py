@@ -18,7 +18,7 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from fedfew.algorithms.common import (
+from fedfew.algorithms.parts.common import (
     TrainOptions,
     evaluate_model,
     label_map,
@@ -26,8 +26,11 @@ from fedfew.algorithms.common import (
     model_update,
     train_epochs,
 )
-from fedfew.engine.aggregation import weighted_average, weights_for
-from fedfew.engine.algorithm import (
+from fedfew.core.seeding import seed_torch_init
+from fedfew.fewshot.evaluation import dataset_accuracy
+from fedfew.fewshot.learners import proximal_term
+from fedfew.interface.aggregation import weighted_average, weights_for
+from fedfew.interface.algorithm import (
     Algorithm,
     ClientData,
     ClientResult,
@@ -39,11 +42,8 @@ from fedfew.engine.algorithm import (
     State,
     register,
 )
-from fedfew.engine.state import get_state, load_state_
-from fedfew.evaluation import dataset_accuracy
-from fedfew.meta.learners import proximal_term
+from fedfew.interface.state import get_state, load_state_
 from fedfew.models.base import FewShotModel
-from fedfew.seeding import seed_torch_init
 
 
 class FedAvgOptions(TrainOptions):

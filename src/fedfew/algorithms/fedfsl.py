@@ -38,12 +38,12 @@ from pydantic import Field
 from torch import nn
 from torch.func import functional_call
 
-from fedfew.algorithms.episodic import EpisodicFedAvg, MAMLOptions
-from fedfew.engine.aggregation import weighted_average
-from fedfew.engine.algorithm import ClientData, ClientResult, Context, Parts, Payload, State, register
-from fedfew.engine.state import StateDict, load_state_
-from fedfew.episodes import Episode
-from fedfew.meta.learners import MAML
+from fedfew.algorithms.parts.episodic import EpisodicFedAvg, MAMLOptions
+from fedfew.fewshot.episodes import Episode
+from fedfew.fewshot.learners import MAML
+from fedfew.interface.aggregation import weighted_average
+from fedfew.interface.algorithm import ClientData, ClientResult, Context, Parts, Payload, State, register
+from fedfew.interface.state import StateDict, load_state_
 from fedfew.models.base import FewShotModel
 
 

@@ -46,15 +46,15 @@ import torch
 from pydantic import Field, model_validator
 from torch import nn
 
-from fedfew.algorithms.common import local_sampler, make_optimizer
 from fedfew.algorithms.fedfsl import FedFSLMI, FedFSLMIOptions, prediction_kl
-from fedfew.algorithms.optimizers import LocalOptimizer
-from fedfew.engine.algorithm import ClientData, ClientResult, Context, Payload, State, register
-from fedfew.engine.state import get_state, load_state_
-from fedfew.episodes import Episode
-from fedfew.meta.learners import proximal_term
+from fedfew.algorithms.parts.common import local_sampler, make_optimizer
+from fedfew.algorithms.parts.optimizers import LocalOptimizer
+from fedfew.core.seeding import seed_torch_init
+from fedfew.fewshot.episodes import Episode
+from fedfew.fewshot.learners import proximal_term
+from fedfew.interface.algorithm import ClientData, ClientResult, Context, Payload, State, register
+from fedfew.interface.state import get_state, load_state_
 from fedfew.models.base import FewShotModel
-from fedfew.seeding import seed_torch_init
 
 
 class FedFSLAdvOptions(FedFSLMIOptions):

@@ -6,8 +6,8 @@ server averages the encoders. Meta-test classifies queries by distance to suppor
 
 from __future__ import annotations
 
-from fedfew.algorithms.episodic import EpisodicFedAvg, EpisodicOptions
-from fedfew.engine.algorithm import register
+from fedfew.algorithms.parts.episodic import EpisodicFedAvg, EpisodicOptions
+from fedfew.interface.algorithm import register
 
 
 @register("fl-proto", help="FedAvg over Prototypical-Network episodes")

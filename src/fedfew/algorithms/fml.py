@@ -58,10 +58,13 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
 
-from fedfew.algorithms.common import TrainOptions, local_scores, make_optimizer, minibatches
+from fedfew.algorithms.parts.common import TrainOptions, local_scores, make_optimizer, minibatches
+from fedfew.core.jsontypes import JSONObject
+from fedfew.core.seeding import seed_torch_init, torch_generator
 from fedfew.data.dataset import LabelledDataset
-from fedfew.engine.aggregation import weighted_average
-from fedfew.engine.algorithm import (
+from fedfew.fewshot.evaluation import dataset_accuracy
+from fedfew.interface.aggregation import weighted_average
+from fedfew.interface.algorithm import (
     Algorithm,
     ClientData,
     ClientResult,
@@ -74,11 +77,8 @@ from fedfew.engine.algorithm import (
     State,
     register,
 )
-from fedfew.engine.state import StateDict, get_state, load_state_
-from fedfew.evaluation import dataset_accuracy
-from fedfew.jsontypes import JSONObject
+from fedfew.interface.state import StateDict, get_state, load_state_
 from fedfew.models import MODELS, FewShotModel
-from fedfew.seeding import seed_torch_init, torch_generator
 
 # -- the losses (eq. 3) -------------------------------------------------------------------------
 

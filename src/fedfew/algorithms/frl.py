@@ -8,7 +8,7 @@ by FL over N participants; one simulator round is one meta-training episode t:
 1. the server draws K participants (the simulator's client schedule);
 2. each splits its local data D_k into a support set S_k and a query set Q_k (half of each class);
 3. theta^0 = phi^t, then R rounds of FL on the support sets (:class:`PrototypeFL`, one
-   :func:`~fedfew.engine.simulator.run_round` each). In round r client k
+   :func:`~fedfew.engine.round.run_round` each). In round r client k
 
    * downloads theta^r and, from round 1 on, the global prototypes G^{r-1};
    * computes its local prototypes c_{k,n} = mean of f_theta(x) over x in S_{k,n} (eq. 1), with the
@@ -38,7 +38,7 @@ by FL over N participants; one simulator round is one meta-training episode t:
 Communication: an episode is R + 1 rounds (R of FL, one for the meta-update). :meth:`FRL.play_round`
 runs them through the simulator's ``play_round`` hook and reports the bytes of all R + 1.
 
-Deployment (section 2.3, :mod:`fedfew.deployment`): from phi^T a new group of K clients holding tau
+Deployment (section 2.3, :mod:`fedfew.algorithms.parts.frl_deployment`): from phi^T a new group of K clients holding tau
 classes runs R rounds of :class:`PrototypeFL` and classifies its pooled query set by distance to the
 global prototypes G^{R-1}.
 
@@ -90,8 +90,14 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import torch
 import torch.nn.functional as F
 
-from fedfew.algorithms.common import make_optimizer, minibatches
-from fedfew.algorithms.frl_losses import (
+from fedfew.algorithms.parts.common import make_optimizer, minibatches
+from fedfew.algorithms.parts.frl_deployment import (
+    DeploymentAlgorithm,
+    LinearDeployment,
+    LinearFL,
+    evaluate_deployment,
+)
+from fedfew.algorithms.parts.frl_losses import (
     Prototypes,
     aggregate_prototypes,
     class_means,
@@ -104,15 +110,15 @@ from fedfew.algorithms.frl_losses import (
     rows_of,
     squared_distances,
 )
-from fedfew.algorithms.frl_options import FRLOptions
-from fedfew.algorithms.frl_rounds import (
+from fedfew.algorithms.parts.frl_options import FRLOptions
+from fedfew.algorithms.parts.frl_rounds import (
     EpisodeRound,
     MetaHeadLinearFL,
     MetaHeadStart,
     PrototypeFL,
     ReportClasses,
 )
-from fedfew.algorithms.frl_tasks import (
+from fedfew.algorithms.parts.frl_tasks import (
     frl_split,
     merged_head,
     on_rows,
@@ -120,19 +126,18 @@ from fedfew.algorithms.frl_tasks import (
     task_label_rows,
     with_prepared_head,
 )
+from fedfew.core.seeding import seed_torch_init, torch_generator
 from fedfew.data.dataset import LabelledDataset
-from fedfew.deployment import DeploymentAlgorithm, LinearDeployment, LinearFL, evaluate_deployment
-from fedfew.engine.aggregation import weighted_average, weights_for
-from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, Context, EvalData, register
-from fedfew.engine.simulator import RoundOutcome, run_round
-from fedfew.engine.state import StateDict, get_state, load_state_
+from fedfew.engine.round import RoundOutcome, run_round
+from fedfew.interface.aggregation import weighted_average, weights_for
+from fedfew.interface.algorithm import Algorithm, ClientData, ClientResult, Context, EvalData, register
+from fedfew.interface.state import StateDict, get_state, load_state_
 from fedfew.models.base import FewShotModel
 from fedfew.privacy.clipping import REFERENCE
 from fedfew.privacy.mechanism import STATE_KEY
-from fedfew.seeding import seed_torch_init, torch_generator
 
 if TYPE_CHECKING:
-    from fedfew.engine.engines import Engine
+    from fedfew.engine.base import Engine
     from fedfew.privacy.mechanism import PrivateAggregation
 
 # The options, the mathematics, the data split and the inner rounds live in modules of their own; their

@@ -1,7 +1,7 @@
 """The baselines of FRL (Park et al. 2021, section 4), scored by the same deployment protocol.
 
 Each method prepares an initial model in its own way; at deployment (section 2.3,
-:mod:`fedfew.deployment`) every group of K clients holding tau classes runs R rounds of FedAvg from
+:mod:`fedfew.algorithms.parts.frl_deployment`) every group of K clients holding tau classes runs R rounds of FedAvg from
 it with the last layer replaced by a Xavier-initialised tau-way layer, and its global model
 classifies the pooled query set. The preparation-stage budget is matched in rounds: an FRL episode
 costs R + 1 rounds, so T episodes of FRL compare with T (R + 1) rounds of FedAvg.
@@ -37,13 +37,20 @@ from typing import Any, Literal
 import torch
 from pydantic import Field
 
-from fedfew.algorithms.common import TrainOptions, train_epochs
 from fedfew.algorithms.fedavg import FedAvg, FedAvgOptions
 from fedfew.algorithms.oneshot import cross_validation_score, top_n
+from fedfew.algorithms.parts.common import TrainOptions, train_epochs
+from fedfew.algorithms.parts.frl_deployment import (
+    DeploymentOptions,
+    LinearDeployment,
+    LinearFL,
+    evaluate_deployment,
+)
+from fedfew.core.seeding import seed_torch_init
 from fedfew.data.dataset import LabelledDataset
-from fedfew.deployment import DeploymentOptions, LinearDeployment, LinearFL, evaluate_deployment
-from fedfew.engine.aggregation import weighted_average
-from fedfew.engine.algorithm import (
+from fedfew.engine.round import RoundOutcome
+from fedfew.interface.aggregation import weighted_average
+from fedfew.interface.algorithm import (
     Algorithm,
     ClientData,
     ClientResult,
@@ -55,9 +62,7 @@ from fedfew.engine.algorithm import (
     State,
     register,
 )
-from fedfew.engine.simulator import RoundOutcome
-from fedfew.engine.state import StateDict, get_state, load_state_
-from fedfew.seeding import seed_torch_init
+from fedfew.interface.state import StateDict, get_state, load_state_
 
 #: R of the baselines' deployment when ``deployment.rounds`` is not set (the paper's R).
 DEFAULT_ROUNDS = 3

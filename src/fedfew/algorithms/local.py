@@ -12,9 +12,12 @@ from typing import Literal
 import torch
 from pydantic import Field
 
-from fedfew.algorithms.common import per_client_table
-from fedfew.algorithms.episodic import EpisodicFedAvg, MAMLOptions
-from fedfew.engine.algorithm import (
+from fedfew.algorithms.parts.common import per_client_table
+from fedfew.algorithms.parts.episodic import EpisodicFedAvg, MAMLOptions
+from fedfew.core.seeding import seed_torch_init
+from fedfew.fewshot.evaluation import accuracy
+from fedfew.fewshot.learners import ProtoNet
+from fedfew.interface.algorithm import (
     ClientData,
     ClientResult,
     ClientScores,
@@ -24,10 +27,7 @@ from fedfew.engine.algorithm import (
     Payload,
     register,
 )
-from fedfew.engine.state import get_state, load_state_
-from fedfew.evaluation import accuracy
-from fedfew.meta.learners import ProtoNet
-from fedfew.seeding import seed_torch_init
+from fedfew.interface.state import get_state, load_state_
 
 
 class LocalOptions(MAMLOptions):

@@ -32,11 +32,14 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
 
-from fedfew.algorithms.common import TrainOptions, evaluate_model, train_epochs
-from fedfew.algorithms.oneshot_report import client_metrics, corruption_metrics
+from fedfew.algorithms.parts.common import TrainOptions, evaluate_model, train_epochs
+from fedfew.algorithms.parts.oneshot_report import client_metrics, corruption_metrics
+from fedfew.core.jsontypes import JSONObject
+from fedfew.core.seeding import seed_torch_init
 from fedfew.data.dataset import LabelledDataset
-from fedfew.engine.aggregation import weighted_average
-from fedfew.engine.algorithm import (
+from fedfew.fewshot.evaluation import accuracy
+from fedfew.interface.aggregation import weighted_average
+from fedfew.interface.algorithm import (
     Algorithm,
     ClientData,
     ClientResult,
@@ -46,11 +49,8 @@ from fedfew.engine.algorithm import (
     State,
     register,
 )
-from fedfew.engine.state import StateDict, get_state, load_state_
-from fedfew.evaluation import accuracy
-from fedfew.jsontypes import JSONObject
+from fedfew.interface.state import StateDict, get_state, load_state_
 from fedfew.models.base import FewShotModel
-from fedfew.seeding import seed_torch_init
 
 
 class OneShotOptions(TrainOptions):

@@ -51,7 +51,6 @@ from pydantic import Field
 from torch import nn
 from torch.func import functional_call
 
-from fedfew.algorithms.common import model_update
 from fedfew.algorithms.fedavg import FedAvg
 from fedfew.algorithms.frl import (
     FRLOptions,
@@ -63,10 +62,18 @@ from fedfew.algorithms.frl import (
     task_label_rows,
 )
 from fedfew.algorithms.frl_baselines import DEFAULT_ROUNDS
+from fedfew.algorithms.parts.common import model_update
+from fedfew.algorithms.parts.frl_deployment import (
+    DeploymentOptions,
+    LinearDeployment,
+    LinearFL,
+    evaluate_deployment,
+)
+from fedfew.core.seeding import seed_torch_init
 from fedfew.data.dataset import LabelledDataset
-from fedfew.deployment import DeploymentOptions, LinearDeployment, LinearFL, evaluate_deployment
-from fedfew.engine.aggregation import weighted_average, weights_for
-from fedfew.engine.algorithm import (
+from fedfew.fewshot.learners import strided_like
+from fedfew.interface.aggregation import weighted_average, weights_for
+from fedfew.interface.algorithm import (
     Algorithm,
     ClientData,
     ClientResult,
@@ -78,9 +85,7 @@ from fedfew.engine.algorithm import (
     State,
     register,
 )
-from fedfew.engine.state import get_state
-from fedfew.meta.learners import strided_like
-from fedfew.seeding import seed_torch_init
+from fedfew.interface.state import get_state
 
 Params = dict[str, torch.Tensor]
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from fedfew.errors import UsageError
+from fedfew.core.errors import UsageError
 
 SPLITS = ("base", "val", "novel")
 

@@ -21,10 +21,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from fedfew.core.integrity import sha256_file
 from fedfew.data.cache import cached_tensors
 from fedfew.data.dataset import DataError, DataNotFoundError, LabelledDataset
 from fedfew.data.registry import DATASETS
-from fedfew.integrity import sha256_file
 
 OMNIGLOT_URL = (
     "Download images_background.zip and images_evaluation.zip from the official repository "

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fedfew.core.registry import Registry
 from fedfew.data.dataset import DataError, DataNotFoundError, LabelledDataset
-from fedfew.registry import Registry
 
 Loader = Callable[..., LabelledDataset]
 DATASETS: Registry[Loader] = Registry("dataset")

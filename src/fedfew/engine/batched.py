@@ -8,7 +8,7 @@ clients draw the sequential path's episodes. What the batched path does not do i
 global generator per client: the layers it can stack draw nothing from it (no dropout).
 
 Tasks of a nested algorithm part or a data view (FRL's inner rounds) run one client after the other,
-as in :class:`~fedfew.engine.engines.InProcessEngine`.
+as in :class:`~fedfew.engine.base.InProcessEngine`.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult
-from fedfew.engine.compute import CPU_FP32, Compute
-from fedfew.engine.engines import Delivery, Faults, InProcessEngine
-from fedfew.engine.protocol import update_generator
-from fedfew.engine.store import ClientStates
+from fedfew.core.errors import UsageError
+from fedfew.engine.base import Delivery, Faults, InProcessEngine
 from fedfew.engine.tasks import ClientTask, private_result
-from fedfew.errors import UsageError
+from fedfew.interface.algorithm import Algorithm, ClientData, ClientResult
+from fedfew.interface.compute import CPU_FP32, Compute, compile_mode
+from fedfew.interface.protocol import update_generator
+from fedfew.interface.state_store import ClientStates
 
 
 class BatchingUnsupportedError(UsageError):
@@ -41,7 +41,7 @@ class BatchedEngine(InProcessEngine):
         if reason is not None:
             raise BatchingUnsupportedError(f"runtime.batch_clients: {reason}; set runtime.batch_clients: false")
         super().__init__(algorithm, clients, seed, states, faults, compute)
-        #: runtime.compile: the stacked loss through torch.compile (algorithms/batched_episodic.py)
+        #: runtime.compile: the stacked loss through torch.compile (algorithms/parts/batched_episodic.py)
         self.compile_mode = compile_mode
 
     def deliver(self, task: ClientTask, payloads: Mapping[int, dict[str, Any]]) -> Delivery:
@@ -50,7 +50,6 @@ class BatchedEngine(InProcessEngine):
             return super().deliver(task, payloads)
         todo = sorted(payloads)
         generators = [update_generator(self.seed, task.round_key, cid) for cid in todo]
-        from fedfew.algorithms.batched_episodic import compile_mode
 
         with self.compute.scope(), compile_mode(self.compile_mode):
             updates = self.algorithm.client_update_batch(

@@ -1,8 +1,9 @@
-"""Rounds of broadcast, client updates and aggregation, on any engine.
+"""A run's loop of rounds, on any engine.
 
-:func:`run_round` is the building block (FRL nests R of them inside each meta-training episode);
-:class:`Simulator` adds seeded client sampling drawn once, communication accounting, evaluation on
-validation classes with best-round selection, and a final test. Everything a run needs to continue is
+:class:`Simulator` plays :func:`~fedfew.engine.round.run_round` once per round over the clients of the
+schedule drawn once from the seed (:mod:`fedfew.engine.schedule`), with communication accounting,
+evaluation on validation classes with best-round selection, the divergence guard
+(:mod:`fedfew.engine.guard`), and a final test. Everything a run needs to continue is
 in :class:`RunState` plus the client states: a run stopped after any round and continued from them
 gives the same numbers as one never stopped.
 """
@@ -10,25 +11,23 @@ gives the same numbers as one never stopped.
 from __future__ import annotations
 
 import copy
-import math
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-import numpy as np
 import torch
 
-from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, EvalData
-from fedfew.engine.engines import Engine, Faults, InProcessEngine, Replies
-from fedfew.engine.protocol import init_generator
-from fedfew.engine.state import payload_bytes
-from fedfew.engine.static import crossing_bytes, static_tensors
-from fedfew.engine.store import ClientStates, Entry
-from fedfew.engine.tasks import MAIN, ClientTask, resolve_part
-from fedfew.errors import RunFailedError
-from fedfew.evaluation import mean_ci95, per_class_accuracy, with_interval
-from fedfew.seeding import derive_seed, initial_model_seed, numpy_generator, torch_generator
+from fedfew.core.errors import RunFailedError
+from fedfew.core.seeding import derive_seed, initial_model_seed, torch_generator
+from fedfew.engine.base import Engine, Faults, InProcessEngine
+from fedfew.engine.guard import DivergedError, LossGuard, non_finite
+from fedfew.engine.round import CommLog, RoundOutcome, mean_metrics, run_round
+from fedfew.engine.schedule import client_schedule
+from fedfew.fewshot.evaluation import mean_ci95, per_class_accuracy, with_interval
+from fedfew.interface.algorithm import Algorithm, ClientData, EvalData
+from fedfew.interface.protocol import init_generator
+from fedfew.interface.state_store import ClientStates, Entry
 
 if TYPE_CHECKING:
     from fedfew.privacy.mechanism import PrivateAggregation
@@ -43,125 +42,6 @@ class _PlaysPrivately(Protocol):
 
 class NothingTrainedError(RunFailedError):
     """No client trained in any round: the run has nothing to report."""
-
-
-class DivergedError(RunFailedError):
-    """A round produced a non-finite loss or parameter: the model diverged, so the run stops (status
-    failed) rather than report the accuracy of a broken model. ``record`` is that round's metrics."""
-
-    def __init__(self, message: str, record: dict[str, Any]) -> None:
-        super().__init__(message)
-        self.record = record
-
-
-@dataclass
-class CommLog:
-    """Bytes sent down (server to clients) and up (clients to server), per round."""
-
-    down: list[int] = field(default_factory=list)
-    up: list[int] = field(default_factory=list)
-
-    @property
-    def total(self) -> int:
-        return sum(self.down) + sum(self.up)
-
-
-@dataclass
-class RoundOutcome:
-    server: Any
-    results: dict[int, ClientResult]
-    bytes_down: int
-    bytes_up: int
-    asked: list[int] = field(default_factory=list)
-    failed: list[int] = field(default_factory=list)
-    late: list[int] = field(default_factory=list)
-    #: A private round's record (the clip used, the noised share within it), else None.
-    privacy: dict[str, float] | None = None
-
-    @property
-    def replied(self) -> list[int]:
-        return sorted(self.results)
-
-    @property
-    def trained(self) -> list[int]:
-        return sorted(c for c, r in self.results.items() if not r.skipped)
-
-
-def run_round(
-    engine: Engine,
-    algorithm: Algorithm,
-    server: Any,
-    selected: Sequence[int],
-    round_index: int,
-    round_key: int | str,
-    *,
-    part: str = "",
-    part_args: dict[str, Any] | None = None,
-    view: str = "",
-    view_args: dict[str, Any] | None = None,
-    namespace: str = MAIN,
-    privacy: PrivateAggregation | None = None,
-) -> RoundOutcome:
-    """One round: each selected client gets its payload and updates with its own generator (derived
-    from seed, round key and client id, so order does not matter) on ``engine``; the server
-    aggregates the replies that arrived (none: the server state stays). ``part`` and ``view`` name
-    the part of ``algorithm`` and the view of the clients' data the round runs (FRL's inner rounds).
-    With ``privacy`` the clients clip their updates where they run and the server's noised average
-    (:meth:`fedfew.privacy.PrivateAggregation.aggregate`) replaces the algorithm's aggregation."""
-    spec = privacy.client_spec(server).to_json() if privacy is not None else None
-    task = ClientTask(round_index, str(round_key), part, dict(part_args or {}), view, dict(view_args or {}),
-                      namespace, spec)
-    actor = resolve_part(algorithm, task)
-    payloads = {cid: actor.broadcast(server, cid) for cid in sorted(selected)}
-    # A private Poisson round may ask no client; it still releases (the noise alone), below.
-    replies = engine.execute(task, payloads) if payloads else Replies({})
-    static = static_tensors(algorithm)  # frozen parameters: both sides hold them, they do not cross
-    count = (lambda obj: crossing_bytes(obj, static)) if static else payload_bytes
-    down = replies.bytes_down
-    if down is None:
-        down = sum(count(p) for cid, p in payloads.items() if cid not in replies.failed)
-    up = replies.bytes_up
-    if up is None:
-        up = sum(count(r.upload) for r in replies.results.values())
-    record = None
-    if privacy is not None:
-        # Every private round releases a noised model, whoever replied: skipping the noise when no one
-        # did would tell an observer that the sample (or every reply) was empty.
-        server, record = privacy.aggregate(server, replies.results, engine.seed, task.round_key)
-    elif replies.results:
-        torch.manual_seed(derive_seed(engine.seed, "aggregate-global", task.round_key))
-        server = actor.aggregate(server, replies.results, torch_generator(engine.seed, "aggregate", task.round_key))
-    return RoundOutcome(server, replies.results, down, up, sorted(payloads), replies.failed, replies.late, record)
-
-
-def simulate_round(algorithm: Algorithm, server: Any, clients: Sequence[ClientData] | Mapping[int, ClientData],
-                   client_states: dict[int, Any], selected: Sequence[int], seed: int,
-                   round_key: int | str) -> RoundOutcome:
-    """One round in this process on plain data (a library and test convenience): ``clients`` indexed
-    by client id, ``client_states`` a dict updated in place with the selected clients' new states."""
-    engine = InProcessEngine(algorithm, clients, seed)
-    engine.state_of = lambda namespace, cid: client_states.get(cid)  # type: ignore[method-assign]
-    outcome = run_round(engine, algorithm, server, selected, 0, round_key)
-    client_states.update(engine._staged)
-    engine.discard_round()
-    return outcome
-
-
-def client_schedule(num_clients: int, per_round: int | float, rounds: int, seed: int) -> list[list[int]]:
-    """Which clients take part in each round, drawn once from the seed so that every algorithm run
-    with the same seed sees the same clients. ``per_round`` is a count or a fraction in (0, 1]."""
-    count = round_size(num_clients, per_round)
-    if not 1 <= count <= num_clients:
-        raise ValueError(f"clients per round must be in 1..{num_clients}, got {per_round}")
-    rng = numpy_generator(seed, "schedule")
-    return [sorted(rng.choice(num_clients, count, replace=False).tolist()) for _ in range(rounds)]
-
-
-def round_size(num_clients: int, per_round: int | float) -> int:
-    """How many clients each round asks: ``per_round`` itself, or a fraction in (0, 1] of the clients."""
-    if isinstance(per_round, float) and per_round <= 1.0:
-        return max(1, round(per_round * num_clients))
-    return int(per_round)
 
 
 @dataclass
@@ -330,7 +210,7 @@ class Simulator:
                 self.engine.discard_round()
                 raise
             record: dict[str, Any] = {"round": r + 1, "bytes_down": outcome.bytes_down, "bytes_up": outcome.bytes_up}
-            record.update(_mean_metrics(outcome.results))
+            record.update(mean_metrics(outcome.results))
             clients = {"asked": outcome.asked, "replied": outcome.replied, "trained": outcome.trained,
                        "failed": outcome.failed, "late": outcome.late}
             # A secret sample is released as counts only: the history is handed to readers of the results.
@@ -448,81 +328,3 @@ def _size(data: EvalData) -> str:
     return f"{len(data.dataset) if data.dataset is not None else 0} samples"
 
 
-@dataclass(frozen=True)
-class LossGuard:
-    """Divergence that stays finite (config ``runtime.divergence``): a client's training loss above
-    ``max_loss``, or the round's mean training loss above ``loss_factor`` times the first round's (and
-    above 1.0, so that a near-zero first loss is no yardstick) in ``patience`` rounds in a row. Only
-    metrics named ``*loss`` count: accuracies and other metrics may grow freely."""
-
-    max_loss: float = 1e6
-    loss_factor: float = 100.0
-    patience: int = 3
-
-    def exploded(self, outcome: RoundOutcome, history: Sequence[dict[str, Any]]) -> str | None:
-        """Why this round (after the rounds of ``history``) counts as diverged; None when it does not."""
-        for cid, result in sorted(outcome.results.items()):
-            for key, value in sorted(result.metrics.items()):
-                if key.endswith("loss") and isinstance(value, (int, float)) and value > self.max_loss:
-                    return (f"client {cid}'s training {key} is {value:.3g}, above runtime.divergence.max_loss="
-                            f"{self.max_loss:g}")
-        if not self.loss_factor or not history:
-            return None
-        means = _mean_metrics(outcome.results)
-        first = history[0]
-        for key, value in sorted(means.items()):
-            if not key.endswith("loss") or not isinstance(first.get(key), (int, float)):
-                continue
-            limit = self.loss_factor * max(float(first[key]), 1.0)
-            recent = [h.get(key) for h in history[len(history) - self.patience + 1:]] if self.patience > 1 else []
-            if value > limit and len(recent) == self.patience - 1 and \
-                    all(isinstance(v, (int, float)) and v > limit for v in recent):
-                worst = max(outcome.results, key=lambda c: outcome.results[c].metrics.get(key[len("train_"):], 0.0))
-                return (f"the mean training {key[len('train_'):]} ({value:.3g}; client {worst} the largest) has been "
-                        f"above {self.loss_factor:g}x round {first.get('round', 1)}'s ({first[key]:.3g}) for "
-                        f"{self.patience} rounds (runtime.divergence.loss_factor, patience)")
-        return None
-
-
-def non_finite(outcome: RoundOutcome) -> str | None:
-    """What in a round is not a finite number, first by client (its training metrics, its upload, its
-    new private state, in client order), then the aggregated server state; None when all is finite."""
-    for cid, result in sorted(outcome.results.items()):
-        for key, value in sorted(result.metrics.items()):
-            if isinstance(value, (int, float)) and not math.isfinite(value):
-                return f"client {cid}'s training {key} is {value}"
-        for what, obj in (("upload", result.upload), ("model (private state)", result.state)):
-            where = _first_non_finite(obj)
-            if where is not None:
-                return f"client {cid}'s {what} holds non-finite values ({where})"
-    where = _first_non_finite(outcome.server)
-    if where is not None:
-        return f"the aggregated server model holds non-finite values ({where})"
-    return None
-
-
-def _first_non_finite(obj: object, path: str = "") -> str | None:
-    """The path of the first floating-point tensor or number in ``obj`` (nested dicts, lists,
-    tuples) that is not finite."""
-    if isinstance(obj, torch.Tensor):
-        if obj.is_floating_point() or obj.is_complex():
-            return None if bool(torch.isfinite(obj).all()) else (path or "tensor")
-        return None
-    if isinstance(obj, float):
-        return None if math.isfinite(obj) else (path or "value")
-    if isinstance(obj, Mapping):
-        items: Iterable[tuple[object, object]] = obj.items()
-    elif isinstance(obj, (list, tuple)):
-        items = enumerate(obj)
-    else:
-        return None
-    for key, value in items:
-        found = _first_non_finite(value, f"{path}.{key}" if path else str(key))
-        if found is not None:
-            return found
-    return None
-
-
-def _mean_metrics(results: dict[int, ClientResult]) -> dict[str, float]:
-    keys = {k for r in results.values() for k in r.metrics}
-    return {f"train_{k}": float(np.mean([r.metrics[k] for r in results.values() if k in r.metrics])) for k in sorted(keys)}

@@ -16,11 +16,11 @@ from typing import Any
 
 import torch
 
-from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, Payload, State
-from fedfew.engine.protocol import MAIN, update_generator, update_global_seed
-from fedfew.engine.static import static_tensors
+from fedfew.core.registry import Registry
+from fedfew.interface.algorithm import Algorithm, ClientData, ClientResult, Payload, State
+from fedfew.interface.protocol import MAIN, update_generator, update_global_seed
+from fedfew.interface.static import static_tensors
 from fedfew.privacy.clipping import ClientSpec, privatize
-from fedfew.registry import Registry
 
 __all__ = ["DATA_VIEWS", "MAIN", "ClientTask", "DataView", "client_view", "private_result", "resolve_part",
            "run_client_task"]

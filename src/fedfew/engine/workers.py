@@ -3,7 +3,7 @@ in N worker processes, one thread each.
 
 The workers are forked once, after the experiment is built, so every client's data is shared with
 them copy-on-write (never pickled, never copied per round). A task goes to whichever worker is free;
-what travels between the processes is the flat state form (:mod:`fedfew.engine.serialize`): the
+what travels between the processes is the flat state form (:mod:`fedfew.interface.serialize`): the
 payload (serialised once per distinct payload in a round), the client's private state, and back the
 upload and the new state. Private states stay with the server-side store, as with the in-process
 engine, so checkpoints and evaluation see them the same way.
@@ -28,14 +28,14 @@ from typing import Any
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from fedfew.engine import serialize
-from fedfew.engine.algorithm import Algorithm, ClientData, ClientResult, EvalData, Payload, State
-from fedfew.engine.compute import CPU_FP32, Compute
-from fedfew.engine.engines import ENGINES, Delivery, Engine, EngineError, EngineSetup, Faults
-from fedfew.engine.protocol import from_wire, to_wire
-from fedfew.engine.store import ClientStates
+from fedfew.core.errors import UsageError
+from fedfew.engine.base import ENGINES, Delivery, Engine, EngineError, EngineSetup, Faults
 from fedfew.engine.tasks import ClientTask, run_client_task
-from fedfew.errors import UsageError
+from fedfew.interface import serialize
+from fedfew.interface.algorithm import Algorithm, ClientData, ClientResult, EvalData, Payload, State
+from fedfew.interface.compute import CPU_FP32, Compute
+from fedfew.interface.protocol import from_wire, to_wire
+from fedfew.interface.state_store import ClientStates
 
 logger = logging.getLogger(__name__)
 

@@ -26,7 +26,12 @@ from typing import TYPE_CHECKING, TypedDict
 from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
-from fedfew.engine.algorithm import (
+from fedfew.core.jsontypes import JSONObject, JSONValue
+from fedfew.engine.base import Delivery, Engine, Faults
+from fedfew.engine.tasks import ClientTask
+from fedfew.flower.errors import FlowerRunError as FlowerRunError
+from fedfew.flower.records import array_bytes, from_records, record_int, to_records
+from fedfew.interface.algorithm import (
     Algorithm,
     ClientData,
     ClientResult,
@@ -35,17 +40,12 @@ from fedfew.engine.algorithm import (
     Payload,
     State,
 )
-from fedfew.engine.compute import CPU_FP32, Compute
-from fedfew.engine.engines import Delivery, Engine, Faults
-from fedfew.engine.static import static_tensors
-from fedfew.engine.store import ClientStates, RemoteClientStates
-from fedfew.engine.tasks import ClientTask
-from fedfew.flower.errors import FlowerRunError as FlowerRunError
-from fedfew.flower.records import array_bytes, from_records, record_int, to_records
-from fedfew.jsontypes import JSONObject, JSONValue
+from fedfew.interface.compute import CPU_FP32, Compute
+from fedfew.interface.state_store import ClientStates, RemoteClientStates
+from fedfew.interface.static import static_tensors
 
 if TYPE_CHECKING:
-    from fedfew.flower.secure_aggregation import SecureSettings
+    from fedfew.privacy.secure_sum import SecureSettings
 
 logger = logging.getLogger(__name__)
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fedfew.engine.engines import EngineError
-from fedfew.errors import UsageError
+from fedfew.core.errors import UsageError
+from fedfew.engine.base import EngineError
 
 
 class FlowerRunError(EngineError):

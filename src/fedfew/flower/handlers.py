@@ -1,9 +1,9 @@
 """The ClientApp's handlers, a SuperNode's answers to fedfew's three messages (``query``, ``train``,
-``evaluate``; :mod:`fedfew.flower.apps` describes them), shared by the deployment runtime's ClientApp
-(:mod:`fedfew.flower.apps`) and the simulation's virtual nodes (:mod:`fedfew.flower.simulation`).
+``evaluate``; :mod:`fedfew.flower.apps.components` describes them), shared by the deployment runtime's ClientApp
+(:mod:`fedfew.flower.apps.components`) and the simulation's virtual nodes (:mod:`fedfew.flower.simulation`).
 
-Each takes the :class:`~fedfew.engine.engines.ExperimentBuilder` its app hands it: what a node needs of
-:mod:`fedfew.experiment`, which sits above the engines and is never imported here.
+Each takes the :class:`~fedfew.engine.base.ExperimentBuilder` its app hands it: what a node needs of
+:mod:`fedfew.run.experiment`, which sits above the engines and is never imported here.
 """
 
 from __future__ import annotations
@@ -20,9 +20,8 @@ import psutil
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 
-from fedfew.engine.engines import ExperimentBuilder
-from fedfew.engine.protocol import MAIN, evaluate_generator, init_generator
-from fedfew.engine.static import static_tensors
+from fedfew.core.jsontypes import JSONObject
+from fedfew.engine.base import ExperimentBuilder
 from fedfew.engine.tasks import ClientTask, run_client_task
 from fedfew.flower.node import (
     node_evaluation_data,
@@ -35,7 +34,8 @@ from fedfew.flower.node import (
 )
 from fedfew.flower.records import from_records, to_records
 from fedfew.flower.secagg import SECURE_KEY, secure_input
-from fedfew.jsontypes import JSONObject
+from fedfew.interface.protocol import MAIN, evaluate_generator, init_generator
+from fedfew.interface.static import static_tensors
 
 
 def _process_started() -> float:

@@ -1,6 +1,6 @@
 """``runtime.engine: flower`` on this machine: the engine registered under that name.
 
-A run on Flower trains in the ServerApp (:mod:`fedfew.flower.server`), a process of its own; this
+A run on Flower trains in the ServerApp (:mod:`fedfew.flower.apps.server`), a process of its own; this
 process starts the federation (a SuperLink and one SuperNode per client, :mod:`fedfew.flower.local`),
 hands it the run folder, follows the folder's status for the progress bar and reads the summary back
 at the end. Every process is stopped at the end, on error or Ctrl-C too. Nothing here imports flwr:
@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
-from fedfew.engine.engines import ENGINES, Engine, EngineSetup, InProcessEngine, Launch, RunFolderView
-from fedfew.errors import ConfigError, RunInterrupted
+from fedfew.core.errors import ConfigError, RunInterrupted
+from fedfew.core.jsontypes import JSONObject
+from fedfew.core.progress import progress_bar
+from fedfew.engine.base import ENGINES, Engine, EngineSetup, InProcessEngine, Launch, RunFolderView
 from fedfew.flower.errors import FlowerRunError
-from fedfew.jsontypes import JSONObject
-from fedfew.progress import progress_bar
 
 if TYPE_CHECKING:
-    from fedfew.configschema import ExperimentSchema
+    from fedfew.core.config_schema import ExperimentSchema
     from fedfew.flower.local import FlowerSettings, LocalFederation
 
 __all__ = ["FlowerLaunch", "FlowerRunError", "flower_settings", "run_local_flower", "run_on_federation"]
@@ -44,7 +44,7 @@ def flower_settings(config: ExperimentSchema) -> FlowerSettings:
 
 @ENGINES.register("flower", help="Flower's deployment runtime: a SuperLink and one SuperNode per client")
 class FlowerLaunch(Engine):
-    """The name ``flower`` in :data:`~fedfew.engine.engines.ENGINES`: the run goes to a local
+    """The name ``flower`` in :data:`~fedfew.engine.base.ENGINES`: the run goes to a local
     federation; the engine that runs its rounds is :class:`fedfew.flower.engine.FlowerEngine`, built
     by the ServerApp."""
 
@@ -80,7 +80,7 @@ class FlowerSimLaunch(Engine):
         if setup.builder is None:
             raise ConfigError("runtime.engine=flower-sim needs the experiment's builder (EngineSetup.builder)")
         # Imported when a flower-sim run starts: it imports flwr and ray. Its virtual nodes build the
-        # experiment with setup.builder, handed down by fedfew.experiment (never imported from here).
+        # experiment with setup.builder, handed down by fedfew.run.experiment (never imported from here).
         from fedfew.flower import simulation
 
         return simulation.start_simulation_engine(setup.experiment, setup.states, setup.faults, setup.compute,

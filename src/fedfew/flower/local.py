@@ -24,9 +24,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fedfew.core.processes import Identity, descendants, exists, marked, terminate
 from fedfew.flower.errors import FlowerPortError, FlowerRunError
 from fedfew.flower.security import make_node_key, make_tls
-from fedfew.processes import Identity, descendants, exists, marked, terminate
 
 HOST = "127.0.0.1"
 APP_PYPROJECT = """[build-system]
@@ -47,8 +47,8 @@ packages = ["."]
 publisher = "fedfew"
 
 [tool.flwr.app.components]
-serverapp = "fedfew.flower.apps:server_app"
-clientapp = "fedfew.flower.apps:client_app"
+serverapp = "fedfew.flower.apps.components:server_app"
+clientapp = "fedfew.flower.apps.components:client_app"
 
 [tool.flwr.app.config]
 fedfew-config = ""

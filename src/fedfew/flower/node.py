@@ -10,8 +10,8 @@ needs between messages lives in two places:
   and what building the algorithm needs to know of the dataset, so that later messages read a few
   megabytes instead of loading and partitioning the dataset again.
 
-What a node needs of :mod:`fedfew.experiment` (loading the config, building the experiment or its
-algorithm, the text model's options) comes as an :class:`~fedfew.engine.engines.ExperimentBuilder`
+What a node needs of :mod:`fedfew.run.experiment` (loading the config, building the experiment or its
+algorithm, the text model's options) comes as an :class:`~fedfew.engine.base.ExperimentBuilder`
 argument: this module sits with the engines, below the experiment, and never imports it.
 
 The node learns who it is from ``--node-config``: ``client-id`` (required), ``data-root`` (its data
@@ -31,19 +31,19 @@ from typing import Protocol, TypedDict, overload
 import torch
 from flwr.app import ConfigRecord, RecordDict, UserConfig
 
-from fedfew.configschema import ExperimentSchema
+from fedfew.core.config_schema import ExperimentSchema
+from fedfew.core.errors import UsageError
+from fedfew.core.jsontypes import JSONObject
 from fedfew.data.dataset import LabelledDataset
-from fedfew.engine import serialize
-from fedfew.engine.algorithm import Algorithm, ClientData, EvalData, State
-from fedfew.engine.algorithm import Context as AlgorithmContext
-from fedfew.engine.compute import Compute
-from fedfew.engine.engines import ExperimentBuilder
-from fedfew.engine.protocol import MAIN
-from fedfew.errors import UsageError
+from fedfew.engine.base import ExperimentBuilder
 from fedfew.flower.records import from_records, record_int, to_records
-from fedfew.jsontypes import JSONObject
+from fedfew.interface import serialize
+from fedfew.interface.algorithm import Algorithm, ClientData, EvalData, State
+from fedfew.interface.algorithm import Context as AlgorithmContext
+from fedfew.interface.compute import Compute
+from fedfew.interface.protocol import MAIN
 
-CONFIG_KEY = "fedfew.config"
+CONFIG_KEY = "fedfew.config.validation"
 EPHEMERAL_KEY = "fedfew.ephemeral"
 
 
@@ -143,7 +143,7 @@ class CachedDataset(TypedDict):
 
 
 class CachedExperiment(Protocol):
-    """What :func:`cache_client` reads of a built experiment (``fedfew.experiment.Experiment``, a layer
+    """What :func:`cache_client` reads of a built experiment (``fedfew.run.experiment.Experiment``, a layer
     above this one)."""
 
     @property

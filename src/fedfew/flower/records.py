@@ -3,7 +3,7 @@ skeleton in a ConfigRecord.
 
 Each tensor travels as one :class:`flwr.app.Array` whose ``data`` is exactly the tensor's bytes
 (``stype`` ``"fedfew.raw"``: no NumPy header), so the bytes a message carries in arrays equal what the
-in-process engine counts (:func:`fedfew.engine.state.payload_bytes`). Shared tensors are not merged:
+in-process engine counts (:func:`fedfew.interface.state.payload_bytes`). Shared tensors are not merged:
 a payload that holds a tensor twice sends it twice, as it is counted.
 """
 
@@ -16,9 +16,9 @@ from typing import TypeAlias
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord
 
-from fedfew.engine.algorithm import State
-from fedfew.engine.serialize import flatten, unflatten
-from fedfew.engine.static import StaticMismatchError, digest, is_static, leaf_name
+from fedfew.interface.algorithm import State
+from fedfew.interface.serialize import flatten, unflatten
+from fedfew.interface.static import StaticMismatchError, digest, is_static, leaf_name
 
 #: What a RecordDict's item is typed as: fedfew's payloads use the ArrayRecord and ConfigRecord kinds.
 # (An explicit TypeAlias: without flwr installed, as in `make lint`, the names are Any and a bare

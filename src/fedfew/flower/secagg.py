@@ -4,7 +4,7 @@ ServerApp side, around fedfew's rounds (``flower.secure_aggregation``; docs/priv
 * A node: Flower's own ``secaggplus_mod`` (:func:`flwr.client.mod.secaggplus_mod`) answers the
   protocol's four stages of a ``train`` message; in its third stage it calls fedfew's train handler,
   which replies with the client's vector (:func:`secure_input`, the vector of
-  :func:`fedfew.flower.secure_aggregation.client_vector`) in the form the mod takes (a ``FitRes`` of
+  :func:`fedfew.privacy.secure_sum.client_vector`) in the form the mod takes (a ``FitRes`` of
   weight 1), and the mod quantises and masks it. :func:`secure_aggregation_mod` puts the mod in front
   of fedfew's handler for the rounds that ask for it and turns a client's failure into fedfew's one-line
   error reply.
@@ -13,7 +13,7 @@ ServerApp side, around fedfew's rounds (``flower.secure_aggregation``; docs/priv
   Flower's code, unchanged) through the Flower engine's message exchange, with fedfew's task as the
   third stage's content. What comes back to the server is the protocol's keys and encrypted shares,
   the masked vectors and the unmasked *sum* (Flower's unmask stage); the engine turns that sum into the
-  results the algorithm's (or DP-FedAvg's) aggregation takes (:func:`~fedfew.flower.secure_aggregation.server_results`).
+  results the algorithm's (or DP-FedAvg's) aggregation takes (:func:`~fedfew.privacy.secure_sum.server_results`).
 
 The workflow's legacy hooks (a ``Strategy``'s ``configure_fit`` and ``aggregate_fit``) are filled by
 :class:`_Round`: the first names the round's nodes, the second receives the sum.
@@ -64,13 +64,13 @@ from flwr.server.workflow.constant import Key as WorkflowKey
 from flwr.server.workflow.secure_aggregation.secaggplus_workflow import WorkflowState
 from flwr.serverapp import Grid
 
-from fedfew.engine.algorithm import Payload
-from fedfew.engine.engines import Delivery
-from fedfew.engine.static import static_tensors
+from fedfew.engine.base import Delivery
 from fedfew.engine.tasks import ClientTask
 from fedfew.flower.errors import FlowerRunError
 from fedfew.flower.records import to_records
-from fedfew.flower.secure_aggregation import (
+from fedfew.interface.algorithm import Payload
+from fedfew.interface.static import static_tensors
+from fedfew.privacy.secure_sum import (
     SecureAggregationError,
     SecureSettings,
     SecureSpec,
@@ -84,7 +84,7 @@ from fedfew.flower.secure_aggregation import (
 )
 
 if TYPE_CHECKING:
-    from fedfew.engine.algorithm import Algorithm, ClientResult
+    from fedfew.interface.algorithm import Algorithm, ClientResult
 
 
 class FlowerEngine(Protocol):

@@ -13,8 +13,8 @@ and hands the ServerApp a separate process, so this process could not drive the 
 this process. The ServerApp here does no work of its own: it hands its Grid to this engine and waits,
 so the training loop, checkpoints and evaluation are exactly those of every other engine.
 
-What the virtual nodes need of :mod:`fedfew.experiment` (a layer above this one) is the
-:class:`~fedfew.engine.engines.ExperimentBuilder` the experiment hands its engine: a node runs in a Ray
+What the virtual nodes need of :mod:`fedfew.run.experiment` (a layer above this one) is the
+:class:`~fedfew.engine.base.ExperimentBuilder` the experiment hands its engine: a node runs in a Ray
 actor, another process, so it gets the builder by the name the builder gives (``where``), through the
 actors' environment, and loads it there.
 
@@ -47,18 +47,18 @@ from flwr.app.typing import ConfigRecordValues
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from fedfew.configschema import ExperimentSchema, FlowerSimConfig
+from fedfew.core.config_schema import ExperimentSchema, FlowerSimConfig
+from fedfew.core.errors import UsageError
+from fedfew.core.processes import descendant_pids, end
 from fedfew.data.offline import offline_environment
-from fedfew.engine.compute import Compute
-from fedfew.engine.engines import ExperimentBuilder, Faults
-from fedfew.engine.store import ClientStates
-from fedfew.errors import UsageError
+from fedfew.engine.base import ExperimentBuilder, Faults
 from fedfew.flower import handlers
 from fedfew.flower.engine import FlowerEngine, FlowerRunError
 from fedfew.flower.node import CachedExperiment, cache_client
 from fedfew.flower.secagg import secure_aggregation_mod
-from fedfew.flower.secure_aggregation import BuiltExperiment, SecureSettings
-from fedfew.processes import descendant_pids, end
+from fedfew.interface.compute import Compute
+from fedfew.interface.state_store import ClientStates
+from fedfew.privacy.secure_sum import BuiltExperiment, SecureSettings
 
 log = logging.getLogger(__name__)
 
@@ -271,7 +271,7 @@ class Simulation:
 
 # -- the engine ------------------------------------------------------------------------------------
 class SimExperiment(CachedExperiment, BuiltExperiment, Protocol):
-    """What the simulation's engine reads of a built experiment (``fedfew.experiment.Experiment``, a layer
+    """What the simulation's engine reads of a built experiment (``fedfew.run.experiment.Experiment``, a layer
     above this one): its config, and what the clients' cache files and secure aggregation read."""
 
     @property

@@ -10,8 +10,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from fedfew.errors import UsageError
-from fedfew.registry import Registry
+from fedfew.core.errors import UsageError
+from fedfew.core.registry import Registry
 
 
 class FewShotModel(nn.Module):

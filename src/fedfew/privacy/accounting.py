@@ -26,7 +26,7 @@ import logging
 import warnings
 from typing import Any
 
-from fedfew.errors import UsageError
+from fedfew.core.errors import UsageError
 
 __all__ = ["ACCOUNTANTS", "ACCOUNTING", "PrivacyBudgetError", "accountant_name", "accounted_epsilon", "epsilon",
            "epsilon_without_replacement", "solve_for"]

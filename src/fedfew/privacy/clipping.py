@@ -11,7 +11,7 @@ For an algorithm whose upload is a model the server averages (``dp_upload = "mod
 vector clipped is the update Delta = upload["model"] - payload["model"] (F2L: ``"server"``, the
 shared server-model; :data:`fedfew.privacy.coverage.UPLOAD_KEYS`) over the model's floating-point
 tensors (parameters and floating buffers), frozen parameters left out (they never change and never
-cross; :mod:`fedfew.engine.static`). Integer buffers (BatchNorm's batch counter) stay at the server's.
+cross; :mod:`fedfew.interface.static`). Integer buffers (BatchNorm's batch counter) stay at the server's.
 
 FRL (``dp_upload = "frl-prototypes"``, our extension): the vector clipped is the model update and, in
 an inner round, the client's prototypes together (one joint clip to C); the meta-update's update is
@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING, Any, Final
 
 import torch
 
+from fedfew.core.seeding import torch_generator
 from fedfew.privacy.coverage import UPLOAD_KEYS
 from fedfew.privacy.sampling import secure_generator
-from fedfew.seeding import torch_generator
 
 if TYPE_CHECKING:  # fedfew.privacy sits below the engine, which calls it (fedfew.engine.tasks)
-    from fedfew.engine.algorithm import ClientResult
+    from fedfew.interface.algorithm import ClientResult
 
 __all__ = ["DELTA", "LOCAL_NOISE_KEY", "PROTOTYPES", "REFERENCE", "WITHIN", "ClientSpec", "clip_to", "l2_norm",
            "model_delta", "privatize"]

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fedfew.errors import ConfigError
+from fedfew.core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from fedfew.engine.algorithm import Algorithm
+    from fedfew.interface.algorithm import Algorithm
 
 __all__ = ["COVERED_UPLOADS", "NESTED", "NOT_COVERED", "PRIVATE_SCORES_OUTSIDE", "REPRODUCIBLE_NOISE", "SHARED_ONLY",
            "UPLOAD_KEYS", "PrivacyConfigError", "check_algorithm", "covers", "short_covers", "upload_key",
@@ -103,7 +103,7 @@ def check_algorithm(algorithm: Algorithm) -> str:
     if kind not in COVERED_UPLOADS:
         raise PrivacyConfigError(f"privacy: algorithm {name} declares dp_upload={kind!r}; fedfew clips only "
                                  f"{', '.join(COVERED_UPLOADS)}")
-    from fedfew.engine.algorithm import Algorithm as Base  # at call time: the engine imports this package
+    from fedfew.interface.algorithm import Algorithm as Base  # at call time: the engine imports this package
 
     if type(algorithm).play_round is not Base.play_round and kind not in NESTED:
         raise PrivacyConfigError(f"privacy: algorithm {name} plays its own rounds (play_round): DP-FedAvg covers "

@@ -65,15 +65,15 @@ from typing import TYPE_CHECKING, Any, Final
 
 import torch
 
+from fedfew.core.seeding import torch_generator
 from fedfew.privacy.accounting import ACCOUNTANTS, ACCOUNTING, accountant_name, accounted_epsilon, solve_for
 from fedfew.privacy.clipping import DELTA, PROTOTYPES, REFERENCE, WITHIN, ClientSpec
 from fedfew.privacy.coverage import NESTED, PrivacyConfigError, check_algorithm, covers, upload_key
 from fedfew.privacy.sampling import ParticipantSampler, secure_generator
-from fedfew.seeding import torch_generator
 
 if TYPE_CHECKING:
-    from fedfew.configschema import PrivacyConfig
-    from fedfew.engine.algorithm import Algorithm, ClientResult
+    from fedfew.core.config_schema import PrivacyConfig
+    from fedfew.interface.algorithm import Algorithm, ClientResult
 
 __all__ = ["COUNT_NOISE_KEY", "MEANINGLESS_EPSILON", "NOISE_KEY", "STATE_KEY", "PrivateAggregation"]
 

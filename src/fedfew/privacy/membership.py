@@ -54,13 +54,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fedfew import stats
+from fedfew.core import stats
+from fedfew.core.errors import ConfigError
+from fedfew.core.seeding import numpy_generator
 from fedfew.data import LabelledDataset
-from fedfew.engine.algorithm import Algorithm
-from fedfew.engine.state import load_state_
-from fedfew.episodes import Episode
-from fedfew.errors import ConfigError
-from fedfew.seeding import numpy_generator
+from fedfew.fewshot.episodes import Episode
+from fedfew.interface.algorithm import Algorithm
+from fedfew.interface.state import load_state_
 
 #: How the numbers are computed, written into the summary beside them.
 METHOD = ("loss threshold (Yeom et al. 2018); advantage = 2 AUC - 1; best_threshold_advantage = max TPR - FPR; "
@@ -100,7 +100,7 @@ def best_threshold_advantage(member_losses: np.ndarray, non_member_losses: np.nd
 def bootstrap_intervals(member_losses: np.ndarray, non_member_losses: np.ndarray, rng: np.random.Generator,
                         draws: int) -> dict[str, tuple[float, float]]:
     """The 95% percentile bootstrap interval of both advantages: each draw resamples the members and the
-    non-members apart, with replacement (:func:`fedfew.stats.percentile_interval`)."""
+    non-members apart, with replacement (:func:`fedfew.core.stats.percentile_interval`)."""
     m, n = len(member_losses), len(non_member_losses)
     replicates = np.empty((draws, 2))
     for b in range(draws):

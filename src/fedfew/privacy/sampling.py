@@ -24,7 +24,7 @@ import secrets
 import numpy as np
 import torch
 
-from fedfew.seeding import numpy_generator
+from fedfew.core.seeding import numpy_generator
 
 __all__ = ["ParticipantSampler", "secure_generator"]
 

@@ -13,7 +13,7 @@ probability that the best method beats each other one, and a performance profile
 - **P(best > X)**: per setting, the chance that a run of the best method (highest aggregate score) is
   more accurate than a run of X (ties count half; every pair of their seeds), averaged over settings.
 - **Intervals**: the 2.5% and 97.5% percentiles over :data:`REPS` draws of a two-level bootstrap
-  (:func:`fedfew.stats.bootstrap_indices`): the settings with replacement, then within each drawn setting
+  (:func:`fedfew.core.stats.bootstrap_indices`): the settings with replacement, then within each drawn setting
   its seeds with replacement, one seed draw for every method (seeds stay paired). The generator is
   numpy's ``default_rng(SEED)``, so the block is the same on every ``fedfew study docs``.
 
@@ -28,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from fedfew import stats
+from fedfew.core import stats
 from fedfew.study.report import StudyResults
-from fedfew.study.schema import CONTROL
+from fedfew.study.study_file import CONTROL
 
 #: Bootstrap draws, and the generator's seed (fixed: the docs block must not change between runs).
 REPS = 2000

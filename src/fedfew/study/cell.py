@@ -8,15 +8,15 @@ import logging
 from pathlib import Path
 from typing import TypeGuard
 
-from fedfew.config import dump_config
-from fedfew.jsontypes import JSONObject
-from fedfew.runfolder import RunFolder
-from fedfew.study.folders import existing_run
+from fedfew.config.validation import dump_config
+from fedfew.core.jsontypes import JSONObject
+from fedfew.run.folder import RunFolder
+from fedfew.study.cell_paths import existing_run
 from fedfew.study.grid import Cell
-from fedfew.study.runfolders import evaluated_history, finished, read_summary, run_seconds
-from fedfew.study.schema import Study
+from fedfew.study.run_readback import evaluated_history, finished, read_summary, run_seconds
 from fedfew.study.sittings import noted_sitting, run_usage
 from fedfew.study.store import CodeVersion, StudyRecord, make_record, metric
+from fedfew.study.study_file import Study
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ def continues(previous: Path | None) -> TypeGuard[Path]:
 def run_cell(cell: Cell, folder: Path) -> tuple[JSONObject, Path]:
     """Run the cell in its cell folder ``folder``, resume its interrupted run, or read its finished one;
     returns the run's summary and its run folder."""
-    from fedfew.runner import resume_run, run_experiment
+    from fedfew.run.runner import resume_run, run_experiment
 
     previous = existing_run(folder)
     if previous is not None and finished(previous):

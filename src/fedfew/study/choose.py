@@ -3,7 +3,7 @@ from the store on validation numbers only, so that no choice is made on the test
 it. ``fedfew study choose STUDY NAME`` prints one; a ``<!-- study:NAME:choice-KEY begin -->`` block shows
 it in the docs; the study's tests check that the config holding the choice is what the rule gives.
 
-Rules (:class:`fedfew.study.schema.Choice`):
+Rules (:class:`fedfew.study.study_file.Choice`):
 
 - ``positive``: every candidate whose mean paired difference to ``against`` over the seeds both have is
   above 0 (whatever its interval: the rule of a combination of small effects);
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedfew.study.report import collect
-from fedfew.study.schema import Choice, Study, StudyError
+from fedfew.study.study_file import Choice, Study, StudyError
 
 
 @dataclass(frozen=True)

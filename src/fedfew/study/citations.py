@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedfew.study.report import JudgedClaim, StudyResults, claims, collect
-from fedfew.study.schema import CLAIM_ID, Study, StudyError, load_study
+from fedfew.study.study_file import CLAIM_ID, Study, StudyError, load_study
 
 _VERDICT = r"holds|reversed|not resolved"
 #: A well-formed citation.

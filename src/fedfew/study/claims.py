@@ -14,7 +14,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from fedfew.processes import alive
+from fedfew.core.processes import alive
 
 #: The file in a cell's folder whose lock a `fedfew study run` process holds while it runs the cell.
 CLAIM_FILE = ".claim"

@@ -31,7 +31,7 @@ from fedfew.study.report import (
     markdown,
     winners_markdown,
 )
-from fedfew.study.schema import Study, StudyError, load_study
+from fedfew.study.study_file import Study, StudyError, load_study
 from fedfew.study.summary import summary_line
 
 #: A marker is a line of its own (a marker quoted inside a sentence, as in docs/studies.md, is not one).

@@ -10,9 +10,15 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from fedfew.config import ConfigError, ExperimentConfig, PrivacyConfig, SecureAggregationConfig, load_config
-from fedfew.jsontypes import JSONValue
-from fedfew.study.schema import CONTROL, Study, StudyError
+from fedfew.config.validation import (
+    ConfigError,
+    ExperimentConfig,
+    PrivacyConfig,
+    SecureAggregationConfig,
+    load_config,
+)
+from fedfew.core.jsontypes import JSONValue
+from fedfew.study.study_file import CONTROL, Study, StudyError
 
 #: Config values that change how fast or where a run goes (or when a diverging run stops: a stopped run
 #: stores no record), never its numbers: left out of a cell's key so a study can be continued with more

@@ -11,11 +11,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fedfew.environment import describe_environments
+from fedfew.run.environment import describe_environments
 from fedfew.study.grid import Cell, cells
 from fedfew.study.records import CheckedStore
-from fedfew.study.schema import CONTROL, Claim, Study, parse_metric
 from fedfew.study.store import CodeVersion, StudyRecord, as_float, metric
+from fedfew.study.study_file import CONTROL, Claim, Study, parse_metric
 from fedfew.study.verdict import (
     ALPHA,
     HOLDS,
@@ -44,7 +44,7 @@ class StudyResults:
     #: only training writes): in the store, so not "not yet run", but shown as "—".
     cells_without_metric: int = 0
     #: The records shown, one per run (cells reading other numbers of one run share it): their
-    #: environments are the header's (:func:`fedfew.environment.describe_environments`)
+    #: environments are the header's (:func:`fedfew.run.environment.describe_environments`)
     run_records: list[StudyRecord] = field(default_factory=list)
     wall_seconds: float = 0.0
     #: Records copied from other studies' stores (the same run: config and code), by the study that ran

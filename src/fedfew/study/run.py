@@ -11,18 +11,18 @@ import logging
 import time
 from pathlib import Path
 
-from fedfew.errors import FedfewError, RunInterrupted, UsageError
+from fedfew.core.errors import FedfewError, RunInterrupted, UsageError
 from fedfew.study.cell import cell_record, run_noted, shown
+from fedfew.study.cell_paths import RunProgress, resumable_folder, run_progress
 from fedfew.study.claims import claim_cell, claim_owner
 from fedfew.study.estimate import duration, runs_to_go, sitting_times, time_left, typical_seconds
-from fedfew.study.folders import RunProgress, resumable_folder, run_progress
 from fedfew.study.grid import Cell, cells
 from fedfew.study.records import CheckedStore, usable_elsewhere
-from fedfew.study.schema import Study, StudyError
 from fedfew.study.store import CodeVersion, ResultStore, StudyRecord, current_code, foreign_codes
+from fedfew.study.study_file import Study, StudyError
 
 #: The progress of `fedfew study run`: the command's own lines, printed without the ``fedfew:`` of a
-#: note (:data:`fedfew.cli.PROGRESS_LOGGERS`).
+#: note (:data:`fedfew.cli.main.PROGRESS_LOGGERS`).
 progress_log = logging.getLogger("fedfew.study")
 
 
@@ -65,7 +65,7 @@ def run_study(study: Study, root: Path, budget: str, store_base: Path, runs_base
     given: a long budget's cheap rows first). A cell whose run another study's store already holds (the
     same config hash and code version) is copied from there, not run again, unless ``reuse`` is False.
     Returns counts (cells, run, skipped, held, reused)."""
-    from fedfew.experiment import dataset_cache
+    from fedfew.run.experiment import dataset_cache
 
     todo = of_methods(cells(study, root, budget, seeds, extra), methods, f"study {study.name} at budget {budget}")
     store = CheckedStore(store_base, study.name, "left out: its cell runs again and the record is overwritten")

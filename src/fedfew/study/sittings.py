@@ -1,7 +1,7 @@
 """The notes of each sitting of a cell's run, and what a store record keeps of them.
 
 ``fedfew study run`` and ``verify`` note every sitting that runs a cell (the first, and each resume) in
-the cell folder's :data:`SITTINGS_FILE`: its environment (:mod:`fedfew.environment`), wall and CPU
+the cell folder's :data:`SITTINGS_FILE`: its environment (:mod:`fedfew.run.environment`), wall and CPU
 seconds, and the load average at its start and end. The record's environment and CPU time come from
 these notes, so a run resumed, or finished in an earlier process and read back, is described by the
 processes that ran it, not by the one that stores it."""
@@ -17,8 +17,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TypedDict
 
-from fedfew.config import ExperimentConfig
-from fedfew.jsontypes import JSONValue
+from fedfew.config.validation import ExperimentConfig
+from fedfew.core.jsontypes import JSONValue
 from fedfew.study.store import Usage
 
 #: The file in a cell's folder with one JSON line per sitting of the cell's run.
@@ -38,7 +38,7 @@ class SittingNote(_SittingEnd):
 
     fresh: bool
     started: str
-    environment: Mapping[str, JSONValue]  # fedfew.environment.run_environment
+    environment: Mapping[str, JSONValue]  # fedfew.run.environment.run_environment
 
 
 def timestamp() -> str:
@@ -69,7 +69,7 @@ def noted_sitting(folder: Path, config: ExperimentConfig, fresh: bool) -> Iterat
     the run, so the notes start again: notes of a run whose folder is gone are not this run's). A sitting
     that stops (Ctrl-C, a failed round) is noted with the time it took; one killed outright is not, and
     the run then has no complete notes (its record says so rather than guess)."""
-    from fedfew.environment import run_environment
+    from fedfew.run.environment import run_environment
 
     notes = folder / SITTINGS_FILE
     if fresh:
@@ -92,7 +92,7 @@ def run_usage(folder: Path) -> Usage:
     start, wall and CPU seconds, load average at its start and end); when every sitting of the run was
     noted (the first started it), ``cpu_seconds`` over them all and, if they ran in one environment,
     ``environment``; else ``environment_note``, saying why the record has none."""
-    from fedfew.environment import describe, same_environment
+    from fedfew.run.environment import describe, same_environment
 
     path = folder / SITTINGS_FILE
     notes: list[SittingNote] = ([json.loads(line) for line in path.read_text().splitlines() if line.strip()]

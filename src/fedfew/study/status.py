@@ -8,14 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fedfew.study.cell_paths import run_progress
 from fedfew.study.claims import claim_owner
 from fedfew.study.estimate import duration, runs_to_go, time_left, typical_seconds
-from fedfew.study.folders import run_progress
 from fedfew.study.grid import Cell, cells
 from fedfew.study.records import CheckedStore
-from fedfew.study.runfolders import run_status
-from fedfew.study.schema import Study
+from fedfew.study.run_readback import run_status
 from fedfew.study.store import CodeVersion, foreign_codes
+from fedfew.study.study_file import Study
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,9 @@ from functools import cache
 from pathlib import Path
 from typing import TypedDict, TypeGuard
 
-from fedfew.codeversion import numbers_version, package_version
-from fedfew.jsontypes import JSONObject, JSONValue
-from fedfew.study.schema import StudyError, parse_metric
+from fedfew.core.codeversion import numbers_version, package_version
+from fedfew.core.jsontypes import JSONObject, JSONValue
+from fedfew.study.study_file import StudyError, parse_metric
 
 FORMAT = 1
 
@@ -55,7 +55,7 @@ class Usage(TypedDict, total=False):
 
 class _RecordAdded(Usage, total=False):
     """The fields a record has only sometimes (a base class: ``NotRequired`` needs Python 3.11): its run's
-    evaluated rounds (:func:`fedfew.study.runfolders.evaluated_history`; round, train_*, val_*, test_*)
+    evaluated rounds (:func:`fedfew.study.run_readback.evaluated_history`; round, train_*, val_*, test_*)
     and, for a copy of another study's record, that record's name (:func:`stored_elsewhere`)."""
 
     history: list[dict[str, float]]
@@ -268,7 +268,7 @@ KEPT_SUMMARY = ("test", "selected_round", "rounds", "seconds", "bytes_down", "by
 def make_record(study: str, budget: str, method: str, setting: str, seed: int, config_hash: str,
                 config: JSONObject, code: CodeVersion, summary: Mapping[str, JSONValue], wall_seconds: float,
                 history: list[dict[str, float]] | None = None, usage: Usage | None = None) -> StudyRecord:
-    """One cell's record; ``history`` is the run's evaluated rounds (:func:`fedfew.study.runfolders.evaluated_history`),
+    """One cell's record; ``history`` is the run's evaluated rounds (:func:`fedfew.study.run_readback.evaluated_history`),
     ``usage`` its environment, CPU seconds and sittings (:func:`fedfew.study.sittings.run_usage`)."""
     record: StudyRecord = {"format": FORMAT, "study": study, "budget": budget, "method": method, "setting": setting, "seed": seed,
               "config_hash": config_hash, "config": config, "code": code.to_json(),

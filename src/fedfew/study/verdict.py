@@ -10,7 +10,7 @@ is the paired t-test at level 0.05 (two-sided) read on the side of the mean diff
 
 A study's claims form families (all of its claims, or the ``families`` it declares); the adjusted
 verdict tests every comparison of a family at once: Holm's step-down adjustment of the paired t-tests'
-p-values (:func:`fedfew.stats.holm`), a comparison holding (or reversed) when its adjusted p-value is
+p-values (:func:`fedfew.core.stats.holm`), a comparison holding (or reversed) when its adjusted p-value is
 below 0.05 and its mean difference is above (below) 0. The family-wise error, the chance that any
 "holds" or "reversed" of the family is wrong, stays below 0.05 however many claims it has.
 
@@ -20,7 +20,7 @@ the same rule gives its raw verdict from the links' raw verdicts and its adjuste
 adjusted verdicts, and the report shows each link's beside the chain's.
 
 An accuracy's interval over seeds is Student's t on the angular scale asin(sqrt(p)), mapped back
-(:func:`fedfew.stats.angular_t_interval`): it stays inside [0, 100].
+(:func:`fedfew.core.stats.angular_t_interval`): it stays inside [0, 100].
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from fedfew import stats
+from fedfew.core import stats
 
 HOLDS, REVERSED, NOT_RESOLVED = "holds", "reversed", "not resolved"
 VERDICTS = (HOLDS, REVERSED, NOT_RESOLVED)
@@ -73,7 +73,7 @@ class Bounds:
 
 def accuracy_interval(percents: Sequence[float], level: float = 0.95) -> Bounds:
     """The mean of accuracies given in percent and their interval inside [0, 100]
-    (:func:`fedfew.stats.angular_t_interval`); values a hair outside [0, 100] from float sums are clipped."""
+    (:func:`fedfew.core.stats.angular_t_interval`); values a hair outside [0, 100] from float sums are clipped."""
     if not percents:
         raise ValueError("no values")
     mean = sum(percents) / len(percents)

@@ -12,18 +12,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from fedfew.errors import FedfewError
-from fedfew.jsontypes import JSONObject, JSONValue
+from fedfew.core.errors import FedfewError
+from fedfew.core.jsontypes import JSONObject, JSONValue
 from fedfew.study.cell import cell_record, run_noted
-from fedfew.study.folders import cell_folder
+from fedfew.study.cell_paths import cell_folder
 from fedfew.study.grid import Cell, cells
 from fedfew.study.records import CheckedStore
-from fedfew.study.schema import Study, StudyError
 from fedfew.study.sittings import timestamp
 from fedfew.study.store import FORMAT, StudyRecord, current_code, foreign_codes, metric
+from fedfew.study.study_file import Study, StudyError
 
 #: The progress of `fedfew study verify`, one line per re-run cell, printed as `fedfew study run`'s are
-#: (:data:`fedfew.cli.PROGRESS_LOGGERS`).
+#: (:data:`fedfew.cli.main.PROGRESS_LOGGERS`).
 progress_log = logging.getLogger("fedfew.study")
 
 
@@ -41,7 +41,7 @@ def same_numbers(before: object, now: object) -> bool:
     return bool(before == now)
 
 
-#: A run's environment as a record holds it (:func:`fedfew.environment.run_environment`).
+#: A run's environment as a record holds it (:func:`fedfew.run.environment.run_environment`).
 Environment = Mapping[str, JSONValue]
 
 
@@ -56,7 +56,7 @@ TOLERANCE = "the stored run's 95% interval over its test episodes (metrics.test.
 class Drift:
     """One re-run cell against its record: the cell's metric in both (fractions), the tolerance (the
     record's ``test.ci95``), whether every stored test number is the same (:func:`same_numbers`) and
-    whether both ran in one recorded environment (:func:`fedfew.environment.same_environment`)."""
+    whether both ran in one recorded environment (:func:`fedfew.run.environment.same_environment`)."""
 
     cell: Cell
     metric: str
@@ -69,7 +69,7 @@ class Drift:
 
     @classmethod
     def of(cls, cell: Cell, path: str, before: StudyRecord, now: StudyRecord) -> Drift:
-        from fedfew.environment import same_environment
+        from fedfew.run.environment import same_environment
 
         if metric(before, path) is None and metric(now, path) is None:
             path = "test.accuracy"  # a metric the runs do not report: their accuracy stands in
@@ -135,7 +135,7 @@ def _environment_labels(records: list[StudyRecord]) -> dict[str, tuple[str, Envi
 def drift_table(drifts: list[Drift], labels: dict[str, tuple[str, Environment | None]]) -> str:
     """The re-run cells against their records (metric values in percent, the difference in points, the
     environments as stored → re-run), then what each environment label stands for and the tolerance."""
-    from fedfew.environment import describe
+    from fedfew.run.environment import describe
 
     lines = ["| cell | metric | stored | re-run | difference | tolerance | environments | judged |",
              "|---|---|---|---|---|---|---|---|"]
@@ -164,7 +164,7 @@ def verify_study(study: Study, root: Path, budget: str, store_base: Path, runs_b
     version's, so a commit that does not change these runs' numbers does not send the study back to the
     start. Any one failing: nothing is written to the store (a report would otherwise switch to the few
     new records), exit 1; `study run --new-code` then reads the re-run cells' finished runs back."""
-    from fedfew.experiment import dataset_cache
+    from fedfew.run.experiment import dataset_cache
 
     if per_method < 1:
         raise StudyError(f"--per-method: at least 1 cell per method (got {per_method})")

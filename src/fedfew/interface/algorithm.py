@@ -1,0 +1,449 @@
+"""The algorithm interface every method implements, and the registry that names them.
+
+A client update is a pure function of (payload from the server, the client's own persistent state,
+the client's own data, a seeded generator): nothing is read from globals, so the same update can run
+in this process, in a worker process or on a real federated runtime. The algorithm object holds only
+its options, the experiment context and a reusable workspace model (a speed cache whose contents are
+overwritten at the start of every use).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
+
+import torch
+from pydantic import ConfigDict
+
+from fedfew.core.options import NoBoolNumbers
+from fedfew.core.registry import Registry
+
+if TYPE_CHECKING:  # annotations only: the contract runs nothing of the data, few-shot or model packages
+    from fedfew.data.dataset import LabelledDataset
+    from fedfew.fewshot.episodes import FixedEpisodes
+    from fedfew.models.base import FewShotModel
+
+#: A server state or a client's private state, whose form is the algorithm's own (see "States are
+#: data" in :class:`Algorithm`): a nesting of dicts, lists and tuples of tensors, numbers, strings and None
+#: (:mod:`fedfew.interface.serialize`), read by the algorithm's own hooks. The interface does not look inside.
+State: TypeAlias = Any
+#: A state made of named parts, ``{"model": state dict, ...}``, each part a :data:`State` (most
+#: algorithms' server states).
+Parts: TypeAlias = dict[str, Any]
+#: Named parts sent to a client (:meth:`Algorithm.broadcast`) or up from it (``ClientResult.upload``).
+Payload: TypeAlias = Parts
+#: One client's evaluation of its own model (:meth:`Algorithm.evaluate_client`): per-episode lists or
+#: numbers by name.
+ClientScores: TypeAlias = dict[str, Any]
+
+
+class Options(NoBoolNumbers):
+    """Base for an algorithm's options (``algorithm.options`` of a config): unknown keys are errors,
+    and so are booleans for numbers. Declare each option with its default, bounds and meaning,
+    ``lr: float = Field(0.01, gt=0, description="the clients' SGD learning rate")``: the
+    description is what ``fedfew list algorithms NAME`` prints."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+#: The base of every algorithm's options (``Algorithm.Options`` names a subclass).
+BaseOptions = Options
+
+
+@dataclass
+class EpisodeShape:
+    n_way: int = 5
+    k_shot: int = 1
+    q_query: int = 15
+
+
+@dataclass
+class Context:
+    """What an algorithm knows about the experiment (never a client's data).
+
+    ``make_model(num_classes)`` builds a fresh model of the configured architecture (``None`` for a
+    head-less encoder, an int for a linear head); ``make_model_named(name, num_classes)`` builds
+    another zoo model, for heterogeneous private models.
+    """
+
+    seed: int
+    make_model: Callable[[int | None], FewShotModel]
+    make_model_named: Callable[[str, int | None], FewShotModel]
+    input_shape: tuple[int, ...]
+    num_classes: int
+    train_classes: list[int]
+    episode: EpisodeShape = field(default_factory=EpisodeShape)
+    task: str = "fewshot"  # "fewshot" (meta-test on novel-class episodes) or "classification"
+    extras: dict[str, Any] = field(default_factory=dict)
+    num_clients: int = 0  # how many clients the federation has (0: not known)
+    #: The run's number of training rounds (``federation.rounds``; None: not known), for a phase that
+    #: happens once the last round is done (FML's newcomers joining the final global model).
+    num_rounds: int | None = None
+    #: An engine of the configured kind (``runtime.engine``) for a federation of new clients that
+    #: the algorithm makes itself (FRL's deployment groups): ``new_federation(algorithm, clients)``,
+    #: an :class:`~fedfew.engine.base.Engine` to close after use. None: in this process.
+    new_federation: Callable[[Algorithm, list[ClientData]], Any] | None = None
+    #: The rows of the loaded dataset that some client trains on: simulation bookkeeping (never the
+    #: data), so that FRL's seen-class deployment groups use only samples no participant holds.
+    participant_positions: torch.Tensor | None = None
+    #: The clients whose data ``partition.options.corrupt`` spoiled (sorted ids): simulation
+    #: bookkeeping for reports on a server's selection (where the bad clients rank), never for training.
+    corrupt_clients: list[int] = field(default_factory=list)
+
+
+@dataclass
+class ClientData:
+    """A client's own data, built once per run. ``train`` keeps global class ids."""
+
+    client_id: int
+    train: LabelledDataset
+    val: LabelledDataset | None = None
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.train)
+
+
+@dataclass
+class ClientResult:
+    """What a client update returns: ``upload`` (tensors, counted as bytes sent up), the client's new
+    private ``state`` (never sent), ``metrics``, and the counts the server may weight by."""
+
+    upload: Payload
+    state: State = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    num_samples: int = 0
+    num_episodes: int = 0
+    #: True when the client could not train this round (too little data for a task) and sat it out.
+    skipped: bool = False
+
+    def summary(self) -> dict[str, Any]:
+        """Every field but the tensors (``upload``, ``state``), JSON-able: the result's wire form
+        beside the tensors (:mod:`fedfew.interface.protocol`)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _TENSOR_FIELDS}
+
+    @classmethod
+    def from_summary(cls, *, upload: Payload, state: State, summary: Mapping[str, Any]) -> ClientResult:
+        """The result back from its tensors and :meth:`summary` (keys it does not know, such as a
+        transport's timing, are ignored)."""
+        known = {f.name for f in fields(cls)} - _TENSOR_FIELDS
+        return cls(upload=upload, state=state, **{k: v for k, v in summary.items() if k in known})
+
+    @classmethod
+    def sat_out(cls, state: State, num_samples: int = 0) -> ClientResult:
+        """A client that had nothing to train on this round: no upload, its state unchanged."""
+        return cls(upload={}, state=state, metrics={}, num_samples=num_samples, skipped=True)
+
+
+_TENSOR_FIELDS = frozenset({"upload", "state"})
+
+
+@dataclass
+class EvalData:
+    """Evaluation material for one split ("val" or "test"): fixed episodes for few-shot tasks, a
+    labelled set for classification tasks; either may be missing."""
+
+    split: str
+    episodes: FixedEpisodes | None = None
+    dataset: LabelledDataset | None = None
+
+
+class Algorithm:
+    """Base class of every federated algorithm: subclass it, decorate the subclass with
+    :func:`register`, and fill in the hooks. A standard round is::
+
+        payload_k = broadcast(server, k)                      for each selected client k (server side)
+        result_k  = client_update(payload_k, state_k, data_k, generator_k)   (where client k is)
+        server    = aggregate(server, {k: result_k, ...}, generator)        (server side)
+
+    and :meth:`evaluate` scores the server's state on an evaluation split. The hooks a
+    subclass must write are :meth:`init_server`, :meth:`client_update`, :meth:`aggregate` and
+    :meth:`evaluate`; :meth:`broadcast` (the server's ``"model"``) and :meth:`init_client_state`
+    (None) have defaults. The others are capabilities an algorithm opts into.
+
+    The contract every hook keeps, so that one algorithm runs unchanged in this process, in worker
+    processes and on Flower nodes, and a run stopped after any round resumes to the same numbers:
+
+    * **States are data.** Server states, client states, payloads and uploads are nestings of dicts,
+      lists and tuples of tensors, numbers, strings and None (what :mod:`fedfew.interface.serialize`
+      stores and sends), never modules or optimisers: :func:`get_state` turns a model into one.
+    * **Nothing received is mutated.** A hook returns new states; it never writes into the server
+      state, payload, client state or results it was given (they may be the very tensors the server,
+      a best-round snapshot or another client holds). Copy into a workspace model with
+      :func:`load_state_` and train that.
+    * **A client update reads only its arguments**: the payload, its own state, its own data and its
+      generator (plus ``self.options``, ``self.context`` and workspace objects, which carry nothing
+      from one call to the next).
+    * **Randomness only from the generator passed in.** Each hook gets a ``torch.Generator`` seeded
+      from (run seed, what the hook is, round, client id), so results do not depend on the order or
+      place clients run in. torch's global RNG is also seeded from the same key before each client
+      update, aggregation and evaluation (dropout reads it), and :func:`seed_torch_init` seeds it
+      from the generator for building a model (``torch.nn`` initialisers read only the global RNG).
+      Name the generator's device in a draw (``torch.randperm(n, generator=g, device=g.device)``):
+      on a GPU run a draw without it is made on the GPU, where a CPU generator is an error.
+
+    ``self.options`` is the validated :attr:`Options` (``algorithm.options`` of the config) and
+    ``self.context`` the :class:`Context` (model factory, episode shape, classes; never a client's
+    data). Workspace models built in ``__init__`` are a cache whose contents are overwritten at the
+    start of every use.
+
+    A complete algorithm, FedAvg with one epoch of SGD per round on a classification task::
+
+        import torch
+        import torch.nn.functional as F
+        from pydantic import Field
+
+        from fedfew import (Algorithm, ClientResult, Options, evaluate_model, get_state, load_state_,
+                            register, seed_torch_init, weighted_average)
+
+
+        class SGDOptions(Options):
+            lr: float = Field(0.05, gt=0, description="the clients' SGD learning rate")
+            batch_size: int = Field(32, ge=1, description="samples per SGD step")
+
+
+        @register("my-fedavg", help="FedAvg: one epoch of minibatch SGD, sample-weighted averaging")
+        class MyFedAvg(Algorithm):
+            Options = SGDOptions
+
+            def __init__(self, options, context):
+                super().__init__(options, context)
+                self.model = context.make_model(context.num_classes)  # workspace, reused every call
+
+            def init_server(self, generator):
+                seed_torch_init(generator)  # the initial weights follow from the run's seed
+                return {"model": get_state(self.context.make_model(self.context.num_classes))}
+
+            def client_update(self, payload, state, data, generator):
+                model = load_state_(self.model, payload["model"])  # a copy: the payload stays intact
+                model.train()
+                optimizer = torch.optim.SGD(model.parameters(), lr=self.options.lr)
+                order = torch.randperm(data.num_samples, generator=generator, device=generator.device)
+                for batch in order.split(self.options.batch_size):
+                    loss = F.cross_entropy(model(data.train.inputs[batch]), data.train.labels[batch])
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                return ClientResult(upload={"model": get_state(model)}, state=state,
+                                    metrics={"loss": float(loss.detach())}, num_samples=data.num_samples)
+
+            def aggregate(self, server, results, generator):
+                sent = [r for r in results.values() if not r.skipped]
+                average = weighted_average([r.upload["model"] for r in sent], [r.num_samples for r in sent])
+                return {**server, "model": average}
+
+            def evaluate(self, server, data, generator):
+                return evaluate_model(load_state_(self.model, server["model"]), data)
+
+    Saved in a file, it is a plugin: ``fedfew run my.yaml --plugin my_fedavg.py`` with
+    ``algorithm: {name: my-fedavg}`` in the config (``task: classification``).
+    docs/writing-an-algorithm.md writes a few-shot algorithm (Reptile) hook by hook.
+    """
+
+    name: ClassVar[str] = ""
+    Options: ClassVar[type[BaseOptions]] = BaseOptions
+    options: BaseOptions
+    # Capabilities: each is a class attribute (a property where it depends on the options).
+    #: False for a method whose rounds train nothing by design (FRL's from-scratch baseline learns at
+    #: deployment only); otherwise a run in which no client ever trained is an error, not a result.
+    trains: bool = True
+    #: True when evaluation is the mean over independent episodes of :meth:`episode_scores`, so an
+    #: engine may score the episodes in parallel.
+    splits_evaluation: bool = False
+    #: True when evaluation involves the clients' own models: then the score of one client is
+    #: :meth:`evaluate_client`, computed where the client is (its own process or Flower node), and
+    #: :meth:`combine_evaluations` turns all of them into the metrics. Otherwise :meth:`evaluate`
+    #: runs on the server alone.
+    evaluates_clients: bool = False
+    #: What differential privacy (config ``privacy``, :mod:`fedfew.privacy`) clips of this algorithm's
+    #: upload: "model-delta" when ``upload["model"]`` is a model the server averages into
+    #: ``server["model"]`` and nothing else of the round leaves the clients (DP-FedAvg clips the change
+    #: and replaces the average by its noised one); "server-model-delta" (F2L's shared server-model,
+    #: ``upload["server"]``) and "meme-model-delta" (FML's meme) for the shared model of an algorithm
+    #: that keeps private models (:mod:`fedfew.privacy.coverage`); None (default): private runs are refused.
+    dp_upload: str | None = None
+
+    def dp_advance(self, server: State) -> State:
+        """The server state after a private round, from the one DP's noised average made (which
+        replaced :meth:`aggregate` and set only the model): what else a round moves in the state
+        (FML: its round counter). Default: nothing else moves."""
+        return server
+
+    def __init__(self, options: BaseOptions, context: Context) -> None:
+        """Called once per process that runs the algorithm (the server, each worker, each Flower
+        node), so it builds only what follows from the options and context: workspace models, the
+        learner. Anything that must be the same everywhere belongs in a state."""
+        self.options = options
+        self.context = context
+
+    def _missing(self, hook: str, what: str) -> NotImplementedError:
+        """The error of a required hook that a subclass did not write."""
+        registered = f" (algorithm {self.name!r})" if self.name else ""
+        return NotImplementedError(f"{type(self).__name__}{registered} does not implement {hook}: override it "
+                                   f"to {what} (see fedfew.Algorithm's docstring)")
+
+    # -- server side -------------------------------------------------------------------------
+    def init_server(self, generator: torch.Generator) -> State:
+        """The server's state before round 1, e.g. ``{"model": get_state(model)}``.
+
+        ``generator`` is seeded by the run's seed alone; call :func:`seed_torch_init` with it before
+        building a model, so that the initial weights follow from the seed (and ``model.init_seed``
+        can replace them). Called on the server when the run starts (a resumed run then replaces the
+        result with its checkpoint). The state is what :meth:`broadcast`, :meth:`aggregate` and
+        :meth:`evaluate` receive; it is checkpointed after every round."""
+        raise self._missing("init_server(generator)", "return the server's initial state")
+
+    def broadcast(self, server: State, client_id: int) -> Payload:
+        """The payload sent to ``client_id`` this round (its tensors count as bytes sent down).
+
+        A pure function of the server state: no generator, nothing mutated. The default sends
+        ``server["model"]``; override it to send less, more, or something per client. The payload
+        may share tensors with ``server`` (it is not copied in this process), so a client update
+        must treat it as read-only."""
+        return {"model": server["model"]}
+
+    def aggregate(self, server: State, results: dict[int, ClientResult], generator: torch.Generator) -> State:
+        """The server's next state from this round's client results.
+
+        ``results`` maps client id to :class:`ClientResult`, in ascending id order, for the clients
+        whose reply arrived in time; clients that failed or were late are absent, so weight by what
+        is there (:func:`weighted_average`, :func:`weights_for`). It is never empty (with no reply
+        the server state stays as it was, without a call). A result with ``skipped`` set sat the
+        round out: its ``upload`` is empty and most algorithms leave it out. Return a new state
+        (``{**server, "model": ...}``); never write into ``server``, which a best-round snapshot or
+        a failed round's rollback may still hold. ``generator`` is seeded by (seed, round), for a
+        server-side draw (a random tie-break, server noise)."""
+        raise self._missing("aggregate(server, results, generator)", "return the next server state "
+                            "from the clients' results")
+
+    # -- client side -------------------------------------------------------------------------
+    def init_client_state(self, client: ClientData, generator: torch.Generator) -> State:
+        """A client's private state before its first update (default None: a stateless client).
+
+        Made when the client's state is first needed, where its states are kept, from a generator
+        seeded by (seed, client id); the state never leaves the client (it is not counted as bytes)
+        and comes back to it as ``state`` in :meth:`client_update` and :meth:`evaluate_client`: a
+        private model, optimiser moments."""
+        return None
+
+
+    def client_update(
+        self, payload: Payload, state: State, data: ClientData, generator: torch.Generator
+    ) -> ClientResult:
+        """One client's local work this round: a :class:`ClientResult` whose ``upload`` goes to the
+        server (its tensors count as bytes sent up) and whose ``state`` is the client's next private
+        state (return ``state`` itself when it does not change).
+
+        ``payload`` is what :meth:`broadcast` made for this client, ``state`` its private state (see
+        :meth:`init_client_state`), ``data`` its own :class:`ClientData` (``data.train`` keeps global
+        class ids), ``generator`` seeded by (seed, round, client id). It must be a pure function of
+        these: it reads nothing else, and mutates neither ``payload`` nor ``state`` (copy them into a
+        workspace model with :func:`load_state_`). Set ``num_samples`` and ``num_episodes`` for the
+        server's weighting and ``metrics`` (numbers, averaged over clients into the round's
+        ``train_*`` history). A client whose data cannot make the round's task returns
+        :meth:`ClientResult.sat_out`. It runs wherever the engine puts the client: this process, a
+        worker process or a Flower node."""
+        raise self._missing("client_update(payload, state, data, generator)", "train on the client's "
+                            "data and return a ClientResult")
+
+    # -- many clients as one computation (runtime.batch_clients) ------------------------------
+    def batching_unsupported(self) -> str | None:
+        """None when :meth:`client_update_batch` can run this algorithm's client updates together;
+        otherwise why not, in words for the user."""
+        return f"{self.name} has no batched client update"
+
+    def client_update_batch(self, payloads: Sequence[Payload], states: Sequence[State],
+                            data: Sequence[ClientData], generators: Sequence[torch.Generator]) -> list[ClientResult]:
+        """:meth:`client_update` of several clients as one computation on one device: the i-th result
+        is client ``data[i]``'s update from ``payloads[i]``, ``states[i]`` and its own generator
+        ``generators[i]``, equal to :meth:`client_update`'s up to floating-point summation order."""
+        raise NotImplementedError(f"{self.name} has no batched client update")
+
+    # -- evaluation --------------------------------------------------------------------------
+    def evaluate(self, server: State, data: EvalData, generator: torch.Generator) -> dict[str, float]:
+        """The metrics of the server's model(s) on ``data``: at least ``"accuracy"`` (a fraction in
+        [0, 1]; the run selects and reports rounds by it), optionally ``"ci95"`` and any other numbers.
+
+        ``data`` is one evaluation split: fixed episodes (``data.episodes``, few-shot tasks: adapt on
+        each episode's support set, score its query set) or a labelled set (``data.dataset``,
+        classification tasks); :func:`evaluate_model` handles both for a model with a prototype or
+        linear classifier. Only what a server has is used: its state and the evaluation data, never a
+        client's data or private state (those take part through :meth:`evaluate_client`). Must not
+        change ``server``; ``generator`` is seeded by (seed, split), for an evaluation that draws."""
+        raise self._missing("evaluate(server, data, generator)", "score the server's state on the "
+                            "evaluation split")
+
+    def episode_scores(self, server: State, data: EvalData, indices: Sequence[int]) -> list[float]:
+        """The score of each evaluation episode in ``indices`` (algorithms with ``splits_evaluation``)."""
+        raise NotImplementedError(f"{self.name} does not score episodes one by one")
+
+    def episode_predictions(self, server: State, data: EvalData, indices: Sequence[int]) -> list[torch.Tensor]:
+        """The predicted query labels (0..N-1) of each evaluation episode in ``indices``, from the same
+        model and adaptation as :meth:`episode_scores` (``eval.per_class`` pools them by true class)."""
+        raise NotImplementedError(f"{self.name} does not report its episodes' predictions")
+
+    @property
+    def predicts_episodes(self) -> bool:
+        """Whether :meth:`episode_predictions` gives the predictions behind this algorithm's score: its
+        score is the mean of :meth:`episode_scores` of the server's model (not the clients' own models)."""
+        overridden = type(self).episode_predictions is not Algorithm.episode_predictions
+        return overridden and self.splits_evaluation and not self.evaluates_clients
+
+    # -- evaluation with the clients' own models (``evaluates_clients``) ----------------------
+    def evaluate_client(self, payload: Payload, state: State, client: ClientData, data: EvalData,
+                        generator: torch.Generator) -> ClientScores:
+        """One client's scores of its own model (per-episode lists or numbers), from the payload the
+        server broadcasts to it, its private state and its own data."""
+        raise NotImplementedError(f"{self.name} evaluates on the server")
+
+    def combine_evaluations(self, server: State, scores: dict[int, ClientScores], data: EvalData,
+                            generator: torch.Generator) -> dict[str, float]:
+        """The metrics from every client's :meth:`evaluate_client` (keyed by client id)."""
+        raise NotImplementedError(f"{self.name} evaluates on the server")
+
+    # -- a round made of nested rounds ---------------------------------------------------------
+    def play_round(self, server: State, engine: Any, selected: Sequence[int], round_index: int) -> Any:
+        """One simulator round done otherwise than one broadcast / update / aggregate: return a
+        :class:`fedfew.engine.round.RoundOutcome` whose byte counts cover every exchange inside it
+        (FRL: R nested rounds of FL and a meta-update, each a :func:`~fedfew.engine.round.run_round`
+        on ``engine``), or ``None``, the default, for the standard round."""
+        return None
+
+    def client_part(self, name: str, **args: Any) -> Algorithm:
+        """The algorithm object that runs client tasks of part ``name`` (see
+        :class:`fedfew.engine.tasks.ClientTask`): FRL's inner FL, for example. Only algorithms that
+        nest rounds have parts; the client side rebuilds a part from its name and JSON arguments."""
+        raise KeyError(f"{self.name} has no client part {name!r}")
+
+
+ALGORITHMS: Registry[type[Algorithm]] = Registry("algorithm")
+
+
+def register(name: str, help: str = "") -> Callable[[type[Algorithm]], type[Algorithm]]:
+    """Class decorator: register an :class:`Algorithm` subclass under ``name``, the name a config's
+    ``algorithm.name`` gives, and set the class's ``name`` attribute to it. ``help`` is the line
+    ``fedfew list algorithms`` shows (default: the first line of the class docstring); the options'
+    ``Field(description=...)`` are what ``fedfew list algorithms NAME`` adds. A name registered
+    twice is an error.
+
+    Example (the complete class is in :class:`Algorithm`'s docstring)::
+
+        from fedfew import ALGORITHMS, Algorithm, register
+
+        @register("my-fedavg", help="FedAvg: one epoch of minibatch SGD, sample-weighted averaging")
+        class MyFedAvg(Algorithm):
+            ...
+
+        assert MyFedAvg.name == "my-fedavg" and ALGORITHMS.get("my-fedavg") is MyFedAvg
+
+    In a package module under ``fedfew/algorithms/`` it registers on import; in a file of your own
+    it does when the file is loaded as a plugin (``fedfew run my.yaml --plugin my_fedavg.py``, or
+    ``plugins: [my_fedavg.py]`` in the config), and only then may a config name it.
+    """
+
+    def decorate(cls: type[Algorithm]) -> type[Algorithm]:
+        cls.name = name
+        return ALGORITHMS.register(name, help=help or (cls.__doc__ or "").strip().split("\n")[0])(cls)
+
+    return decorate
