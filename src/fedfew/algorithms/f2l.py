@@ -231,6 +231,11 @@ class F2LClientState(_ClientModel, total=False):
 
 @register("f2l", help="F2L: shared server-model + private client-models, L_MI transfer and partial KD")
 class F2L(Algorithm):
+    secure_sum = None
+    secure_sum_refused = ("the server aggregates the shared server-model phi (and, in F2L\\M, the client-"
+                          "model) and its scores come from the private client-models: not a weighted sum of"
+                          " one upload (not covered yet)")
+
     Options = F2LOptions
     options: F2LOptions
 

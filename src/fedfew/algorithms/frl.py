@@ -183,6 +183,9 @@ class EpisodeMemory(TypedDict):
 @register("frl", help="FRL: meta-train an initial model for R-round FL (prototype loss + GPAL, Alg. 1)")
 class FRL(Algorithm):
     """One simulator round = one meta-training episode of R + 1 rounds (module docstring)."""
+    secure_sum = None
+    secure_sum_refused = ("its rounds nest R rounds of FL and a meta-update, and GPAL aggregates "
+                          "prototypes: not one masked sum per round (not covered yet)")
 
     Options = FRLOptions
     options: FRLOptions

@@ -168,6 +168,9 @@ class OneShotServer(TypedDict, total=False):
 @register("oneshot", help="One-shot FL: one round; FedAvg, random / CV / data-size ensembles (Guha et al.)")
 class OneShot(Algorithm):
     """One round of local training, then selection and combination on the server (module docstring)."""
+    secure_sum = None
+    secure_sum_refused = ("the server keeps, ranks or ensembles individual uploads: it needs each client's "
+                          "model, not their sum")
 
     Options = OneShotOptions
     options: OneShotOptions

@@ -28,7 +28,7 @@ import warnings
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, cast
 
 from fedfew.config.plugins import command_line_plugins
 from fedfew.config.validation import ExperimentConfig, load_config
@@ -38,6 +38,8 @@ from fedfew.core.errors import ConfigError, FedfewError, RunInterrupted, UsageEr
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
+
+    from fedfew.interface.algorithm import Algorithm
 
 logger = logging.getLogger(__name__)
 
@@ -245,19 +247,19 @@ def _list_privacy(algorithms: _Names) -> None:
 def _list_secure_aggregation(algorithms: _Names, engines: _Names) -> None:
     """The engines that can run ``flower.secure_aggregation`` and, per algorithm, whether it covers its
     rounds (docs/privacy.md, "Secure aggregation")."""
-    from fedfew.privacy.secure_sum import COVERED, NOT_COVERED
-
     able = [n for n in engines.names() if getattr(engines.get(n), "honours_secure_aggregation", False)]
     print(f"secure aggregation (flower.secure_aggregation, Flower's SecAgg+; docs/privacy.md) on: {', '.join(able)}")
     print("algorithms under secure aggregation (the server sees only the sum of a round's updates):")
     names = algorithms.names()
     width = max((len(n) for n in names), default=0)
     for name in names:
-        if name in COVERED:
-            shown = "covered: its aggregate is a weighted mean of the uploaded models" + (
-                f"; {COVERED[name]} (refused otherwise: {NOT_COVERED[name]})" if COVERED[name] else "")
+        kind = cast("type[Algorithm]", algorithms.get(name))
+        covers = vars(kind).get("secure_sum")  # each class declares its own (Algorithm.secure_sum)
+        if covers is None:
+            shown = f"refused: {kind.secure_sum_refusal(None)}"
         else:
-            shown = f"refused: {NOT_COVERED.get(name, 'not known to aggregate a weighted mean of its uploads')}"
+            shown = "covered: its aggregate is a weighted mean of the uploaded models" + (
+                f"; {covers} (refused otherwise: {kind.secure_sum_refused})" if covers else "")
         print(f"  {name:{width}s}  {shown}")
 
 

@@ -263,6 +263,27 @@ class Algorithm:
     #: ``upload["server"]``) and "meme-model-delta" (FML's meme) for the shared model of an algorithm
     #: that keeps private models (:mod:`fedfew.privacy.coverage`); None (default): private runs are refused.
     dp_upload: str | None = None
+    #: Secure summation (``flower.secure_aggregation``, Flower's SecAgg+; docs/privacy.md): whether the
+    #: round's aggregate is the weighted mean of ``upload["model"]`` by the ``aggregation`` option, with
+    #: nothing else of the round leaving the clients, so that the server needs only the sum of the
+    #: uploads. ``None`` (the default): refused, why in :attr:`secure_sum_refused`; ``""``: covered;
+    #: ``"with ..."``: covered with those options only (:meth:`secure_sum_refusal` checks them). Each
+    #: class declares it for itself: a subclass, which may change what is aggregated, does not inherit
+    #: its parent's cover, and a plugin opts in by declaring it.
+    secure_sum: ClassVar[str | None] = None
+    #: Why secure summation refuses this algorithm (or, with :attr:`secure_sum` ``"with ..."``, the
+    #: options that :meth:`secure_sum_refusal` refuses).
+    secure_sum_refused: ClassVar[str] = ("fedfew does not know that its aggregate is a weighted mean of its uploads "
+                                         "(only the algorithms of `fedfew list secure-aggregation` are covered)")
+
+    @classmethod
+    def secure_sum_refusal(cls, options: Any) -> str | None:
+        """None when secure summation can carry this algorithm's rounds with ``options`` (its validated
+        :attr:`Options`); otherwise why not, in words for the user. The default reads the class's own
+        :attr:`secure_sum`; an algorithm covered with some options only overrides it to refuse the others."""
+        if vars(cls).get("secure_sum", None) is None:
+            return vars(cls).get("secure_sum_refused", Algorithm.secure_sum_refused)
+        return None
 
     def dp_advance(self, server: State) -> State:
         """The server state after a private round, from the one DP's noised average made (which
