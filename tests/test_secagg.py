@@ -24,11 +24,11 @@ import numpy as np
 import pytest
 import torch
 
+from fedfew.algorithms import register_all
 from fedfew.config.validation import ConfigError, SecureAggregationConfig, load_config
 from fedfew.core.seeding import derive_seed, torch_generator
 from fedfew.engine.schedule import client_schedule
 from fedfew.engine.tasks import ClientTask, run_client_task
-from fedfew.algorithms import register_all
 from fedfew.interface.algorithm import ALGORITHMS, Algorithm, ClientResult
 from fedfew.interface.protocol import init_generator
 from fedfew.interface.static import static_tensors
