@@ -127,6 +127,8 @@ class AdFL(OneShot):
     secure_sum = None
     secure_sum_refused = ("the server scores and ensembles individual uploads: it needs each client's "
                           "model, not their sum")
+    dp_refused = ("AdFL's one round uploads whole models and the server ranks and ensembles individual "
+                  "models: DP-FedAvg's noised average does not apply")
 
     Options = AdFLOptions
     options: AdFLOptions

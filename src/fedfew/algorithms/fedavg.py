@@ -68,6 +68,8 @@ class FedProxOptions(FedAvgOptions):
 class FedAvg(Algorithm):
     secure_sum = "with score_uploads: false"
     secure_sum_refused = "with score_uploads each client's own model is scored on its own data"
+    dp_refused = ("fedavg with score_uploads scores each client's own model on its private validation "
+                  "set and reports the scores (score_uploads: false is covered)")
 
     @classmethod
     def secure_sum_refusal(cls, options: Any) -> str | None:
@@ -155,6 +157,8 @@ class FedAvg(Algorithm):
 class FedProx(FedAvg):
     secure_sum = "with score_uploads: false"
     secure_sum_refused = "with score_uploads each client's own model is scored on its own data"
+    dp_refused = ("fedprox with score_uploads scores each client's own model on its private validation "
+                  "set and reports the scores (score_uploads: false is covered)")
 
     Options = FedProxOptions
     options: FedProxOptions

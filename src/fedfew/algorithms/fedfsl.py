@@ -138,6 +138,8 @@ class FedFSLMI(FedFSLBase):
     """FedFSL-MI (section 4.1)."""
     secure_sum = "with reference: global"
     secure_sum_refused = "reference: exclusive broadcasts w_{-k}, an average of the other clients' individual uploads"
+    dp_refused = ("fedfsl-mi with reference: exclusive broadcasts w_{-k}, an average of the other "
+                  "clients' un-noised uploads (reference: global is covered)")
 
     @classmethod
     def secure_sum_refusal(cls, options: Any) -> str | None:

@@ -183,6 +183,7 @@ class FRLScratch(Algorithm):
     initialisation."""
     secure_sum = None
     secure_sum_refused = "it uploads nothing during its rounds: nothing to sum"
+    dp_refused = "frl-scratch trains nothing in its rounds (it learns only at deployment): nothing to protect"
 
     trains = False  # all its learning happens at deployment
 
@@ -229,6 +230,8 @@ class FRLOneShot(FRLFineTune):
     ``keep`` averaged, then FedAvg fine-tuning at deployment."""
     secure_sum = "with stage: deployment"
     secure_sum_refused = "stage: preparation keeps the best individual uploads by their cross-validation scores"
+    dp_refused = ("frl-oneshot with stage: preparation keeps the best individual uploads by their "
+                  "cross-validation scores (stage: deployment is covered)")
 
     @classmethod
     def secure_sum_refusal(cls, options: Any) -> str | None:

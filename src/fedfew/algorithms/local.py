@@ -40,6 +40,7 @@ class LocalOptions(MAMLOptions):
 class Local(EpisodicFedAvg):
     secure_sum = None
     secure_sum_refused = "its clients upload nothing: nothing to sum"
+    dp_refused = "local's clients train alone and upload nothing; its score comes from their private models"
 
     Options = LocalOptions
     options: LocalOptions

@@ -171,6 +171,8 @@ class OneShot(Algorithm):
     secure_sum = None
     secure_sum_refused = ("the server keeps, ranks or ensembles individual uploads: it needs each client's "
                           "model, not their sum")
+    dp_refused = ("oneshot uploads whole models once and the server keeps or ensembles individual "
+                  "models: DP-FedAvg's noised average does not apply")
 
     Options = OneShotOptions
     options: OneShotOptions

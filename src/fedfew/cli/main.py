@@ -214,7 +214,7 @@ def _list_privacy(algorithms: _Names) -> None:
     from typing import get_args
 
     from fedfew.config.validation import PrivacyConfig
-    from fedfew.privacy.coverage import COVERED_UPLOADS, NOT_COVERED
+    from fedfew.privacy.coverage import COVERED_UPLOADS, refused_because
 
     meaning = {"none": "off (the default)",
                "central-dp": "DP-FedAvg: clients clip their update, the server adds Gaussian noise",
@@ -234,13 +234,14 @@ def _list_privacy(algorithms: _Names) -> None:
     names = algorithms.names()
     width = max((len(n) for n in names), default=0)
     for name in names:
-        upload = getattr(algorithms.get(name), "dp_upload", None)
+        kind = cast("type[Algorithm]", algorithms.get(name))
+        upload = getattr(kind, "dp_upload", None)
         if isinstance(upload, str) and upload in COVERED_UPLOADS:
             shown = f"covered: {COVERED_UPLOADS[upload]}"
         elif isinstance(upload, property):  # depends on the options: covered with some, refused with others
-            shown = f"depends on its options: {NOT_COVERED.get(name, 'docs/privacy.md says which are covered')}"
+            shown = f"depends on its options: {vars(kind).get('dp_refused') or 'docs/privacy.md says which are covered'}"
         else:
-            shown = f"refused: {NOT_COVERED.get(name, 'it does not say what its upload is (dp_upload)')}"
+            shown = f"refused: {refused_because(kind)}"
         print(f"  {name:{width}s}  {shown}")
 
 

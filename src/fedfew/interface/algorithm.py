@@ -263,6 +263,10 @@ class Algorithm:
     #: ``upload["server"]``) and "meme-model-delta" (FML's meme) for the shared model of an algorithm
     #: that keeps private models (:mod:`fedfew.privacy.coverage`); None (default): private runs are refused.
     dp_upload: str | None = None
+    #: Why differential privacy refuses this algorithm, or the options it refuses when ``dp_upload`` is a
+    #: property covered with some options only (``fedfew list privacy`` shows it; each class says its
+    #: own, :func:`fedfew.privacy.coverage.refused_because`).
+    dp_refused: ClassVar[str] = ""
     #: Secure summation (``flower.secure_aggregation``, Flower's SecAgg+; docs/privacy.md): whether the
     #: round's aggregate is the weighted mean of ``upload["model"]`` by the ``aggregation`` option, with
     #: nothing else of the round leaving the clients, so that the server needs only the sum of the
