@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 import torch
 from pydantic import ConfigDict
 
+from fedfew.core.errors import UsageError
 from fedfew.core.options import NoBoolNumbers
 from fedfew.core.registry import Registry
 
@@ -160,7 +161,14 @@ class Algorithm:
     and :meth:`evaluate` scores the server's state on an evaluation split. The hooks a
     subclass must write are :meth:`init_server`, :meth:`client_update`, :meth:`aggregate` and
     :meth:`evaluate`; :meth:`broadcast` (the server's ``"model"``) and :meth:`init_client_state`
-    (None) have defaults. The others are capabilities an algorithm opts into.
+    (None) have defaults. The others are capabilities an algorithm opts into, and they change what is
+    required (:func:`missing_hooks`): a class that trains nothing (``trains = False``) or plays its own
+    rounds (:meth:`play_round`) needs no :meth:`client_update` or :meth:`aggregate`; one that
+    ``splits_evaluation`` scores episodes with :meth:`episode_scores`, and one that
+    ``evaluates_clients`` scores the clients' own models with :meth:`evaluate_client` and
+    :meth:`combine_evaluations`, instead of :meth:`evaluate`. :func:`register` refuses a class that
+    lacks a hook it needs, naming it (:class:`AlgorithmDefinitionError`, exit 2), so the error comes
+    when the class is registered, not rounds into a run.
 
     The contract every hook keeps, so that one algorithm runs unchanged in this process, in worker
     processes and on Flower nodes, and a run stopped after any round resumes to the same numbers:
@@ -468,7 +476,47 @@ def register(name: str, help: str = "") -> Callable[[type[Algorithm]], type[Algo
     """
 
     def decorate(cls: type[Algorithm]) -> type[Algorithm]:
+        missing = missing_hooks(cls)
+        if missing:
+            raise AlgorithmDefinitionError(f"algorithm {name!r} ({cls.__name__}) does not implement "
+                                           f"{', '.join(missing)}: override {'it' if len(missing) == 1 else 'them'} "
+                                           "(the hooks and when each is required: fedfew.Algorithm's docstring)")
         cls.name = name
         return ALGORITHMS.register(name, help=help or (cls.__doc__ or "").strip().split("\n")[0])(cls)
 
     return decorate
+
+
+class AlgorithmDefinitionError(UsageError):
+    """An algorithm class registered without a hook it needs (exit 2, one line naming the hook)."""
+
+
+def _overrides(cls: type[Algorithm], hook: str) -> bool:
+    return getattr(cls, hook) is not getattr(Algorithm, hook)
+
+
+def _declared(cls: type[Algorithm], flag: str) -> bool | None:
+    """A capability flag as the class sets it: True or False, or None where it is a property (it depends
+    on the options, so only a built algorithm can say)."""
+    value = getattr(cls, flag)
+    return None if isinstance(value, property) else bool(value)
+
+
+def missing_hooks(cls: type[Algorithm]) -> list[str]:
+    """The hooks a class must write and does not, as the rules of :class:`Algorithm`'s docstring say:
+    ``init_server`` always; ``client_update`` and ``aggregate`` unless it trains nothing (``trains``
+    False) or plays its own rounds (``play_round``); an evaluation path: ``evaluate``, or
+    ``episode_scores`` for ``splits_evaluation``, or ``evaluate_client`` and ``combine_evaluations`` for
+    ``evaluates_clients``. A flag that is a property (set by the options) is taken as possibly on, so
+    only what every option would need is asked of the class; the rest fails where it is called."""
+    needed = ["init_server"]
+    if _declared(cls, "trains") is not False and not _overrides(cls, "play_round"):
+        needed += ["client_update", "aggregate"]
+    splits, on_clients = _declared(cls, "splits_evaluation"), _declared(cls, "evaluates_clients")
+    if splits:
+        needed.append("episode_scores")
+    if on_clients:
+        needed += ["evaluate_client", "combine_evaluations"]
+    if splits is False and on_clients is False:
+        needed.append("evaluate")
+    return [hook for hook in needed if not _overrides(cls, hook)]
