@@ -35,9 +35,8 @@ from hypothesis import strategies as st
 from fedfew.cli.main import main
 from fedfew.config.validation import PrivacyConfig, load_config
 from fedfew.core.errors import UsageError
-from fedfew.interface.algorithm import Algorithm, ClientResult, register
+from fedfew.interface.algorithm import ALGORITHMS, Algorithm, ClientResult, register
 from fedfew.privacy import (
-    NOT_COVERED,
     ClientSpec,
     PrivacyConfigError,
     PrivateAggregation,
@@ -436,6 +435,11 @@ def test_bad_privacy_settings_are_one_line_errors(assignments: list[str], key: s
 REFUSED = ["frl-scratch", "local", "oneshot", "adfl"]
 
 
+def refused(name: str) -> str:
+    """Why DP refuses a registered algorithm, as its class declares it (Algorithm.dp_refused)."""
+    return vars(ALGORITHMS.get(name))["dp_refused"]
+
+
 @pytest.mark.parametrize("name", ["adfl", "local"])
 def test_an_upload_not_covered_is_one_line_and_exit_2(name: str, tmp_path: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
@@ -443,7 +447,7 @@ def test_an_upload_not_covered_is_one_line_and_exit_2(name: str, tmp_path: Path,
     path.write_text(yaml.safe_dump(private(name, federation={"rounds": 1, "clients_per_round": 2})))
     assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert name in err and NOT_COVERED[name] in err and len(err.strip().splitlines()) == 1, err
+    assert name in err and refused(name) in err and len(err.strip().splitlines()) == 1, err
     assert "Traceback" not in err
 
 
@@ -453,7 +457,22 @@ def test_an_algorithm_whose_upload_is_not_covered_refuses_dp(name: str) -> None:
     with pytest.raises(PrivacyConfigError) as info:
         build_experiment(config)
     message = str(info.value)
-    assert name in message and NOT_COVERED[name] in message and "\n" not in message
+    assert name in message and refused(name) in message and "\n" not in message
+
+
+def test_a_plugin_that_does_not_say_what_it_uploads_is_refused_naming_dp_upload() -> None:
+    """The reason is the class's own (``dp_refused``); a class that says nothing is told what to set."""
+    from fedfew.privacy.coverage import refused_because
+
+    class Quiet(Algorithm):
+        pass
+
+    class Loud(Algorithm):
+        dp_refused = "it keeps every upload"
+
+    assert "set dp_upload on the class" in refused_because(Quiet)
+    assert refused_because(Loud) == "it keeps every upload"
+    assert refused_because(type("Child", (Loud,), {})) != "it keeps every upload"  # a subclass says its own
 
 
 @pytest.mark.parametrize("name,options", [("fedavg", {"score_uploads": True}), ("frl-oneshot", {"stage": "preparation"}),

@@ -24,15 +24,15 @@ import numpy as np
 import pytest
 import torch
 
+from fedfew.algorithms import register_all
 from fedfew.config.validation import ConfigError, SecureAggregationConfig, load_config
 from fedfew.core.seeding import derive_seed, torch_generator
 from fedfew.engine.schedule import client_schedule
 from fedfew.engine.tasks import ClientTask, run_client_task
-from fedfew.interface.algorithm import ClientResult
+from fedfew.interface.algorithm import ALGORITHMS, Algorithm, ClientResult
 from fedfew.interface.protocol import init_generator
 from fedfew.interface.static import static_tensors
 from fedfew.privacy.secure_sum import (
-    COVERED,
     SecureAggregationError,
     SecureSettings,
     check_algorithm,
@@ -48,6 +48,9 @@ from tests.tiny import ALGORITHM_SETUPS, tiny_config
 
 REPO = Path(__file__).resolve().parents[1]
 SECURE = {"secure_aggregation": {"enabled": True}}
+register_all()
+#: The registered algorithms that declare a secure-summation cover (Algorithm.secure_sum).
+COVERED = sorted(name for name in ALGORITHMS.names() if vars(ALGORITHMS.get(name)).get("secure_sum") is not None)
 # Research mode (issue 51): the secure sum is compared with the plain DP round, so both draw the seeded noise.
 CENTRAL = {"mechanism": "central-dp", "clip": 0.5, "noise_multiplier": 0.8, "delta": 1e-3, "noise": "seeded"}
 
@@ -211,8 +214,9 @@ VARIANTS = [(name, {}) for name in sorted(ALGORITHM_SETUPS)] + [
 
 
 @pytest.mark.parametrize("name, options", VARIANTS, ids=[f"{n}-{'-'.join(o) or 'default'}" for n, o in VARIANTS])
-def test_the_table_agrees_with_each_algorithm(name: str, options: dict[str, Any]) -> None:
-    """The config check (by name and options) and the engine's check (of the built algorithm) agree."""
+def test_the_declared_cover_agrees_with_each_built_algorithm(name: str, options: dict[str, Any]) -> None:
+    """The config check (the class's declaration and the options) and the engine's check (of the built
+    algorithm) agree."""
     config = tiny_config(name)
     config["algorithm"]["options"].update(options)
     if options.get("score_uploads"):
@@ -220,13 +224,39 @@ def test_the_table_agrees_with_each_algorithm(name: str, options: dict[str, Any]
                       model={"name": "mlp", "options": {"hidden": 16}}, classification={"client_val_fraction": 0.2})
     cfg = load_config(config)
     algorithm = build_experiment(cfg).algorithm
-    reason = refusal(name, cfg.algorithm_options())
+    reason = refusal(ALGORITHMS.get(name), cfg.algorithm_options())
     try:
         kind = check_algorithm(algorithm)
     except SecureAggregationError:
         assert reason is not None
     else:
         assert reason is None and kind == getattr(algorithm.options, "aggregation", "samples")
+
+
+def test_the_cover_is_declared_by_each_class_and_a_plugin_can_opt_in() -> None:
+    """Secure summation's cover is what each algorithm class declares (no table of names elsewhere): the
+    covered ones are exactly the ones that say so; a subclass of a covered algorithm that does not declare
+    it is refused (it may change what is aggregated); a plugin class that declares it is covered."""
+    assert COVERED == ["fedavg", "fedfsl-mi", "fedfsl-mi-adv", "fedfsl-prox", "fedprox", "fl-maml", "fl-proto",
+                       "frl-finetune", "frl-oneshot", "frl-per-fedavg", "frl-per-fedavg-distance"]
+    fedavg = ALGORITHMS.get("fedavg")
+    default = fedavg.Options()
+    assert refusal(fedavg, default) is None
+    assert "score_uploads" in str(refusal(fedavg, default.model_copy(update={"score_uploads": True})))
+
+    class Unsaid(fedavg):  # type: ignore[misc, valid-type]
+        pass
+
+    class Declared(Algorithm):
+        secure_sum = ""
+
+    assert refusal(Unsaid, default) == Algorithm.secure_sum_refused
+    assert refusal(Declared, Declared.Options()) is None
+    assert "is none of" in str(refusal(Declared, {"aggregation": "median"}))
+    for name in ALGORITHMS.names():
+        kind = ALGORITHMS.get(name)
+        if name not in COVERED:
+            assert kind.secure_sum_refusal(None) == vars(kind)["secure_sum_refused"], name
 
 
 def test_fedfew_list_secure_aggregation(capsys: pytest.CaptureFixture[str]) -> None:

@@ -50,28 +50,30 @@ def _edited(path: Path, old: str, new: str) -> str:
     ("algorithms/fedavg.py", '"""FedAvg (McMahan', '"""A docstring edit. FedAvg (McMahan', False),
     ("algorithms/fedavg.py", "from __future__ import annotations\n",
      "from __future__ import annotations  # a comment\n\n\n", False),
-    # the command line, the progress bar, the trackers, the Flower launch, the study layer: not numbers
-    ("cli.py", "from __future__ import annotations\n", "from __future__ import annotations\nCLI_EDIT = 1\n", False),
-    ("progress.py", "from __future__ import annotations\n", "from __future__ import annotations\nX = 1\n", False),
-    ("tracking.py", "from __future__ import annotations\n", "from __future__ import annotations\nX = 1\n", False),
-    ("flower/launch.py", "from __future__ import annotations\n", "from __future__ import annotations\nX = 1\n",
-     False),
+    # the layers above the run: the command line, the Flower launch and apps, the study layer: not numbers
+    ("cli/main.py", "from __future__ import annotations\n", "from __future__ import annotations\nCLI_EDIT = 1\n", False),
+    ("flower/launch.py", "from __future__ import annotations\n", "from __future__ import annotations\nX = 1\n", False),
+    ("flower/apps/server.py", "from __future__ import annotations\n", "from __future__ import annotations\nX = 1\n", False),
     ("study/report.py", "from __future__ import annotations\n", "from __future__ import annotations\nX = 1\n", False),
-    # config.py's defaults reach each cell's key (the resolved config), not the code version
-    ("config.py", "from __future__ import annotations\n", "from __future__ import annotations\nX = 1\n", False),
-    # code that computes numbers: an algorithm, the engine, the round loop, the evaluation, the seeds
-    ("algorithms/fedavg.py", "from __future__ import annotations\n", "from __future__ import annotations\nX = 1\n",
-     True),
-    ("interface/aggregation.py", "from __future__ import annotations\n", "from __future__ import annotations\nX = 1\n",
-     True),
-    ("runner.py", "from __future__ import annotations\n", "from __future__ import annotations\nX = 1\n", True),
-    ("evaluation.py", "from __future__ import annotations\n", "from __future__ import annotations\nX = 1\n", True),
-    ("seeding.py", "from __future__ import annotations\n", "from __future__ import annotations\nX = 1\n", True),
+    # the config's defaults reach each cell's key (the resolved config), not the code version
+    ("config/validation.py", "from __future__ import annotations\n", "from __future__ import annotations\nX = 1\n", False),
+    # a folder is hashed whole: code that computes numbers (an algorithm, the contract, the round loop, the
+    # evaluation, the seeds, the run) and, beside it, a module that cannot (the progress bar, the trackers)
+    ("algorithms/fedavg.py", "from __future__ import annotations\n", "from __future__ import annotations\nX = 1\n", True),
+    ("algorithms/parts/common.py", "from __future__ import annotations\n", "from __future__ import annotations\nX = 1\n", True),
+    ("interface/aggregation.py", "from __future__ import annotations\n", "from __future__ import annotations\nX = 1\n", True),
+    ("engine/round.py", "from __future__ import annotations\n", "from __future__ import annotations\nX = 1\n", True),
+    ("run/runner.py", "from __future__ import annotations\n", "from __future__ import annotations\nX = 1\n", True),
+    ("fewshot/evaluation.py", "from __future__ import annotations\n", "from __future__ import annotations\nX = 1\n", True),
+    ("core/seeding.py", "from __future__ import annotations\n", "from __future__ import annotations\nX = 1\n", True),
+    ("core/progress.py", "from __future__ import annotations\n", "from __future__ import annotations\nX = 1\n", True),
+    ("core/tracking.py", "from __future__ import annotations\n", "from __future__ import annotations\nX = 1\n", True),
 ])
 def test_an_edit_moves_the_code_version_only_where_it_can_change_a_number(package_copy: Path, where: str, old: str,
                                                                           new: str, moves: bool) -> None:
     before = source_hash(package_copy)
     original = _edited(package_copy / where, old, new)
+    assert (package_copy / where).read_text() != original, f"{where}: the edit changed nothing"
     try:
         assert (source_hash(package_copy) != before) is moves
     finally:

@@ -234,6 +234,8 @@ def test_the_algorithm_docstring_example_is_complete(monkeypatch: pytest.MonkeyP
 
 
 def test_a_hook_left_out_says_which_class_and_hook(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unregistered class fails where the hook is called; a registered one fails when it is registered
+    (the class statement), naming every hook it needs and lacks."""
     class Bare(fedfew.Algorithm):
         pass
 
@@ -241,13 +243,48 @@ def test_a_hook_left_out_says_which_class_and_hook(monkeypatch: pytest.MonkeyPat
     with pytest.raises(NotImplementedError, match=r"^Bare does not implement init_server\(generator\)"):
         bare.init_server(torch.Generator())
     fresh_registry(monkeypatch)
-    named = fedfew.register("bare-test")(type("Named", (fedfew.Algorithm,), {}))(fedfew.Options(),
-                                                                                   context_for(blob_dataset()))
-    for call, hook in ((lambda: named.client_update({}, None, None, torch.Generator()), "client_update"),
-                       (lambda: named.aggregate({}, {}, torch.Generator()), "aggregate"),
-                       (lambda: named.evaluate({}, fedfew.EvalData("test"), torch.Generator()), "evaluate")):
-        with pytest.raises(NotImplementedError, match=rf"^Named \(algorithm 'bare-test'\) does not implement {hook}\("):
-            call()
+    with pytest.raises(algorithm_module.AlgorithmDefinitionError,
+                       match=r"^algorithm 'bare-test' \(Named\) does not implement init_server, client_update, "
+                             r"aggregate, evaluate: override them") as info:
+        fedfew.register("bare-test")(type("Named", (fedfew.Algorithm,), {}))
+    assert info.value.exit_code == 2 and "bare-test" not in fedfew.ALGORITHMS
+
+
+def hooks(*names: str, **flags: object) -> type[fedfew.Algorithm]:
+    """A class that writes the named hooks (as stubs) and sets the flags."""
+    body: dict[str, object] = {name: (lambda self, *args: None) for name in names}
+    return type("Made", (fedfew.Algorithm,), {**body, **flags})
+
+
+@pytest.mark.parametrize("made, missing", [
+    (hooks("init_server", "client_update", "aggregate", "evaluate"), []),
+    (hooks("init_server", trains=False), ["evaluate"]),  # trains nothing: no update, no aggregate
+    (hooks("init_server", "play_round", "evaluate"), []),  # plays its own rounds
+    (hooks("init_server", "client_update", "aggregate", splits_evaluation=True), ["episode_scores"]),
+    (hooks("init_server", "client_update", "aggregate", "episode_scores", splits_evaluation=True), []),
+    (hooks("init_server", "client_update", "aggregate", evaluates_clients=True),
+     ["evaluate_client", "combine_evaluations"]),
+    (hooks("init_server", "client_update", "aggregate", evaluates_clients=property(lambda self: False)), []),
+])
+def test_which_hooks_a_class_must_write(made: type[fedfew.Algorithm], missing: list[str]) -> None:
+    """The rules of Algorithm's docstring: a flag set by the options (a property) asks nothing of the class."""
+    assert algorithm_module.missing_hooks(made) == missing
+
+
+def test_every_registered_algorithm_writes_the_hooks_it_needs() -> None:
+    for name in fedfew.ALGORITHMS.names():
+        assert algorithm_module.missing_hooks(fedfew.ALGORITHMS.get(name)) == [], name
+
+
+def test_a_plugin_missing_a_hook_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from fedfew.cli.main import main
+
+    plugin = tmp_path / "half.py"
+    plugin.write_text("import fedfew\n\n@fedfew.register('half-done')\nclass Half(fedfew.Algorithm):\n"
+                      "    def init_server(self, generator):\n        return {}\n")
+    assert main(["list", "algorithms", "--plugin", str(plugin)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "half.py" in err and "client_update, aggregate, evaluate" in err, err
 
 
 def test_fedfew_list_shows_each_option_and_what_it_means(capsys: pytest.CaptureFixture[str]) -> None:

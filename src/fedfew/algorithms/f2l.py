@@ -231,6 +231,15 @@ class F2LClientState(_ClientModel, total=False):
 
 @register("f2l", help="F2L: shared server-model + private client-models, L_MI transfer and partial KD")
 class F2L(Algorithm):
+    secure_sum = None
+    secure_sum_refused = ("the server aggregates the shared server-model phi (and, in F2L\\M, the client-"
+                          "model) and its scores come from the private client-models: not a weighted sum of"
+                          " one upload (not covered yet)")
+    dp_refused = ("F2L is covered with decoupled: true (its upload is then the shared server-model phi "
+                  "alone) unless test_client_model: average, which sends every private client-model to "
+                  "the server to be averaged for evaluation; decoupled: false (F2L\\M) uploads the "
+                  "client-model too under its own aggregation")
+
     Options = F2LOptions
     options: F2LOptions
 

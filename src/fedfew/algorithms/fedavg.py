@@ -66,6 +66,17 @@ class FedProxOptions(FedAvgOptions):
 
 @register("fedavg", help="FedAvg: local minibatch SGD, sample-weighted model averaging")
 class FedAvg(Algorithm):
+    secure_sum = "with score_uploads: false"
+    secure_sum_refused = "with score_uploads each client's own model is scored on its own data"
+    dp_refused = ("fedavg with score_uploads scores each client's own model on its private validation "
+                  "set and reports the scores (score_uploads: false is covered)")
+
+    @classmethod
+    def secure_sum_refusal(cls, options: Any) -> str | None:
+        if getattr(options, "score_uploads", False):
+            return cls.secure_sum_refused
+        return super().secure_sum_refusal(options)
+
     Options = FedAvgOptions
     options: FedAvgOptions
 
@@ -144,5 +155,10 @@ class FedAvg(Algorithm):
 
 @register("fedprox", help="FedProx: FedAvg with a proximal term mu/2 ||w - w_global||^2")
 class FedProx(FedAvg):
+    secure_sum = "with score_uploads: false"
+    secure_sum_refused = "with score_uploads each client's own model is scored on its own data"
+    dp_refused = ("fedprox with score_uploads scores each client's own model on its private validation "
+                  "set and reports the scores (score_uploads: false is covered)")
+
     Options = FedProxOptions
     options: FedProxOptions

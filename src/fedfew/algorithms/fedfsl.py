@@ -30,7 +30,7 @@ paper's network is ``fedfsl-prox`` with ``mu: 0`` (bit for bit ``fl-maml`` on th
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -127,6 +127,7 @@ class FedFSLBase(EpisodicFedAvg):
 @register("fedfsl-prox", help="FedFSL-prox: FedFSL-naive (fl-maml) plus FedProx's mu/2 ||w - w^t||^2")
 class FedFSLProx(FedFSLBase):
     """FedFSL-naive with a FedProx term; the proximal term itself is EpisodicFedAvg's ``mu``."""
+    secure_sum = ""
 
     Options = FedFSLProxOptions
     options: FedFSLProxOptions
@@ -135,6 +136,16 @@ class FedFSLProx(FedFSLBase):
 @register("fedfsl-mi", help="FedFSL-MI: MAML loss + gamma KL(p(w_global) || p(w_k)) (eq. 11-13)")
 class FedFSLMI(FedFSLBase):
     """FedFSL-MI (section 4.1)."""
+    secure_sum = "with reference: global"
+    secure_sum_refused = "reference: exclusive broadcasts w_{-k}, an average of the other clients' individual uploads"
+    dp_refused = ("fedfsl-mi with reference: exclusive broadcasts w_{-k}, an average of the other "
+                  "clients' un-noised uploads (reference: global is covered)")
+
+    @classmethod
+    def secure_sum_refusal(cls, options: Any) -> str | None:
+        if getattr(options, "reference", "global") != "global":
+            return cls.secure_sum_refused
+        return super().secure_sum_refusal(options)
 
     Options = FedFSLMIOptions
     options: FedFSLMIOptions

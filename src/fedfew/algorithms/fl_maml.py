@@ -14,5 +14,7 @@ from fedfew.interface.algorithm import register
 
 @register("fl-maml", help="FedFSL-naive: FedAvg over MAML episodes (second or first order)")
 class FLMAML(EpisodicFedAvg):
+    secure_sum = ""
+
     Options = MAMLOptions
     options: MAMLOptions

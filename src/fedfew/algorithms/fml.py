@@ -310,6 +310,10 @@ class FMLClientState(TypedDict):
 
 @register("fml", help="FML: deep mutual learning between a private local model and a meme of the global model")
 class FML(Algorithm):
+    secure_sum = None
+    secure_sum_refused = ("its evaluation scores the private local models on the clients, and its server "
+                          "counts rounds (not covered yet)")
+
     Options = FMLOptions
     options: FMLOptions
 

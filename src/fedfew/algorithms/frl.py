@@ -183,6 +183,14 @@ class EpisodeMemory(TypedDict):
 @register("frl", help="FRL: meta-train an initial model for R-round FL (prototype loss + GPAL, Alg. 1)")
 class FRL(Algorithm):
     """One simulator round = one meta-training episode of R + 1 rounds (module docstring)."""
+    secure_sum = None
+    secure_sum_refused = ("its rounds nest R rounds of FL and a meta-update, and GPAL aggregates "
+                          "prototypes: not one masked sum per round (not covered yet)")
+    dp_refused = ("covered with classifier: distance (GPAL), central-dp with a fixed clip, our "
+                  "extension: every inner round's model update and prototypes and the meta-update's "
+                  "update, one joint clip per release, R + 1 releases an episode accounted, deployment "
+                  "groups outside the federation; classifier: linear first asks the participants which "
+                  "classes they hold and releases their union un-noised")
 
     Options = FRLOptions
     options: FRLOptions

@@ -181,6 +181,9 @@ def evaluate_fine_tuning(options: DeployFedAvgOptions, deployment: LinearDeploym
 class FRLScratch(Algorithm):
     """No preparation: one simulator round that exchanges nothing, then deployment from the random
     initialisation."""
+    secure_sum = None
+    secure_sum_refused = "it uploads nothing during its rounds: nothing to sum"
+    dp_refused = "frl-scratch trains nothing in its rounds (it learns only at deployment): nothing to protect"
 
     trains = False  # all its learning happens at deployment
 
@@ -205,6 +208,7 @@ class FRLScratch(Algorithm):
 @register("frl-finetune", help="FRL baseline: FedAvg-pretrained |C_b|-way classifier, fine-tuned R rounds")
 class FRLFineTune(FedAvg):
     """Preparation is :class:`~fedfew.algorithms.fedavg.FedAvg` over the base classes."""
+    secure_sum = ""
 
     Options = FineTuneOptions
     options: FineTuneOptions
@@ -224,6 +228,16 @@ class FRLOneShot(FRLFineTune):
     """``stage: deployment``: FedAvg preparation, R rounds of :class:`OneShotFL` at deployment.
     ``stage: preparation``: one round of local training, cross-validation scores and the best
     ``keep`` averaged, then FedAvg fine-tuning at deployment."""
+    secure_sum = "with stage: deployment"
+    secure_sum_refused = "stage: preparation keeps the best individual uploads by their cross-validation scores"
+    dp_refused = ("frl-oneshot with stage: preparation keeps the best individual uploads by their "
+                  "cross-validation scores (stage: deployment is covered)")
+
+    @classmethod
+    def secure_sum_refusal(cls, options: Any) -> str | None:
+        if getattr(options, "stage", "deployment") != "deployment":
+            return cls.secure_sum_refused
+        return super().secure_sum_refusal(options)
 
     Options = OneShotFineTuneOptions
     options: OneShotFineTuneOptions

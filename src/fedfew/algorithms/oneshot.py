@@ -168,6 +168,11 @@ class OneShotServer(TypedDict, total=False):
 @register("oneshot", help="One-shot FL: one round; FedAvg, random / CV / data-size ensembles (Guha et al.)")
 class OneShot(Algorithm):
     """One round of local training, then selection and combination on the server (module docstring)."""
+    secure_sum = None
+    secure_sum_refused = ("the server keeps, ranks or ensembles individual uploads: it needs each client's "
+                          "model, not their sum")
+    dp_refused = ("oneshot uploads whole models once and the server keeps or ensembles individual "
+                  "models: DP-FedAvg's noised average does not apply")
 
     Options = OneShotOptions
     options: OneShotOptions

@@ -226,6 +226,7 @@ class PerFedAvgMetaHeadFL(MetaHeadStart, PerFedAvgFL):  # type: ignore[misc]
 @register("frl-per-fedavg", help="FRL baseline: Per-FedAvg (FO or HF), forced global model at deployment")
 class FRLPerFedAvg(FedAvg):
     """Per-FedAvg preparation of a |C_b|-way classifier (FedAvg's model, targets and aggregation)."""
+    secure_sum = ""
 
     # FedAvg's model, targets and aggregation with Per-FedAvg's own options (not a FedAvgOptions).
     Options = PerFedAvgOptions  # type: ignore[assignment]
@@ -284,6 +285,7 @@ class PerFedAvgPrototypeFL(PrototypeFL):
           help="FRL baseline: Per-FedAvg with a distance-based (prototype) classifier, forced global model")
 class FRLPerFedAvgDistance(Algorithm):
     """Per-FedAvg preparation of a head-less encoder with the prototype loss (module docstring)."""
+    secure_sum = ""
 
     Options = PerFedAvgOptions
     options: PerFedAvgOptions

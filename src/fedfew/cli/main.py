@@ -28,7 +28,7 @@ import warnings
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, cast
 
 from fedfew.config.plugins import command_line_plugins
 from fedfew.config.validation import ExperimentConfig, load_config
@@ -38,6 +38,8 @@ from fedfew.core.errors import ConfigError, FedfewError, RunInterrupted, UsageEr
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
+
+    from fedfew.interface.algorithm import Algorithm
 
 logger = logging.getLogger(__name__)
 
@@ -212,7 +214,7 @@ def _list_privacy(algorithms: _Names) -> None:
     from typing import get_args
 
     from fedfew.config.validation import PrivacyConfig
-    from fedfew.privacy.coverage import COVERED_UPLOADS, NOT_COVERED
+    from fedfew.privacy.coverage import COVERED_UPLOADS, refused_because
 
     meaning = {"none": "off (the default)",
                "central-dp": "DP-FedAvg: clients clip their update, the server adds Gaussian noise",
@@ -232,32 +234,33 @@ def _list_privacy(algorithms: _Names) -> None:
     names = algorithms.names()
     width = max((len(n) for n in names), default=0)
     for name in names:
-        upload = getattr(algorithms.get(name), "dp_upload", None)
+        kind = cast("type[Algorithm]", algorithms.get(name))
+        upload = getattr(kind, "dp_upload", None)
         if isinstance(upload, str) and upload in COVERED_UPLOADS:
             shown = f"covered: {COVERED_UPLOADS[upload]}"
         elif isinstance(upload, property):  # depends on the options: covered with some, refused with others
-            shown = f"depends on its options: {NOT_COVERED.get(name, 'docs/privacy.md says which are covered')}"
+            shown = f"depends on its options: {vars(kind).get('dp_refused') or 'docs/privacy.md says which are covered'}"
         else:
-            shown = f"refused: {NOT_COVERED.get(name, 'it does not say what its upload is (dp_upload)')}"
+            shown = f"refused: {refused_because(kind)}"
         print(f"  {name:{width}s}  {shown}")
 
 
 def _list_secure_aggregation(algorithms: _Names, engines: _Names) -> None:
     """The engines that can run ``flower.secure_aggregation`` and, per algorithm, whether it covers its
     rounds (docs/privacy.md, "Secure aggregation")."""
-    from fedfew.privacy.secure_sum import COVERED, NOT_COVERED
-
     able = [n for n in engines.names() if getattr(engines.get(n), "honours_secure_aggregation", False)]
     print(f"secure aggregation (flower.secure_aggregation, Flower's SecAgg+; docs/privacy.md) on: {', '.join(able)}")
     print("algorithms under secure aggregation (the server sees only the sum of a round's updates):")
     names = algorithms.names()
     width = max((len(n) for n in names), default=0)
     for name in names:
-        if name in COVERED:
-            shown = "covered: its aggregate is a weighted mean of the uploaded models" + (
-                f"; {COVERED[name]} (refused otherwise: {NOT_COVERED[name]})" if COVERED[name] else "")
+        kind = cast("type[Algorithm]", algorithms.get(name))
+        covers = vars(kind).get("secure_sum")  # each class declares its own (Algorithm.secure_sum)
+        if covers is None:
+            shown = f"refused: {kind.secure_sum_refusal(None)}"
         else:
-            shown = f"refused: {NOT_COVERED.get(name, 'not known to aggregate a weighted mean of its uploads')}"
+            shown = "covered: its aggregate is a weighted mean of the uploaded models" + (
+                f"; {covers} (refused otherwise: {kind.secure_sum_refused})" if covers else "")
         print(f"  {name:{width}s}  {shown}")
 
 

@@ -211,13 +211,14 @@ class ExperimentConfig(ExperimentSchema):
         from fedfew.config.engines import ENGINES
         from fedfew.engine.base import Faults
         from fedfew.engine.schedule import round_size
+        from fedfew.interface.algorithm import ALGORITHMS
         from fedfew.privacy.secure_sum import protocol_sizes, refusal
 
         key = "flower.secure_aggregation"
         if not getattr(ENGINES.get(self.runtime.engine), "honours_secure_aggregation", False):
             raise ValueError(f"{key}: runtime.engine={self.runtime.engine} cannot honour it (its server would see each "
                              "client's upload): use runtime.engine: flower or flower-sim")
-        reason = refusal(self.algorithm.name, self.algorithm_options())
+        reason = refusal(ALGORITHMS.get(self.algorithm.name), self.algorithm_options())
         if reason is not None:
             raise ValueError(f"{key}: algorithm {self.algorithm.name} cannot run with secure aggregation: {reason}")
         f = self.federation

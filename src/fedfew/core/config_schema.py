@@ -14,9 +14,11 @@ import difflib
 import logging
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from fedfew.core.options import NoBoolNumbers
+from fedfew.core.flower_schema import FlowerConfig, FlowerSimConfig, SecureAggregationConfig
+from fedfew.core.options import Section
+from fedfew.core.privacy_schema import AdaptiveClipConfig, PrivacyConfig
 
 #: The longest run name (``name``): its folder adds a 16-character time stamp, within a file name's 255 bytes.
 MAX_NAME = 200
@@ -24,7 +26,7 @@ MAX_NAME = 200
 __all__ = ["MAX_CLIENTS", "MAX_EPISODES", "MAX_ROUNDS", "AdaptiveClipConfig", "AlgorithmConfig", "ClassificationConfig",
            "DatasetConfig", "DivergenceConfig", "EpisodeConfig", "EvalConfig", "ExperimentSchema", "FederationConfig",
            "FlowerConfig", "FlowerSimConfig", "HeldOutTest", "MembershipInferenceConfig", "ModelConfig", "PartitionConfig",
-           "PrivacyConfig", "RuntimeConfig", "Section", "SplitConfig", "allowed_keys", "format_errors"]
+           "PrivacyConfig", "RuntimeConfig", "SecureAggregationConfig", "Section", "SplitConfig", "allowed_keys", "format_errors"]
 
 #: The deprecation note of ``runtime.workers`` keeps the logger of :mod:`fedfew.config.validation`, where the schema
 #: lived before (``fedfew study`` quietens that logger by name).
@@ -37,10 +39,6 @@ logger = logging.getLogger("fedfew.config.validation")
 MAX_ROUNDS = 1_000_000
 MAX_CLIENTS = 1_000_000
 MAX_EPISODES = 1_000_000
-
-
-class Section(NoBoolNumbers):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class DatasetConfig(Section):
@@ -266,195 +264,6 @@ class RuntimeConfig(Section):
         elif engine == "workers":
             data["engine"], data["engine_options"] = "inprocess", {}
         return data
-
-
-class FlowerSimConfig(Section):
-    """Flower's Simulation Engine on Ray (runtime.engine: flower-sim)."""
-
-    #: CPUs (and GPU fraction) Ray reserves per ClientApp actor: how many clients run at once.
-    num_cpus: float = Field(1.0, gt=0)
-    num_gpus: float = Field(0.0, ge=0)
-    #: A Ray cluster to join ("HOST:PORT" of `ray start --head`); None: a private Ray instance.
-    address: str | None = None
-    #: More ray.init arguments (e.g. num_cpus for the private instance, _temp_dir).
-    init_args: dict[str, object] = Field(default_factory=dict)
-
-
-class SecureAggregationConfig(Section):
-    """Secure aggregation on the Flower engines (runtime.engine: flower or flower-sim): Flower's SecAgg+
-    (Bell et al. 2020), so that the server learns only the sum of a round's client updates, never one
-    client's (docs/privacy.md, "Secure aggregation"). Off by default. The other keys are the protocol's
-    (Flower's ``SecAggPlusWorkflow`` names) and the quantisation's: each coordinate is clipped to
-    [-clipping_range, clipping_range] (a coordinate beyond it stops the run) and rounded to one of
-    ``quantization_range`` levels, so the sum is exact to 2 clipping_range / quantization_range per client
-    and coordinate."""
-
-    enabled: bool = False
-    #: With how many of the round's clients each client shares its secrets: a fraction of them (a float in
-    #: (0, 1]; 1.0: every client, classic SecAgg) or a count (an integer > 2).
-    num_shares: int | float = Field(default=1.0, gt=0)
-    #: How many of a client's shares unmask it: a fraction of num_shares (a float in (0, 1]) or a count
-    #: (an integer below num_shares). The round completes while every client keeps at least this many
-    #: live neighbours; higher resists more colluding clients, lower more dropouts.
-    reconstruction_threshold: int | float = Field(default=0.67, gt=0)
-    #: The largest aggregation weight a client may have (by the algorithm's aggregation: 1, its episodes
-    #: per round or its samples): each update is scaled by weight / max_weight before it is quantised, so
-    #: a bound close to the real largest weight keeps the precision. None: the largest this run's clients
-    #: can have (1; local_steps x meta_batch; the largest client's samples in the run's partition).
-    max_weight: float | None = Field(default=None, gt=0)
-    #: c: every coordinate of a client's (weighted) update must lie in [-c, c].
-    clipping_range: float = Field(default=8.0, gt=0)
-    #: T: the number of quantisation levels of [-c, c] (at most 2^30).
-    quantization_range: int = Field(default=2**22, ge=2, le=2**30)
-    #: M: masks are drawn modulo M, a power of 2 above clients per round x T (at most 2^32).
-    modulus_range: int = Field(default=2**32, ge=4, le=2**32)
-
-    @model_validator(mode="after")
-    def _protocol(self) -> SecureAggregationConfig:
-        key = "flower.secure_aggregation"
-        if not self.enabled:
-            changed = [k for k, f in type(self).model_fields.items() if k != "enabled" and getattr(self, k) != f.default]
-            if changed:
-                raise ValueError(f"{key}.{changed[0]} is set but {key}.enabled is false: set enabled: true, or remove it")
-            return self
-        for name, least in (("num_shares", 3), ("reconstruction_threshold", 2)):
-            value = getattr(self, name)
-            if isinstance(value, float) and value > 1:
-                raise ValueError(f"{key}.{name}={value:g}: a fraction must be in (0, 1]; give a count as an integer")
-            if isinstance(value, int) and value < least:
-                raise ValueError(f"{key}.{name}={value}: a count must be at least {least} (a fraction such as 1.0 "
-                                 "means all of them)")
-        m = self.modulus_range
-        if m & (m - 1) or m <= self.quantization_range:
-            raise ValueError(f"{key}.modulus_range={m} must be a power of 2 above quantization_range="
-                             f"{self.quantization_range}")
-        return self
-
-
-class FlowerConfig(Section):
-    """Flower's deployment runtime (runtime.engine: flower) and Simulation Engine (flower.sim)."""
-
-    #: Seconds the server waits for a round's replies; a node that has not replied by then failed.
-    round_timeout: float = Field(600.0, gt=0)
-    #: Seconds to wait for every SuperNode to connect and load its data (flower-sim: also for the CPUs and
-    #: GPUs its actors need on a Ray cluster where another job holds them).
-    startup_timeout: float = Field(300.0, gt=0)
-    #: The SuperLink's port on 127.0.0.1 (0: a free one).
-    port: int = Field(0, ge=0, le=65535)
-    #: TLS between SuperNodes and the SuperLink (certificates made for the run).
-    tls: bool = True
-    #: SuperNode authentication: only SuperNodes whose key was registered may join.
-    node_auth: bool = True
-    sim: FlowerSimConfig = Field(default_factory=FlowerSimConfig)
-    #: Flower's SecAgg+: the server sees only the masked sum of a round's updates (off by default).
-    secure_aggregation: SecureAggregationConfig = Field(default_factory=SecureAggregationConfig)
-
-
-class AdaptiveClipConfig(Section):
-    """Adaptive clipping (Andrew et al. 2021, "Differentially Private Learning with Adaptive Clipping"):
-    after each round the clip moves geometrically toward the ``target_quantile`` of the clients' update
-    norms, C <- C exp(-lr (b - target_quantile)), where b is the noised share of this round's clients
-    whose update was within the clip. That count is released too: it has noise of its own
-    (``count_noise``), and the updates get more noise so that both together spend the budget of
-    ``privacy.noise_multiplier`` (the paper's Theorem 1; docs/privacy.md)."""
-
-    #: The quantile of the clients' update norms the clip tracks (the paper's gamma; 0.5: the median).
-    target_quantile: float = Field(0.5, gt=0, lt=1)
-    #: The clip's learning rate (the paper's eta_C) in the geometric update.
-    lr: float = Field(0.2, gt=0)
-    #: Standard deviation sigma_b of the noise on the count of clients within the clip; None: the expected
-    #: clients per round / 20, the paper's choice. Must exceed privacy.noise_multiplier / 2.
-    count_noise: float | None = Field(default=None, gt=0)
-
-
-class PrivacyConfig(Section):
-    """Client-level differential privacy (fedfew.privacy; docs/privacy.md). Off by default.
-
-    ``central-dp`` is DP-FedAvg (McMahan et al. 2018): each client clips its update to L2 norm ``clip``
-    where it trains, and the server adds Gaussian noise of standard deviation noise_multiplier x clip to
-    the sum before dividing by the expected clients per round. ``local-dp``: each client adds that noise
-    to its own clipped update before it leaves, so the server need not be trusted. Give
-    ``noise_multiplier`` or ``target_epsilon`` (the multiplier is then solved before the run)."""
-
-    #: "none" (off), "central-dp" (the server adds the noise) or "local-dp" (each client adds its own).
-    mechanism: Literal["none", "central-dp", "local-dp"] = "none"
-    #: C: the L2 norm each client's update is clipped to (the initial clip with adaptive_clip). At most
-    #: 1e6: a larger clip clips nothing, and its noise z x C overflows float32 models.
-    clip: float | None = Field(default=None, gt=0, le=1e6)
-    #: z: the noise's standard deviation is z x C (on the sum, central-dp; on each update, local-dp).
-    noise_multiplier: float | None = Field(default=None, gt=0, le=1e6)  # above 1e6 the accountant overflows
-    #: Solve for the noise multiplier that gives this epsilon after federation.rounds (instead of
-    #: noise_multiplier).
-    target_epsilon: float | None = Field(default=None, gt=0)
-    #: delta of the (epsilon, delta) guarantee; must be below 1 / partition.num_clients.
-    delta: float | None = Field(default=None, gt=0, lt=1)
-    #: The accountant turning (sampling rate, noise multiplier, rounds, delta) into epsilon: Opacus's
-    #: "rdp" (Renyi DP of the Poisson-subsampled Gaussian) or "prv" (privacy random variables).
-    accountant: Literal["rdp", "prv"] = "rdp"
-    #: Let the clip track a quantile of the update norms (central-dp only); None: a fixed clip.
-    adaptive_clip: AdaptiveClipConfig | None = None
-    #: Send the clients' training metrics (loss and accuracy on their own data) to the server for the
-    #: round history. They are not covered by the guarantee, so by default they stay on the clients.
-    client_metrics: bool = False
-    #: Where the noise (and, under DP with a sampling rate below 1, the clients of each round) comes from:
-    #: "secure" (OS randomness, drawn where it is added: nobody can regenerate it) or "seeded" (research
-    #: mode: from the run's seed, reproducible, so not private against anyone who holds the seed).
-    noise: Literal["secure", "seeded"] = "secure"
-    #: What epsilon assumes about who took part (docs/privacy.md): "poisson" (each client independently
-    #: with probability q, from a secret generator), "without_replacement" (a secret fixed-size sample,
-    #: replace-one adjacency) or "none" (no amplification: the most rounds any client took part in).
-    #: None: poisson, except local-dp and noise: seeded, where the sample is no secret (none).
-    accounting: Literal["poisson", "without_replacement", "none"] | None = None
-    #: Save the clients' private (un-noised) states to RUN/model/clients/ in a DP run; by default they
-    #: are not saved, since the guarantee does not cover them.
-    keep_private_states: bool = False
-
-    @model_validator(mode="after")
-    def _complete(self) -> PrivacyConfig:
-        if self.mechanism == "none":
-            # A key given beside mechanism none would be silently ignored: refused when it differs from its
-            # default, or at all when mechanism is not given (``privacy: {client_metrics: false}``); a
-            # resolved config's full section (mechanism none, every key at its default) stays valid.
-            explicit = "mechanism" in self.model_fields_set
-            fields = type(self).model_fields
-            given = [k for k in fields if k != "mechanism" and k in self.model_fields_set
-                     and (not explicit or getattr(self, k) != fields[k].default)]
-            if given:
-                raise ValueError(f"privacy.{given[0]} is set but privacy.mechanism is none: set privacy.mechanism: "
-                                 "central-dp or local-dp, or remove it")
-            return self
-        for key in ("clip", "delta"):
-            if getattr(self, key) is None:
-                raise ValueError(f"privacy.mechanism: {self.mechanism} needs privacy.{key}")
-        if (self.noise_multiplier is None) == (self.target_epsilon is None):
-            raise ValueError(f"privacy.mechanism: {self.mechanism} needs exactly one of privacy.noise_multiplier "
-                             "and privacy.target_epsilon" + (" (both are set)" if self.noise_multiplier else ""))
-        if self.adaptive_clip is not None and self.mechanism == "local-dp":
-            raise ValueError("privacy.adaptive_clip needs the server's noised count of clients within the clip "
-                             "(mechanism: central-dp); local-dp uses a fixed clip")
-        if self.mechanism == "local-dp" and self.accounting not in (None, "none"):
-            raise ValueError(f"privacy.accounting={self.accounting}: under local-dp the server sees which clients "
-                             "upload, so no amplification by sampling holds against it: use privacy.accounting: none "
-                             "(local-dp's default)")
-        if self.accounting == "without_replacement" and self.accountant != "rdp":
-            raise ValueError(f"privacy.accountant={self.accountant}: accounting without_replacement is dp-accounting's "
-                             "RDP bound: use privacy.accountant: rdp")
-        return self
-
-    def accounting_mode(self, secure_aggregation: bool = False) -> str:
-        """What epsilon assumes about participation: the given ``accounting``, else "none" where the
-        sample is no secret (local-dp's server sees it; seeded mode derives it from the seed), else
-        "without_replacement" under secure aggregation (SecAgg+ needs a fixed number of clients a
-        round), else "poisson"."""
-        if self.accounting is not None:
-            return self.accounting
-        if self.mechanism == "local-dp" or self.noise == "seeded":
-            return "none"
-        return "without_replacement" if secure_aggregation else "poisson"
-
-    @property
-    def enabled(self) -> bool:
-        return self.mechanism != "none"
 
 
 class ExperimentSchema(Section):

@@ -10,7 +10,7 @@ import types
 import typing
 from typing import Any
 
-from pydantic import BaseModel, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
 _NUMBERS = (int, float, complex)
@@ -45,3 +45,10 @@ class NoBoolNumbers(BaseModel):
             if field is not None and not accepts_bool(field.annotation):
                 raise PydanticCustomError("bool_not_number", "expected a number, not a boolean")
         return value
+
+
+class Section(NoBoolNumbers):
+    """A section of an experiment config (``federation``, ``privacy``, ...): unknown keys are errors, and
+    so are infinities and NaN."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)

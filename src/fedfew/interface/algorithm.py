@@ -9,54 +9,35 @@ overwritten at the start of every use).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
-from pydantic import ConfigDict
 
-from fedfew.core.options import NoBoolNumbers
+from fedfew.core.errors import UsageError
 from fedfew.core.registry import Registry
+from fedfew.interface.records import (
+    BaseOptions,
+    ClientData,
+    ClientResult,
+    ClientScores,
+    EpisodeShape,
+    EvalData,
+    Options,
+    Parts,
+    Payload,
+    State,
+)
 
-if TYPE_CHECKING:  # annotations only: the contract runs nothing of the data, few-shot or model packages
-    from fedfew.data.dataset import LabelledDataset
-    from fedfew.fewshot.episodes import FixedEpisodes
+#: The contract's records (:mod:`fedfew.interface.records`) are part of this module's names: an algorithm
+#: imports the base class and what its hooks receive from one place.
+__all__ = ["ALGORITHMS", "Algorithm", "AlgorithmDefinitionError", "BaseOptions", "ClientData", "ClientResult",
+           "ClientScores", "Context", "EpisodeShape", "EvalData", "Options", "Parts", "Payload", "State",
+           "missing_hooks", "register"]
+
+if TYPE_CHECKING:  # annotations only: the contract runs nothing of the model package
     from fedfew.models.base import FewShotModel
-
-#: A server state or a client's private state, whose form is the algorithm's own (see "States are
-#: data" in :class:`Algorithm`): a nesting of dicts, lists and tuples of tensors, numbers, strings and None
-#: (:mod:`fedfew.interface.serialize`), read by the algorithm's own hooks. The interface does not look inside.
-State: TypeAlias = Any
-#: A state made of named parts, ``{"model": state dict, ...}``, each part a :data:`State` (most
-#: algorithms' server states).
-Parts: TypeAlias = dict[str, Any]
-#: Named parts sent to a client (:meth:`Algorithm.broadcast`) or up from it (``ClientResult.upload``).
-Payload: TypeAlias = Parts
-#: One client's evaluation of its own model (:meth:`Algorithm.evaluate_client`): per-episode lists or
-#: numbers by name.
-ClientScores: TypeAlias = dict[str, Any]
-
-
-class Options(NoBoolNumbers):
-    """Base for an algorithm's options (``algorithm.options`` of a config): unknown keys are errors,
-    and so are booleans for numbers. Declare each option with its default, bounds and meaning,
-    ``lr: float = Field(0.01, gt=0, description="the clients' SGD learning rate")``: the
-    description is what ``fedfew list algorithms NAME`` prints."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-
-#: The base of every algorithm's options (``Algorithm.Options`` names a subclass).
-BaseOptions = Options
-
-
-@dataclass
-class EpisodeShape:
-    n_way: int = 5
-    k_shot: int = 1
-    q_query: int = 15
-
 
 @dataclass
 class Context:
@@ -92,63 +73,6 @@ class Context:
     corrupt_clients: list[int] = field(default_factory=list)
 
 
-@dataclass
-class ClientData:
-    """A client's own data, built once per run. ``train`` keeps global class ids."""
-
-    client_id: int
-    train: LabelledDataset
-    val: LabelledDataset | None = None
-
-    @property
-    def num_samples(self) -> int:
-        return len(self.train)
-
-
-@dataclass
-class ClientResult:
-    """What a client update returns: ``upload`` (tensors, counted as bytes sent up), the client's new
-    private ``state`` (never sent), ``metrics``, and the counts the server may weight by."""
-
-    upload: Payload
-    state: State = None
-    metrics: dict[str, float] = field(default_factory=dict)
-    num_samples: int = 0
-    num_episodes: int = 0
-    #: True when the client could not train this round (too little data for a task) and sat it out.
-    skipped: bool = False
-
-    def summary(self) -> dict[str, Any]:
-        """Every field but the tensors (``upload``, ``state``), JSON-able: the result's wire form
-        beside the tensors (:mod:`fedfew.interface.protocol`)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _TENSOR_FIELDS}
-
-    @classmethod
-    def from_summary(cls, *, upload: Payload, state: State, summary: Mapping[str, Any]) -> ClientResult:
-        """The result back from its tensors and :meth:`summary` (keys it does not know, such as a
-        transport's timing, are ignored)."""
-        known = {f.name for f in fields(cls)} - _TENSOR_FIELDS
-        return cls(upload=upload, state=state, **{k: v for k, v in summary.items() if k in known})
-
-    @classmethod
-    def sat_out(cls, state: State, num_samples: int = 0) -> ClientResult:
-        """A client that had nothing to train on this round: no upload, its state unchanged."""
-        return cls(upload={}, state=state, metrics={}, num_samples=num_samples, skipped=True)
-
-
-_TENSOR_FIELDS = frozenset({"upload", "state"})
-
-
-@dataclass
-class EvalData:
-    """Evaluation material for one split ("val" or "test"): fixed episodes for few-shot tasks, a
-    labelled set for classification tasks; either may be missing."""
-
-    split: str
-    episodes: FixedEpisodes | None = None
-    dataset: LabelledDataset | None = None
-
-
 class Algorithm:
     """Base class of every federated algorithm: subclass it, decorate the subclass with
     :func:`register`, and fill in the hooks. A standard round is::
@@ -160,7 +84,14 @@ class Algorithm:
     and :meth:`evaluate` scores the server's state on an evaluation split. The hooks a
     subclass must write are :meth:`init_server`, :meth:`client_update`, :meth:`aggregate` and
     :meth:`evaluate`; :meth:`broadcast` (the server's ``"model"``) and :meth:`init_client_state`
-    (None) have defaults. The others are capabilities an algorithm opts into.
+    (None) have defaults. The others are capabilities an algorithm opts into, and they change what is
+    required (:func:`missing_hooks`): a class that trains nothing (``trains = False``) or plays its own
+    rounds (:meth:`play_round`) needs no :meth:`client_update` or :meth:`aggregate`; one that
+    ``splits_evaluation`` scores episodes with :meth:`episode_scores`, and one that
+    ``evaluates_clients`` scores the clients' own models with :meth:`evaluate_client` and
+    :meth:`combine_evaluations`, instead of :meth:`evaluate`. :func:`register` refuses a class that
+    lacks a hook it needs, naming it (:class:`AlgorithmDefinitionError`, exit 2), so the error comes
+    when the class is registered, not rounds into a run.
 
     The contract every hook keeps, so that one algorithm runs unchanged in this process, in worker
     processes and on Flower nodes, and a run stopped after any round resumes to the same numbers:
@@ -263,6 +194,31 @@ class Algorithm:
     #: ``upload["server"]``) and "meme-model-delta" (FML's meme) for the shared model of an algorithm
     #: that keeps private models (:mod:`fedfew.privacy.coverage`); None (default): private runs are refused.
     dp_upload: str | None = None
+    #: Why differential privacy refuses this algorithm, or the options it refuses when ``dp_upload`` is a
+    #: property covered with some options only (``fedfew list privacy`` shows it; each class says its
+    #: own, :func:`fedfew.privacy.coverage.refused_because`).
+    dp_refused: ClassVar[str] = ""
+    #: Secure summation (``flower.secure_aggregation``, Flower's SecAgg+; docs/privacy.md): whether the
+    #: round's aggregate is the weighted mean of ``upload["model"]`` by the ``aggregation`` option, with
+    #: nothing else of the round leaving the clients, so that the server needs only the sum of the
+    #: uploads. ``None`` (the default): refused, why in :attr:`secure_sum_refused`; ``""``: covered;
+    #: ``"with ..."``: covered with those options only (:meth:`secure_sum_refusal` checks them). Each
+    #: class declares it for itself: a subclass, which may change what is aggregated, does not inherit
+    #: its parent's cover, and a plugin opts in by declaring it.
+    secure_sum: ClassVar[str | None] = None
+    #: Why secure summation refuses this algorithm (or, with :attr:`secure_sum` ``"with ..."``, the
+    #: options that :meth:`secure_sum_refusal` refuses).
+    secure_sum_refused: ClassVar[str] = ("fedfew does not know that its aggregate is a weighted mean of its uploads "
+                                         "(only the algorithms of `fedfew list secure-aggregation` are covered)")
+
+    @classmethod
+    def secure_sum_refusal(cls, options: Any) -> str | None:
+        """None when secure summation can carry this algorithm's rounds with ``options`` (its validated
+        :attr:`Options`); otherwise why not, in words for the user. The default reads the class's own
+        :attr:`secure_sum`; an algorithm covered with some options only overrides it to refuse the others."""
+        if vars(cls).get("secure_sum", None) is None:
+            return vars(cls).get("secure_sum_refused", Algorithm.secure_sum_refused)
+        return None
 
     def dp_advance(self, server: State) -> State:
         """The server state after a private round, from the one DP's noised average made (which
@@ -443,7 +399,47 @@ def register(name: str, help: str = "") -> Callable[[type[Algorithm]], type[Algo
     """
 
     def decorate(cls: type[Algorithm]) -> type[Algorithm]:
+        missing = missing_hooks(cls)
+        if missing:
+            raise AlgorithmDefinitionError(f"algorithm {name!r} ({cls.__name__}) does not implement "
+                                           f"{', '.join(missing)}: override {'it' if len(missing) == 1 else 'them'} "
+                                           "(the hooks and when each is required: fedfew.Algorithm's docstring)")
         cls.name = name
         return ALGORITHMS.register(name, help=help or (cls.__doc__ or "").strip().split("\n")[0])(cls)
 
     return decorate
+
+
+class AlgorithmDefinitionError(UsageError):
+    """An algorithm class registered without a hook it needs (exit 2, one line naming the hook)."""
+
+
+def _overrides(cls: type[Algorithm], hook: str) -> bool:
+    return getattr(cls, hook) is not getattr(Algorithm, hook)
+
+
+def _declared(cls: type[Algorithm], flag: str) -> bool | None:
+    """A capability flag as the class sets it: True or False, or None where it is a property (it depends
+    on the options, so only a built algorithm can say)."""
+    value = getattr(cls, flag)
+    return None if isinstance(value, property) else bool(value)
+
+
+def missing_hooks(cls: type[Algorithm]) -> list[str]:
+    """The hooks a class must write and does not, as the rules of :class:`Algorithm`'s docstring say:
+    ``init_server`` always; ``client_update`` and ``aggregate`` unless it trains nothing (``trains``
+    False) or plays its own rounds (``play_round``); an evaluation path: ``evaluate``, or
+    ``episode_scores`` for ``splits_evaluation``, or ``evaluate_client`` and ``combine_evaluations`` for
+    ``evaluates_clients``. A flag that is a property (set by the options) is taken as possibly on, so
+    only what every option would need is asked of the class; the rest fails where it is called."""
+    needed = ["init_server"]
+    if _declared(cls, "trains") is not False and not _overrides(cls, "play_round"):
+        needed += ["client_update", "aggregate"]
+    splits, on_clients = _declared(cls, "splits_evaluation"), _declared(cls, "evaluates_clients")
+    if splits:
+        needed.append("episode_scores")
+    if on_clients:
+        needed += ["evaluate_client", "combine_evaluations"]
+    if splits is False and on_clients is False:
+        needed.append("evaluate")
+    return [hook for hook in needed if not _overrides(cls, hook)]

@@ -11,11 +11,12 @@
 
 from fedfew.privacy.accounting import ACCOUNTANTS, PrivacyBudgetError, epsilon, solve_noise_multiplier
 from fedfew.privacy.clipping import ClientSpec, clip_to, l2_norm, model_delta, privatize
-from fedfew.privacy.coverage import COVERED_UPLOADS, NOT_COVERED, PrivacyConfigError, check_algorithm
+from fedfew.privacy.coverage import COVERED_UPLOADS, PrivacyConfigError, check_algorithm, refused_because
 from fedfew.privacy.mechanism import PrivateAggregation
 
 __all__ = [
-    "ACCOUNTANTS", "COVERED_UPLOADS", "NOT_COVERED", "ClientSpec", "PrivacyBudgetError", "PrivacyConfigError",
+    "ACCOUNTANTS", "COVERED_UPLOADS", "ClientSpec", "PrivacyBudgetError", "PrivacyConfigError",
     "PrivateAggregation", "check_algorithm", "clip_to", "epsilon", "l2_norm", "model_delta", "privatize",
+    "refused_because",
     "solve_noise_multiplier",
 ]

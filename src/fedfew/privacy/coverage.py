@@ -14,15 +14,12 @@ rounds are refused with the reason below, never run with part of the upload unpr
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from fedfew.core.errors import ConfigError
+from fedfew.interface.algorithm import Algorithm
 
-if TYPE_CHECKING:
-    from fedfew.interface.algorithm import Algorithm
-
-__all__ = ["COVERED_UPLOADS", "NESTED", "NOT_COVERED", "PRIVATE_SCORES_OUTSIDE", "REPRODUCIBLE_NOISE", "SHARED_ONLY",
-           "UPLOAD_KEYS", "PrivacyConfigError", "check_algorithm", "covers", "short_covers", "upload_key",
+__all__ = ["COVERED_UPLOADS", "NESTED", "PRIVATE_SCORES_OUTSIDE", "REPRODUCIBLE_NOISE", "SHARED_ONLY",
+           "UPLOAD_KEYS", "PrivacyConfigError", "check_algorithm", "covers", "refused_because", "short_covers",
+           "upload_key",
            "what_is_covered"]
 
 #: The upload kinds :mod:`fedfew.privacy` can clip, with what is clipped (and, for an algorithm with
@@ -59,34 +56,6 @@ NESTED = frozenset({"frl-prototypes"})
 PRIVATE_SCORES_OUTSIDE = frozenset({"server-model-delta", "meme-model-delta"})
 
 
-#: Why each built-in algorithm that refuses DP does (what its upload is, and what would leak).
-NOT_COVERED = {
-    "f2l": ("F2L is covered with decoupled: true (its upload is then the shared server-model phi alone) unless "
-            "test_client_model: average, which sends every private client-model to the server to be averaged for "
-            "evaluation; decoupled: false (F2L\\M) uploads the client-model too under its own aggregation"),
-    "frl": ("covered with classifier: distance (GPAL), central-dp with a fixed clip, our extension: every inner "
-            "round's model update and prototypes and the meta-update's update, one joint clip per release, R + 1 "
-            "releases an episode accounted, deployment groups outside the federation; classifier: linear first "
-            "asks the participants which classes they hold and releases their union un-noised"),
-    "frl-scratch": "frl-scratch trains nothing in its rounds (it learns only at deployment): nothing to protect",
-    "local": "local's clients train alone and upload nothing; its score comes from their private models",
-    "oneshot": ("oneshot uploads whole models once and the server keeps or ensembles individual models: "
-                "DP-FedAvg's noised average does not apply"),
-    "adfl": ("AdFL's one round uploads whole models and the server ranks and ensembles individual models: "
-             "DP-FedAvg's noised average does not apply"),
-    "fedfsl-mi": ("fedfsl-mi with reference: exclusive broadcasts w_{-k}, an average of the other clients' "
-                  "un-noised uploads (reference: global is covered)"),
-    "fedfsl-mi-adv": ("fedfsl-mi-adv with reference: exclusive broadcasts w_{-k}, an average of the other "
-                      "clients' un-noised uploads (reference: global is covered)"),
-    "fedavg": ("fedavg with score_uploads scores each client's own model on its private validation set and "
-               "reports the scores (score_uploads: false is covered)"),
-    "fedprox": ("fedprox with score_uploads scores each client's own model on its private validation set and "
-                "reports the scores (score_uploads: false is covered)"),
-    "frl-oneshot": ("frl-oneshot with stage: preparation keeps the best individual uploads by their "
-                    "cross-validation scores (stage: deployment is covered)"),
-}
-
-
 class PrivacyConfigError(ConfigError):
     """Privacy asked of an algorithm or engine that cannot honour it (exit 2)."""
 
@@ -97,21 +66,27 @@ def check_algorithm(algorithm: Algorithm) -> str:
     name = algorithm.name
     kind = algorithm.dp_upload
     if kind is None:
-        reason = NOT_COVERED.get(name, f"{name} does not say what its upload is (set dp_upload on the class when "
-                                       "upload['model'] is a model the server averages)")
-        raise PrivacyConfigError(f"privacy: algorithm {name} cannot run with differential privacy: {reason}")
+        raise PrivacyConfigError(f"privacy: algorithm {name} cannot run with differential privacy: "
+                                 f"{refused_because(type(algorithm))}")
     if kind not in COVERED_UPLOADS:
         raise PrivacyConfigError(f"privacy: algorithm {name} declares dp_upload={kind!r}; fedfew clips only "
                                  f"{', '.join(COVERED_UPLOADS)}")
-    from fedfew.interface.algorithm import Algorithm as Base  # at call time: the engine imports this package
-
-    if type(algorithm).play_round is not Base.play_round and kind not in NESTED:
+    if type(algorithm).play_round is not Algorithm.play_round and kind not in NESTED:
         raise PrivacyConfigError(f"privacy: algorithm {name} plays its own rounds (play_round): DP-FedAvg covers "
                                  "rounds of one broadcast, update and average")
     if algorithm.evaluates_clients and kind not in PRIVATE_SCORES_OUTSIDE:
         raise PrivacyConfigError(f"privacy: algorithm {name} reports scores of the clients' own models on their own "
                                  "data, which the guarantee does not cover")
     return kind
+
+
+def refused_because(kind: type[Algorithm]) -> str:
+    """Why differential privacy refuses the algorithm class ``kind`` (or, for one covered with some options
+    only, the options it refuses): what the class itself declares (:attr:`~fedfew.interface.algorithm.
+    Algorithm.dp_refused`), else that it does not say what its upload is."""
+    return vars(kind).get("dp_refused") or (f"{kind.name or kind.__name__} does not say what its upload is (set "
+                                            "dp_upload on the class when upload['model'] is a model the server "
+                                            "averages)")
 
 
 def upload_key(kind: str) -> str:

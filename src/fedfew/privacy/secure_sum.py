@@ -1,5 +1,6 @@
-"""Secure aggregation on the Flower engines (``flower.secure_aggregation``): which algorithms it covers,
-and the vectors a round's clients sum. No flwr here: the config checks import it; the protocol itself
+"""Secure aggregation on the Flower engines (``flower.secure_aggregation``): whether an algorithm's
+rounds can be carried by a secure sum (each algorithm declares it: :attr:`fedfew.interface.algorithm.
+Algorithm.secure_sum`), and the vectors a round's clients sum. No flwr here: the config checks import it; the protocol itself
 (Flower's SecAgg+) is :mod:`fedfew.flower.secagg`.
 
 **What is summed.** Each client of a round turns its result into one float vector, Flower's
@@ -34,49 +35,15 @@ import numpy as np
 import torch
 
 from fedfew.core.errors import ConfigError
-from fedfew.interface.algorithm import Payload
+from fedfew.interface.algorithm import Algorithm, Payload
 
 if TYPE_CHECKING:
     from fedfew.core.config_schema import SecureAggregationConfig
-    from fedfew.interface.algorithm import Algorithm, ClientData, ClientResult
+    from fedfew.interface.algorithm import ClientData, ClientResult
     from fedfew.privacy.mechanism import PrivateAggregation
 
-__all__ = ["COVERED", "NOT_COVERED", "SecureAggregationError", "SecureSettings", "check_algorithm", "client_vector",
+__all__ = ["SecureAggregationError", "SecureSettings", "check_algorithm", "client_vector",
            "largest_weight", "layout", "protocol_sizes", "refusal", "server_results"]
-
-#: The algorithms whose aggregate is a weighted mean of ``upload["model"]`` by their ``aggregation``
-#: option, and nothing else of the round leaves the clients: (the options they need, if any).
-COVERED: dict[str, str] = {
-    "fedavg": "with score_uploads: false",
-    "fedprox": "with score_uploads: false",
-    "fl-maml": "",
-    "fl-proto": "",
-    "fedfsl-prox": "",
-    "fedfsl-mi": "with reference: global",
-    "fedfsl-mi-adv": "with reference: global",
-    "frl-finetune": "",
-    "frl-oneshot": "with stage: deployment",
-    "frl-per-fedavg": "",
-    "frl-per-fedavg-distance": "",
-}
-
-#: Why each algorithm (or option) that secure aggregation refuses does.
-NOT_COVERED: dict[str, str] = {
-    "f2l": ("the server aggregates the shared server-model phi (and, in F2L\\M, the client-model) and its scores "
-            "come from the private client-models: not a weighted sum of one upload (not covered yet)"),
-    "fml": "its evaluation scores the private local models on the clients, and its server counts rounds (not covered yet)",
-    "frl": ("its rounds nest R rounds of FL and a meta-update, and GPAL aggregates prototypes: not one masked sum "
-            "per round (not covered yet)"),
-    "frl-scratch": "it uploads nothing during its rounds: nothing to sum",
-    "local": "its clients upload nothing: nothing to sum",
-    "oneshot": "the server keeps, ranks or ensembles individual uploads: it needs each client's model, not their sum",
-    "adfl": "the server scores and ensembles individual uploads: it needs each client's model, not their sum",
-    "fedavg": "with score_uploads each client's own model is scored on its own data",
-    "fedprox": "with score_uploads each client's own model is scored on its own data",
-    "fedfsl-mi": "reference: exclusive broadcasts w_{-k}, an average of the other clients' individual uploads",
-    "fedfsl-mi-adv": "reference: exclusive broadcasts w_{-k}, an average of the other clients' individual uploads",
-    "frl-oneshot": "stage: preparation keeps the best individual uploads by their cross-validation scores",
-}
 
 #: The weighting an algorithm's ``aggregation`` option names, and the client's weight under it.
 WEIGHTS = ("samples", "episodes", "uniform")
@@ -113,32 +80,25 @@ def _option(options: object, name: str, default: object = None) -> object:
     return options.get(name, default) if isinstance(options, Mapping) else getattr(options, name, default)
 
 
-def refusal(name: str, options: object) -> str | None:
-    """None when secure aggregation covers algorithm ``name`` with ``options`` (its validated Options or
-    their dict); otherwise why not, in words for the user."""
-    if name not in COVERED:
-        return NOT_COVERED.get(name, "fedfew does not know that its aggregate is a weighted mean of its uploads "
-                                     "(only the algorithms of `fedfew list secure-aggregation` are covered)")
-    blocked = {"fedavg": _option(options, "score_uploads", False), "fedprox": _option(options, "score_uploads", False),
-               "fedfsl-mi": _option(options, "reference", "global") != "global",
-               "fedfsl-mi-adv": _option(options, "reference", "global") != "global",
-               "frl-oneshot": _option(options, "stage", "deployment") != "deployment"}
-    if blocked.get(name, False):
-        return NOT_COVERED[name]
-    if _option(options, "aggregation", "samples") not in WEIGHTS:
+def refusal(kind: type[Algorithm], options: object) -> str | None:
+    """None when secure aggregation covers the algorithm class ``kind`` with ``options`` (its validated
+    Options); otherwise why not, in words for the user: what the algorithm declares
+    (:meth:`~fedfew.interface.algorithm.Algorithm.secure_sum_refusal`), then a weighting this module can
+    sum."""
+    reason = kind.secure_sum_refusal(options)
+    if reason is None and _option(options, "aggregation", "samples") not in WEIGHTS:
         return f"its aggregation {_option(options, 'aggregation')!r} is none of {', '.join(WEIGHTS)}"
-    return None
+    return reason
 
 
 def check_algorithm(algorithm: Algorithm) -> str:
     """The weighting (``samples``, ``episodes``, ``uniform``) of a built algorithm that secure aggregation
-    covers; otherwise :class:`SecureAggregationError`. Beside the table, what the algorithm itself says:
-    one broadcast / update / average per round (no ``play_round``), no evaluation of the clients' own
-    models, and an upload differential privacy may clip (``dp_upload``: the model, and nothing else)."""
-    from fedfew.interface.algorithm import Algorithm  # at call time: config validation imports this module
-
+    covers; otherwise :class:`SecureAggregationError`. Beside what the class declares, what the built
+    algorithm says: one broadcast / update / average per round (no ``play_round``), no evaluation of the
+    clients' own models, and an upload differential privacy may clip (``dp_upload``: the model, and
+    nothing else)."""
     name = algorithm.name
-    reason = refusal(name, algorithm.options)
+    reason = refusal(type(algorithm), algorithm.options)
     if reason is None and type(algorithm).play_round is not Algorithm.play_round:
         reason = "it plays its own rounds (play_round)"
     if reason is None and (algorithm.evaluates_clients or algorithm.dp_upload != "model-delta"):
