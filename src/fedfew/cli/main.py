@@ -25,7 +25,7 @@ import threading
 import time
 import traceback
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, cast
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def _report(summary: dict) -> None:
+def _report(summary: Mapping[str, Any]) -> None:
     from fedfew.run.results import format_accuracy, privacy_budget
 
     budget = privacy_budget(summary)  # a private run's (ε, δ)

@@ -3,10 +3,76 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Required, TypedDict, cast
 
 from fedfew.config.validation import ExperimentConfig
+from fedfew.core.jsontypes import JSONObject
+
+
+class AgainstInitial(TypedDict, total=False):
+    """The initial model's score and the trained models' against it (:func:`against_initial`)."""
+
+    initial_score: dict[str, Any]
+    selected_score: float
+    final_score: float
+    below_initial: bool
+
+
+class Participation(TypedDict, total=False):
+    """Who trained (:func:`participation`)."""
+
+    rounds_trained: dict[str, int]
+    clients_never_trained: list[int]
+    personalised: dict[str, int]
+    participation_secret: bool
+
+
+class RunSummary(AgainstInitial, Participation, total=False):
+    """A finished run's summary: what summary.json holds (built by :func:`summarise`, in this key
+    order), and what :func:`fedfew.run.runner.run_experiment` and ``resume_run`` return, which adds
+    ``history``, ``folder`` and ``label``. Every value is JSON."""
+
+    name: Required[str]
+    algorithm: Required[str]
+    dataset: Required[str]
+    task: Required[str]
+    seed: Required[int]
+    rounds: Required[int]
+    selected_round: Required[int]
+    test: Required[dict[str, Any]]
+    bytes_down: Required[int]
+    bytes_up: Required[int]
+    seconds: Required[float]
+    chance: Required[float | None]
+    at_chance: Required[bool]
+    rounds_without_training: Required[int]
+    #: "untrained": a run of 0 rounds, a control by design.
+    control: str
+    #: A private run's guarantee (config ``privacy``).
+    privacy: dict[str, Any]
+    #: The loading of the data set, with any text encoding.
+    data_seconds: float
+    #: Which precision ran and why, where fp32 was not asked for.
+    precision: dict[str, Any]
+    #: A resumed run: the seconds of the sittings before its last (``seconds`` counts each once).
+    seconds_resumed_from: float
+    #: The membership-inference attack on the selected model (``eval.membership_inference``).
+    membership: dict[str, Any]
+    #: False where ``eval.initial: auto`` left round 0 unscored.
+    initial_scored: bool
+    #: {written_by, resumed_by}: resumed with another version (--allow-other-version).
+    other_version: dict[str, Any]
+    #: Not in summary.json: every round's metrics, the run folder, the run's label.
+    history: list[dict[str, Any]]
+    folder: str
+    label: str
+
+
+def as_json(summary: RunSummary) -> JSONObject:
+    """The summary as the JSON object it is (for what reads summaries without their schema)."""
+    return cast(JSONObject, summary)
 
 
 def chance_level(config: ExperimentConfig, context: object = None) -> float | None:
@@ -26,10 +92,18 @@ def at_chance(test: dict[str, float], chance: float | None) -> bool:
     return test["accuracy"] - margin <= chance
 
 
-def summarise(config: ExperimentConfig, outcome: dict[str, Any], seconds: float, context: object = None) -> dict[str, Any]:
+def summarise(config: ExperimentConfig, outcome: dict[str, Any], seconds: float, context: object = None, *,
+              data_seconds: float, participants: Participation, precision: dict[str, Any] | None = None,
+              seconds_resumed_from: float | None = None, membership: dict[str, Any] | None = None,
+              other_version: dict[str, Any] | None = None) -> RunSummary:
+    """The summary of a finished run (summary.json), built here only: ``outcome`` of
+    :meth:`~fedfew.engine.simulator.Simulator.run`, ``seconds`` of training and evaluation in all its
+    sittings, ``data_seconds`` of loading the data, who trained (:func:`participation`); the precision
+    that ran where fp32 was not asked for, the seconds before the last sitting (a resumed run), the
+    membership attack (opt-in) and the two versions of a run resumed with another one, where given."""
     comm = outcome["comm"]
     chance = chance_level(config, context)
-    summary = {
+    summary: RunSummary = {
         "name": config.name,
         "algorithm": config.algorithm.name,
         "dataset": config.dataset.name,
@@ -50,10 +124,22 @@ def summarise(config: ExperimentConfig, outcome: dict[str, Any], seconds: float,
     if outcome.get("privacy"):
         summary["privacy"] = outcome["privacy"]
     summary.update(against_initial(outcome))
+    summary["data_seconds"] = round(data_seconds, 2)
+    if precision is not None:
+        summary["precision"] = precision
+    if seconds_resumed_from is not None:  # also tells fedfew.study.run_readback.run_seconds that these
+        summary["seconds_resumed_from"] = round(seconds_resumed_from, 2)  # seconds count each sitting once
+    if membership is not None:
+        summary["membership"] = membership
+    if outcome.get("initial") is None and config.eval.initial != "always":
+        summary["initial_scored"] = False  # eval.initial: auto left round 0 unscored (no selection reads it)
+    if other_version:
+        summary["other_version"] = other_version
+    summary.update(participants)
     return summary
 
 
-def privacy_budget(summary: dict[str, Any]) -> str | None:
+def privacy_budget(summary: Mapping[str, Any]) -> str | None:
     """"ε = 3.21, δ = 1e-05" for a private run's summary, with what it covers where that qualifies it
     (its accounting, "epsilon covers the shared model only", "reproducible noise: ..."); None for a
     run without privacy."""
@@ -67,7 +153,7 @@ def privacy_budget(summary: dict[str, Any]) -> str | None:
     return f"ε = {p['epsilon']:.2f}, δ = {p['delta']:g}" + (f"; {short}" if short else "") + warning
 
 
-def privacy_line(summary: dict[str, Any]) -> str | None:
+def privacy_line(summary: Mapping[str, Any]) -> str | None:
     """One sentence on a private run's guarantee (results.md); None for a run without privacy."""
     budget = privacy_budget(summary)
     if budget is None:
@@ -100,7 +186,7 @@ def privacy_line(summary: dict[str, Any]) -> str | None:
 
 
 def participation(history: list[dict[str, Any]], client_ids: list[int],
-                  personal_states: Any = None) -> dict[str, Any]:
+                  personal_states: Any = None) -> Participation:
     """Who trained: ``rounds_trained`` (client id -> rounds in which it trained), the clients that never
     did, and for personalised scores (``personal_states``: the private models scored, None for none)
     how many of the models averaged were ever trained."""
@@ -111,8 +197,8 @@ def participation(history: list[dict[str, Any]], client_ids: list[int],
     for record in history:
         for cid in record.get("clients", {}).get("trained", []):
             counts[cid] = counts.get(cid, 0) + 1
-    result: dict[str, Any] = {"rounds_trained": {str(c): n for c, n in sorted(counts.items())},
-                              "clients_never_trained": [c for c, n in sorted(counts.items()) if n == 0]}
+    result: Participation = {"rounds_trained": {str(c): n for c, n in sorted(counts.items())},
+                             "clients_never_trained": [c for c, n in sorted(counts.items()) if n == 0]}
     if personal_states is not None:
         scored = [c for c in client_ids if _has_state(personal_states, c)]
         result["personalised"] = {"models": len(scored), "trained": sum(1 for c in scored if counts[c] > 0)}
@@ -126,16 +212,19 @@ def _has_state(states: Any, cid: int) -> bool:
         return True
 
 
-def against_initial(outcome: dict[str, Any]) -> dict[str, Any]:
+def against_initial(outcome: dict[str, Any]) -> AgainstInitial:
     """The initial (round-0) model's score and whether the selected or the final model scores below
     it on the same split (validation, or test without one): training that made things worse."""
     initial = outcome.get("initial")
     if not initial or "accuracy" not in initial:
         return {}
-    report: dict[str, Any] = {"initial_score": {k: v for k, v in initial.items()}}
+    report: AgainstInitial = {"initial_score": {k: v for k, v in initial.items()}}
     scores: dict[str, float] = {k: outcome[k] for k in ("selected_score", "final_score") if k in outcome}
     if scores:
-        report.update(scores)
+        if "selected_score" in scores:
+            report["selected_score"] = scores["selected_score"]
+        if "final_score" in scores:
+            report["final_score"] = scores["final_score"]
         report["below_initial"] = min(scores.values()) < initial["accuracy"]
     return report
 
@@ -148,7 +237,7 @@ def _decimals_apart(a: float, b: float, most: int = 6) -> int:
     return most
 
 
-def below_initial_message(summary: dict[str, Any]) -> str:
+def below_initial_message(summary: Mapping[str, Any]) -> str:
     """One line saying which model scored below the untrained one, on which split, by how much."""
     initial = summary["initial_score"]
     split = "validation" if initial["split"] == "val" else "test"
@@ -178,7 +267,7 @@ def format_accuracy(test: dict[str, float]) -> str:
     return text
 
 
-def markdown_table(summaries: list[dict[str, Any]], label_key: str = "name") -> str:
+def markdown_table(summaries: Sequence[Mapping[str, Any]], label_key: str = "name") -> str:
     """One row per run; the interval column says how each accuracy's 95% interval was computed
     (normal over the fixed test episodes, 1.96 std / sqrt(T); Wilson's over labelled test samples).
     "seconds" is the run (training and evaluation); "data s" the loading of its data set, with any

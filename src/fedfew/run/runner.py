@@ -5,21 +5,17 @@ resume and interrupts. The other commands have their own modules: re-scoring a f
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
-import signal
 import time
-import traceback
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from fedfew.config.engines import ENGINES
 from fedfew.config.validation import ConfigError, ExperimentConfig, load_config
 from fedfew.core.codeversion import numbers_version, package_version
-from fedfew.core.errors import FedfewError, RunFailedError, RunInterrupted, UsageError
+from fedfew.core.errors import RunInterrupted
 from fedfew.core.integrity import (
     RESUME_CHANGEABLE,
     config_digest,
@@ -27,11 +23,11 @@ from fedfew.core.integrity import (
     note_not_recorded,
     sha256_bytes,
 )
-from fedfew.core.progress import progress_bar
+from fedfew.core.progress import ProgressBar, progress_bar
 from fedfew.core.tracking import Trackers
 from fedfew.engine.base import Launch
-from fedfew.engine.guard import DivergedError, LossGuard
-from fedfew.engine.simulator import NothingTrainedError, Simulator
+from fedfew.engine.guard import LossGuard
+from fedfew.engine.simulator import Simulator
 from fedfew.interface import serialize
 from fedfew.privacy.membership import membership_inference
 from fedfew.run.datarecord import data_record
@@ -39,14 +35,18 @@ from fedfew.run.experiment import EngineFactory, Experiment, build_experiment, d
 from fedfew.run.folder import (
     PENDING_RESULTS,
     STATUSES,
+    DataChangedError,
     RunFolder,
     RunFolderError,
+    RunLife,
     check_output_base,
     new_run_path,
     strict_json,
 )
 from fedfew.run.model_check import check_model_runs
 from fedfew.run.results import (
+    RunSummary,
+    as_json,
     below_initial_message,
     markdown_table,
     participation,
@@ -58,40 +58,10 @@ from fedfew.run.results import (
 logger = logging.getLogger(__name__)
 
 
-class DataChangedError(UsageError):
-    """The data a run recorded is not the data there now (a resume would train on other data)."""
-
-
-class RunCrashedError(RunFailedError):
-    """The run stopped on an unexpected error (a bug, a plugin's exception or sys.exit, a full disk);
-    the message says what and where, the traceback is in RUN/error.log."""
-
-
-def warn(message: str) -> None:
-    """Kept for callers of the old path: a warning through :mod:`logging`."""
-    logger.warning("%s", message)
-
-
-@contextlib.contextmanager
-def interrupts_deferred() -> Iterator[None]:
-    """Hold Ctrl-C while a checkpoint is written (a half-written checkpoint is harmless, but a
-    status saying 'interrupted' must follow a whole one); the interrupt is raised right after."""
-    pending: list[int] = []
-    deferred = (signal.SIGINT, signal.SIGTERM)
-    previous = {signum: signal.getsignal(signum) for signum in deferred}
-    try:
-        for signum in deferred:
-            signal.signal(signum, lambda signum, frame: pending.append(signum))
-    except ValueError:  # not the main thread: nothing to defer
-        yield
-        return
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        if pending:
-            raise KeyboardInterrupt
+#: RunInterrupted and DataChangedError: what a run raises that its callers catch (they live below).
+__all__ = ["DataChangedError", "RunInterrupted", "check_config_unchanged", "check_run_folder", "check_same_data",
+           "new_run", "other_version", "preflight", "resume_run", "run_experiment", "scores_round_zero",
+           "train_in_folder", "validate_all", "with_resolved_root"]
 
 
 # -- validation before any work -------------------------------------------------------------------
@@ -111,19 +81,16 @@ def validate_all(configs: list[ExperimentConfig], out_base: str | Path | None = 
 
 # -- one run --------------------------------------------------------------------------------------
 def run_experiment(config: ExperimentConfig, out_base: str | Path | None = None, progress: bool | None = None,
-                   label: str | None = None) -> dict[str, Any]:
+                   label: str | None = None) -> RunSummary:
     """Build and run ``config`` in a new run folder under ``out_base`` (default runtime.output_dir).
     Returns the summary with the run's history and folder."""
     folder = new_run(config, out_base)
     config = load_config(folder.path / "config.yaml")
     engine = ENGINES.get(config.runtime.engine)
-    if engine.runs_elsewhere:
-        return engine.launch(Launch(folder, config, progress, label))
-    folder.lock()
-    try:
-        return _train(folder, config, progress, label)
-    finally:
-        folder.unlock()
+    if engine.runs_elsewhere:  # the summary it read back from summary.json, with the history and folder
+        return cast(RunSummary, engine.launch(Launch(folder, config, progress, label)))
+    with folder.held():
+        return train_in_folder(folder, config, progress, label)
 
 
 def with_resolved_root(config: ExperimentConfig) -> ExperimentConfig:
@@ -144,9 +111,8 @@ def new_run(config: ExperimentConfig, out_base: str | Path | None = None, engine
     folder = RunFolder(new_run_path(out_base or config.runtime.output_dir, config.name))
     folder.write_config(config)
     written = load_config(folder.path / "config.yaml")  # the config as a resume reads it back
-    folder.set_status("running", round=0, rounds=config.federation.rounds, name=config.name,
-                      algorithm=config.algorithm.name, engine=engine or config.runtime.engine,
-                      config_sha256=config_digest(written.model_dump(mode="json")))
+    folder.begin(rounds=config.federation.rounds, name=config.name, algorithm=config.algorithm.name,
+                 engine=engine or config.runtime.engine, config_sha256=config_digest(written.model_dump(mode="json")))
     return folder
 
 
@@ -182,7 +148,7 @@ def check_config_unchanged(folder: RunFolder, recorded: dict[str, Any], command:
 
 
 def resume_run(path: str | Path, overrides: list[str] | None = None, progress: bool | None = None,
-               allow_other_version: bool = False) -> dict[str, Any]:
+               allow_other_version: bool = False) -> RunSummary:
     """Continue a run from its latest checkpoint (or from the start if it never made one) in its own
     folder. Only ``runtime.*`` values may be overridden: anything else would change what is run. A run
     written by another fedfew version or other number code is refused unless ``allow_other_version``
@@ -201,7 +167,7 @@ def resume_run(path: str | Path, overrides: list[str] | None = None, progress: b
                                  "(the summary then records both)")
         logger.warning("resuming %s, written by %s, with %s (--allow-other-version): the summary records both",
                        folder.path, _described(other["written_by"]), _described(other["resumed_by"]))
-        folder.set_status(status or "interrupted", other_version=other)
+        folder.note_status(other_version=other)
     bad = [o for o in overrides or [] if not o.split("=", 1)[0].strip().startswith("runtime.")]
     if bad:
         raise ConfigError(f"fedfew resume takes only runtime.* overrides (the run's config is fixed); got {bad[0]!r}")
@@ -209,14 +175,11 @@ def resume_run(path: str | Path, overrides: list[str] | None = None, progress: b
     config = load_config(folder.path / "config.yaml", overrides)
     engine = ENGINES.get(config.runtime.engine)
     if engine.runs_elsewhere:
-        folder.set_status("running", resumed=folder.read_status().get("round", 0))
-        return engine.launch(Launch(folder, config, progress, None, resume=True))
-    folder.lock()
-    try:
-        folder.set_status("running", resumed=folder.read_status().get("round", 0))
-        return _train(folder, config, progress, None, resume=True)
-    finally:
-        folder.unlock()
+        folder.resuming()
+        return cast(RunSummary, engine.launch(Launch(folder, config, progress, None, resume=True)))
+    with folder.held():
+        folder.resuming()
+        return train_in_folder(folder, config, progress, None, resume=True)
 
 
 def other_version(status: dict[str, Any]) -> dict[str, Any] | None:
@@ -236,37 +199,49 @@ def _described(version: dict[str, Any]) -> str:
     return f"fedfew {version.get('fedfew')}" + (f" (number code {code})" if code else " (number code not recorded)")
 
 
-def _train(folder: RunFolder, config: ExperimentConfig, progress: bool | None, label: str | None,
-           resume: bool = False, engine_factory: EngineFactory | None = None) -> dict[str, Any]:
+def train_in_folder(folder: RunFolder, config: ExperimentConfig, progress: bool | None = None,
+                    label: str | None = None, resume: bool = False,
+                    engine_factory: EngineFactory | None = None) -> RunSummary:
+    """Train ``config`` in ``folder`` (made by :func:`new_run`, held by the caller: :meth:`RunFolder.held`)
+    and write its results: the run of ``fedfew run`` and ``fedfew resume`` (``resume``: from the folder's
+    checkpoint, on the data it recorded), and of Flower's ServerApp (``engine_factory``: the engine its
+    rounds run on). The folder records the status as it goes (:meth:`RunFolder.lifecycle`). Returns the
+    summary with the run's history, folder and label."""
     show = config.runtime.progress if progress is None else progress
     start = time.perf_counter()
-    try:
+    with folder.lifecycle(config.federation.rounds, config.runtime.checkpoint_every) as run:
         experiment = build_experiment(config)
         record = data_record(experiment)
         if resume:
             check_same_data(folder, record)
         folder.write_data(record)  # what data the run used: RUN/data.json
-        simulator = experiment.simulator(states_dir=folder.states_dir, engine_factory=engine_factory)
-    except KeyboardInterrupt:  # while reading the data or starting the workers: nothing new finished
-        done = folder.read_status().get("round", 0)
-        folder.set_status("interrupted", round=done)
-        raise RunInterrupted(folder.path, done, config.federation.rounds, "while the run was being set up") from None
-    except DataChangedError:  # refused before any work: the run stands as it was, resumable on its data
-        folder.set_status("interrupted", round=folder.read_status().get("round", 0))
-        raise
-    except FedfewError as err:
-        folder.set_status("failed", error=str(err))
-        raise
-    except (Exception, SystemExit) as err:
-        raise _failed(folder, err, "while the run was being set up") from err
-    try:
-        return _train_on(folder, config, experiment, simulator, show, label, resume, start)
-    except Exception as err:
-        with contextlib.suppress(AttributeError):
-            err.run_folder = folder.path  # type: ignore[attr-defined]  # the command line names its error.log
-        raise
-    finally:
-        simulator.engine.close()
+        simulator = run.built(experiment.simulator(states_dir=folder.states_dir, engine_factory=engine_factory))
+        if resume and folder.has_checkpoint():
+            folder.load_checkpoint(simulator)
+        folder.discard_results()  # what an earlier attempt's cut-short write-up left: this run is not complete
+        folder.remove_temporaries()  # and its half-written files (a write killed before its rename)
+        folder.rewrite_metrics(simulator.state.history)
+        seconds_before = simulator.state.seconds  # the rounds' time in the sittings before this one (0 for a new run)
+        bar = progress_bar(config, label, simulator.state.round) if show else None
+        trackers = Trackers(folder.path, config)  # runtime.loggers (TensorBoard, MLflow)
+        try:
+            outcome = _train_rounds(run, config, simulator, trackers, bar)
+            run.writing_up()
+            model_sha256 = folder.save_model(simulator, outcome["selected_round"])
+            # This sitting's time and the earlier sittings' rounds: simulator.state.seconds now holds this
+            # sitting's rounds too, so it is read at the checkpoint (seconds_before), not here.
+            seconds = time.perf_counter() - start + seconds_before
+            summary = _summary(config, experiment, simulator, outcome, seconds,
+                               seconds_before if resume else None, folder.read_status().get("other_version"))
+            _warn_about(config, simulator, summary)
+            summary_sha256 = _write_results(folder, config, outcome, summary)
+            trackers.finish(as_json(summary))
+            trackers.close()
+            run.complete(outcome["selected_round"], summary_sha256, model_sha256)
+        except BaseException:
+            trackers.close(failed=True)
+            raise
+    return {**summary, "history": outcome["history"], "folder": str(folder.path), "label": label or config.name}
 
 
 def check_same_data(folder: RunFolder, record: dict[str, Any]) -> None:
@@ -286,59 +261,15 @@ def check_same_data(folder: RunFolder, record: dict[str, Any]) -> None:
                                f"on (recorded in {path}) or start a new run")
 
 
-def _failed(folder: RunFolder, err: BaseException, where: str) -> RunFailedError:
-    """Record a run that stopped on an unexpected error (status failed, the traceback in error.log,
-    room made first if the disk is full) and the one-line error to raise."""
-    folder.release_reserve()  # a full disk: the few KiB kept for this record
-    if isinstance(err, SystemExit):
-        message = f"the run's code called sys.exit({err.code!r}) {where}"
-    elif isinstance(err, OSError) and err.filename and err.strerror:
-        message = f"cannot write {err.filename}: {err.strerror} ({where})"
-    else:
-        text = " ".join(str(err).split())
-        message = f"{type(err).__name__}{': ' + text if text else ''} ({where})"
-    with contextlib.suppress(OSError):
-        (folder.path / "error.log").write_text(f"{message}\n\n{traceback.format_exc()}")
-    with contextlib.suppress(OSError):
-        folder.set_status("failed", error=message)
-    return RunCrashedError(f"run failed: {message}; see {folder.path / 'error.log'}")
-
-
-def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experiment, simulator: Simulator,
-              show: bool, label: str | None, resume: bool, start: float) -> dict[str, Any]:
-    rounds = config.federation.rounds
-    try:
-        if resume and folder.has_checkpoint():
-            folder.load_checkpoint(simulator)
-        folder.discard_results()  # what an earlier attempt's cut-short write-up left: this run is not complete
-        folder.remove_temporaries()  # and its half-written files (a write killed before its rename)
-        folder.rewrite_metrics(simulator.state.history)
-    except KeyboardInterrupt:  # the checkpoint on disk is untouched: it stands
-        done = folder.read_status().get("round", 0)
-        folder.set_status("interrupted", round=done)
-        raise RunInterrupted(folder.path, done, rounds, "while the run was being set up") from None
-    checkpointed = simulator.state.round
-    seconds_before = simulator.state.seconds  # the rounds' time in the sittings before this one (0 for a new run)
-    bar = progress_bar(config, label, simulator.state.round) if show else None
-    every = config.runtime.checkpoint_every
-    trackers = Trackers(folder.path, config)  # runtime.loggers (TensorBoard, MLflow)
+def _train_rounds(run: RunLife, config: ExperimentConfig, simulator: Simulator, trackers: Trackers,
+                  bar: ProgressBar | None) -> dict[str, Any]:
+    """Every round from where ``simulator`` stands (:meth:`Simulator.run`, the one round loop), each
+    recorded as it ends (:meth:`RunLife.round_finished`); the outcome: the selected round and its scores."""
     if bar is not None:
         simulator.on_phase = lambda note: bar.set_postfix_str(note, refresh=True)
 
-    stage = ""  # what the loop was doing after a round's training, for a failure's message
-
     def on_round(r: int, record: dict[str, Any], sim: Simulator) -> None:
-        nonlocal checkpointed, stage
-        stage = f"while recording round {r} of {rounds}"
-        folder.append_metrics(record)
-        trackers.log_round(r, record)
-        if every and (r % every == 0 or r == rounds):
-            stage = f"while checkpointing round {r} of {rounds}"
-            with interrupts_deferred():
-                folder.save_checkpoint(sim)
-                checkpointed = r
-        folder.set_status("running", round=r)
-        stage = ""
+        run.round_finished(r, record, trackers.log_round)  # metrics.jsonl, the trackers, the checkpoint, the status
         if record.get("no_training") and sim.algorithm.trains:
             logger.warning("round %d: no client trained (every client asked sat out or failed)", r)
         if bar is not None:
@@ -347,92 +278,47 @@ def _train_on(folder: RunFolder, config: ExperimentConfig, experiment: Experimen
             bar.set_postfix(shown, refresh=False)
             bar.update(1)
 
-    def interrupted(stage: str = "") -> RunInterrupted:
-        folder.discard_results()
-        with interrupts_deferred():
-            if every and checkpointed != simulator.state.round:
-                folder.save_checkpoint(simulator)
-            folder.set_status("interrupted", round=simulator.state.round)
-        return RunInterrupted(folder.path, simulator.state.round, rounds, stage)
-
-    trained = False
+    run.training()
     try:
         guard = LossGuard(**config.runtime.divergence.model_dump())
-        outcome = simulator.run(rounds, config.federation.clients_per_round, config.eval.every,
-                                config.eval.track_test, on_round, selection=config.eval.selection, guard=guard,
-                                initial=scores_round_zero(config, simulator))
-        trained = True
-    except KeyboardInterrupt:
-        raise interrupted("during the final evaluation" if simulator.state.round >= rounds else "") from None
-    except DivergedError as err:
-        with contextlib.suppress(OSError):
-            folder.append_metrics(err.record)  # the diverged round, for the record (never checkpointed)
-        folder.set_status("failed", error=str(err))
-        raise
-    except NothingTrainedError as err:
-        folder.set_status("failed", error=str(err))
-        raise
-    except FedfewError as err:
-        with contextlib.suppress(OSError):
-            (folder.path / "error.log").write_text(traceback.format_exc())
-        folder.set_status("failed", error=str(err))
-        raise
-    except (Exception, SystemExit) as err:
-        where = stage or f"in round {simulator.state.round + 1} of {rounds}"
-        resumes = f"the last checkpoint is round {checkpointed}, where resume starts" if checkpointed else \
-            "no round was checkpointed: resume starts from the beginning"
-        raise _failed(folder, err, f"{where}; {resumes}") from err
+        return simulator.run(config.federation.rounds, config.federation.clients_per_round, config.eval.every,
+                             config.eval.track_test, on_round, selection=config.eval.selection, guard=guard,
+                             initial=scores_round_zero(config, simulator))
     finally:
         if bar is not None:
             bar.close()
-        if not trained:
-            trackers.close(failed=True)
-    try:
-        model_sha256 = folder.save_model(simulator, outcome["selected_round"])
-        # This sitting's time and the earlier sittings' rounds: simulator.state.seconds now holds this
-        # sitting's rounds too, so it is read at the checkpoint (seconds_before), not here.
-        seconds = time.perf_counter() - start + seconds_before
-        summary = summarise(config, outcome, seconds, experiment.context)
-        summary["data_seconds"] = round(experiment.data_seconds, 2)
-        chosen = simulator.engine.compute.chosen
-        if chosen is not None and chosen.asked != "fp32":  # which precision ran and why (auto: the hardware's)
-            summary["precision"] = chosen.to_json()
-        if resume:  # also tells fedfew.study.run_readback.run_seconds that these seconds count each sitting once
-            summary["seconds_resumed_from"] = round(seconds_before, 2)
-        attack = config.eval.membership_inference  # opt-in: the selected model against its members
-        if attack is not None:
-            summary["membership"] = membership_inference(
-                simulator.algorithm, simulator.best_server, experiment.dataset, experiment.context.participant_positions,
-                experiment.membership_rows, config.episodes.n_way, config.episodes.k_shot, attack.bootstrap, config.seed)
-        if outcome.get("initial") is None and config.eval.initial != "always":
-            summary["initial_scored"] = False  # eval.initial: auto left round 0 unscored (no selection reads it)
-        mixed = folder.read_status().get("other_version")  # resumed with --allow-other-version
-        if mixed:
-            summary["other_version"] = mixed
-        if summary.get("at_chance") and not summary.get("control"):
-            logger.warning("%s: test accuracy %.2f%% is at chance (%.1f%%): the model learned nothing measurable at "
-                           "this budget", config.name, 100 * summary["test"]["accuracy"], 100 * summary["chance"])
-        summary.update(participation(outcome["history"], [c.client_id for c in experiment.clients],
-                                     simulator.best_client_states if simulator.algorithm.evaluates_clients else None))
-        if simulator.algorithm.trains:
-            _warn_participation(config, summary)
-        if summary.get("below_initial"):
-            logger.warning("%s", below_initial_message(summary))
-        summary_sha256 = _write_results(folder, config, outcome, summary)
-        trackers.finish(summary)
-        trackers.close()
-        folder.set_status("complete", round=rounds, selected_round=outcome["selected_round"],
-                          summary_sha256=summary_sha256, model_sha256=model_sha256)
-    except KeyboardInterrupt:
-        trackers.close(failed=True)
-        raise interrupted("while the results were being written") from None
-    except (Exception, SystemExit) as err:
-        trackers.close(failed=True)
-        folder.discard_results()
-        raise _failed(folder, err, "while the results were being written") from err
-    summary.update({"history": outcome["history"], "folder": str(folder.path), "label": label or config.name})
-    summary["_simulator"] = simulator
-    return summary
+
+
+def _summary(config: ExperimentConfig, experiment: Experiment, simulator: Simulator, outcome: dict[str, Any],
+             seconds: float, seconds_before: float | None, other: dict[str, Any] | None) -> RunSummary:
+    """The run's summary (:func:`~fedfew.run.results.summarise`) from what ran: the precision (where fp32
+    was not asked for), the membership attack (opt-in: the selected model against its members) and who
+    trained; ``seconds_before``: a resumed run's earlier sittings; ``other``: the versions of a run
+    resumed with --allow-other-version."""
+    chosen = simulator.engine.compute.chosen
+    attack = config.eval.membership_inference
+    membership = None if attack is None else membership_inference(
+        simulator.algorithm, simulator.best_server, experiment.dataset, experiment.context.participant_positions,
+        experiment.membership_rows, config.episodes.n_way, config.episodes.k_shot, attack.bootstrap, config.seed)
+    participants = participation(outcome["history"], [c.client_id for c in experiment.clients],
+                                 simulator.best_client_states if simulator.algorithm.evaluates_clients else None)
+    return summarise(config, outcome, seconds, experiment.context, data_seconds=experiment.data_seconds,
+                     participants=participants,
+                     precision=chosen.to_json() if chosen is not None and chosen.asked != "fp32" else None,
+                     seconds_resumed_from=seconds_before, membership=membership, other_version=other or None)
+
+
+def _warn_about(config: ExperimentConfig, simulator: Simulator, summary: RunSummary) -> None:
+    """The warnings a finished run's numbers call for: at chance, clients that never trained, a trained
+    model below the untrained one."""
+    chance = summary["chance"]
+    if summary.get("at_chance") and not summary.get("control") and chance is not None:  # at_chance: chance known
+        logger.warning("%s: test accuracy %.2f%% is at chance (%.1f%%): the model learned nothing measurable at "
+                       "this budget", config.name, 100 * summary["test"]["accuracy"], 100 * chance)
+    if simulator.algorithm.trains:
+        _warn_participation(config, summary)
+    if summary.get("below_initial"):
+        logger.warning("%s", below_initial_message(summary))
 
 
 def scores_round_zero(config: ExperimentConfig, simulator: Simulator) -> bool:
@@ -444,7 +330,7 @@ def scores_round_zero(config: ExperimentConfig, simulator: Simulator) -> bool:
     return simulator.val is not None and config.eval.selection == "best"
 
 
-def _warn_participation(config: ExperimentConfig, summary: dict[str, Any]) -> None:
+def _warn_participation(config: ExperimentConfig, summary: RunSummary) -> None:
     never = summary.get("clients_never_trained")  # absent where the sample is a secret (counts only)
     if not never or summary.get("rounds") == 0:  # the untrained control trains nobody by design
         return
@@ -459,11 +345,8 @@ def _warn_participation(config: ExperimentConfig, summary: dict[str, Any]) -> No
     logger.warning(message)
 
 
-_progress_bar = progress_bar  # the old name
-
-
 def _write_results(folder: RunFolder, config: ExperimentConfig, outcome: dict[str, Any],
-                   summary: dict[str, Any]) -> str:
+                   summary: RunSummary) -> str:
     """The complete-run files, summary.json first: results.md, accuracy.png and model/ are made under
     hidden names and renamed after it, so a run cut short at any instant leaves no results.md or
     model/ without a summary (and status.json says complete only after all of them). Returns the

@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import yaml
 
 from fedfew.config.validation import ConfigError, ExperimentConfig, load_config, load_yaml, resolve_key
-from fedfew.core.jsontypes import JSONObject, JSONValue
+from fedfew.core.jsontypes import JSONValue
 from fedfew.run.experiment import dataset_cache
 from fedfew.run.folder import check_output_base, strict_json
-from fedfew.run.results import markdown_table, plot_curves
+from fedfew.run.results import RunSummary, markdown_table, plot_curves
 from fedfew.run.runner import run_experiment, validate_all
 
 __all__ = ["parse_grid", "sweep", "sweep_configs", "write_comparison"]
@@ -87,7 +88,7 @@ def _key(config: ExperimentConfig) -> str:
 
 
 def sweep(config_path: str | Path | dict[str, object], grid: list[tuple[str, list[JSONValue]]], overrides: list[str],
-          out_base: str | Path, progress: bool = True) -> list[JSONObject]:
+          out_base: str | Path, progress: bool = True) -> list[RunSummary]:
     """Run every combination of the grid (each validated first); write a combined table and plot
     under ``out_base``."""
     points = sweep_configs(config_path, grid, overrides)
@@ -100,13 +101,13 @@ def sweep(config_path: str | Path | dict[str, object], grid: list[tuple[str, lis
     return summaries
 
 
-def write_comparison(summaries: list[JSONObject], folder: Path, title: str) -> str:
+def write_comparison(summaries: Sequence[Mapping[str, Any]], folder: Path, title: str) -> str:
     check_output_base(folder)
     folder.mkdir(parents=True, exist_ok=True)
     table = markdown_table(summaries, label_key="label")
     (folder / "results.md").write_text(f"# {title}\n\n{table}")
-    plot_curves({str(s["label"]): cast("list[dict[str, float]]", s["history"]) for s in summaries}, folder / "accuracy.png", title)
+    plot_curves({str(s["label"]): s["history"] for s in summaries}, folder / "accuracy.png", title)
     with (folder / "summaries.jsonl").open("w") as f:
         for s in summaries:
-            f.write(strict_json({k: v for k, v in s.items() if k not in ("history", "_simulator")}) + "\n")
+            f.write(strict_json({k: v for k, v in s.items() if k != "history"}) + "\n")
     return table

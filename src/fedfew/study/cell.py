@@ -30,6 +30,7 @@ def continues(previous: Path | None) -> TypeGuard[Path]:
 def run_cell(cell: Cell, folder: Path) -> tuple[JSONObject, Path]:
     """Run the cell in its cell folder ``folder``, resume its interrupted run, or read its finished one;
     returns the run's summary and its run folder."""
+    from fedfew.run.results import as_json
     from fedfew.run.runner import resume_run, run_experiment
 
     previous = existing_run(folder)
@@ -37,7 +38,7 @@ def run_cell(cell: Cell, folder: Path) -> tuple[JSONObject, Path]:
         return read_summary(previous), previous
     if continues(previous):
         log.info("resuming %s in %s", cell.title, previous)
-        return resume_run(previous, progress=False), previous
+        return as_json(resume_run(previous, progress=False)), previous
     if previous is not None:
         # Nothing to continue (no checkpoint): resuming would only repeat the run from round 0 with the
         # config its folder recorded, data folder included, so a cell that failed for want of data
@@ -45,7 +46,7 @@ def run_cell(cell: Cell, folder: Path) -> tuple[JSONObject, Path]:
         # from now on) takes this process's config; the old one stays for its error.
         log.info("%s: the run in %s left no checkpoint; starting it again", cell.title, previous)
     summary = run_experiment(cell.config, folder, progress=False)
-    return summary, Path(summary["folder"])
+    return as_json(summary), Path(summary["folder"])
 
 
 def run_noted(cell: Cell, folder: Path) -> tuple[JSONObject, Path]:

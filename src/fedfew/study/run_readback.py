@@ -101,9 +101,9 @@ def rounds_done(run_folder: Path | None) -> int:
 def run_seconds(run_folder: Path, summary: Mapping[str, JSONValue]) -> float:
     """The run's time over all its sittings. The summary of a resumed run written by fedfew before
     ``seconds_resumed_from`` was added to summaries counted its last sitting's rounds twice
-    (``fedfew.run.runner._train`` added the simulator's cumulative seconds at the end, which hold that
-    sitting's rounds already, to the sitting's elapsed time, where the cumulative seconds at the
-    checkpoint it resumed from were meant). Those summaries are in the committed store's run folders,
+    (the runner of the time, ``fedfew.run.runner._train``, added the simulator's cumulative seconds at
+    the end, which hold that sitting's rounds already, to the sitting's elapsed time, where the
+    cumulative seconds at the checkpoint it resumed from were meant). Those summaries are in the committed store's run folders,
     so for a run whose status.json says it was resumed (``resumed``: the round it resumed from) and
     whose summary has no ``seconds_resumed_from``, the time is the summary's minus the cumulative
     seconds of metrics.jsonl's last round plus those of the resumed round. Any other run keeps the

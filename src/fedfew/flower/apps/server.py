@@ -18,12 +18,13 @@ from fedfew.interface.state_store import ClientStates
 from fedfew.privacy.secure_sum import SecureSettings
 from fedfew.run.experiment import Experiment
 from fedfew.run.folder import RunFolder
-from fedfew.run.runner import _train, new_run
+from fedfew.run.results import RunSummary
+from fedfew.run.runner import new_run, train_in_folder
 
 logger = logging.getLogger(__name__)
 
 
-def run_on_flower(grid: Grid, config_data: JSONObject, run_dir: str | None) -> JSONObject:
+def run_on_flower(grid: Grid, config_data: JSONObject, run_dir: str | None) -> RunSummary:
     """Run ``config_data`` with the Flower engine in the run folder ``run_dir`` (made by ``fedfew
     run``; or a new run folder under it, or under runtime.output_dir)."""
     config = load_config(config_data)
@@ -43,8 +44,5 @@ def run_on_flower(grid: Grid, config_data: JSONObject, run_dir: str | None) -> J
     if resume:
         logger.warning("resuming on Flower: the clients' private states were held by the nodes of the interrupted "
                        "run and start again from their initial values")
-    folder.lock()
-    try:
-        return _train(folder, config, False, None, resume=resume, engine_factory=engine)
-    finally:
-        folder.unlock()
+    with folder.held():
+        return train_in_folder(folder, config, False, None, resume=resume, engine_factory=engine)
