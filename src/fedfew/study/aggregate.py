@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from fedfew.core import stats
-from fedfew.study.report import StudyResults
+from fedfew.study.collect import StudyResults
 from fedfew.study.study_file import CONTROL
 
 #: Bootstrap draws, and the generator's seed (fixed: the docs block must not change between runs).

@@ -16,7 +16,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedfew.study.report import collect
+from fedfew.study.collect import collect
 from fedfew.study.study_file import Choice, Study, StudyError
 
 

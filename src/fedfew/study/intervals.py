@@ -19,7 +19,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from fedfew.study.report import StudyResults
+from fedfew.study.collect import StudyResults
 from fedfew.study.study_file import CONTROL
 
 #: Panels per row of the figure.
