@@ -22,7 +22,7 @@ from fedfew.study.store import CodeVersion, ResultStore, StudyRecord, current_co
 from fedfew.study.study_file import Study, StudyError
 
 #: The progress of `fedfew study run`: the command's own lines, printed without the ``fedfew:`` of a
-#: note (:data:`fedfew.cli.main.PROGRESS_LOGGERS`).
+#: note (:data:`fedfew.cli.logs.PROGRESS_LOGGERS`).
 progress_log = logging.getLogger("fedfew.study")
 
 

@@ -23,7 +23,7 @@ from fedfew.study.store import FORMAT, StudyRecord, current_code, foreign_codes,
 from fedfew.study.study_file import Study, StudyError
 
 #: The progress of `fedfew study verify`, one line per re-run cell, printed as `fedfew study run`'s are
-#: (:data:`fedfew.cli.main.PROGRESS_LOGGERS`).
+#: (:data:`fedfew.cli.logs.PROGRESS_LOGGERS`).
 progress_log = logging.getLogger("fedfew.study")
 
 
