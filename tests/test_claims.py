@@ -16,7 +16,8 @@ from fedfew.study.citations import Citation, check_citation, check_pages, find_c
 from fedfew.study.claim_verdicts import JudgedClaim, claims, claims_table
 from fedfew.study.collect import StudyResults, collect
 from fedfew.study.docs import MARKER, marker_pattern, study_files
-from fedfew.study.study_file import CONTROL, Study, claim_id, load_study
+from fedfew.study.study_file import Study, load_study
+from fedfew.study.study_sections import CONTROL, claim_id
 from fedfew.study.verdict import (
     HOLDS,
     NOT_RESOLVED,

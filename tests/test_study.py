@@ -23,7 +23,8 @@ from fedfew.study.docs import render_pages, study_files
 from fedfew.study.figures import setting_panels
 from fedfew.study.grid import cells, config_hash
 from fedfew.study.store import ResultStore, current_code, metric, stored_elsewhere
-from fedfew.study.study_file import CONTROL, load_study
+from fedfew.study.study_file import load_study
+from fedfew.study.study_sections import CONTROL
 from fedfew.study.verdict import HOLDS, NOT_RESOLVED, REVERSED, compare, judge_order, t_interval
 
 REPO = Path(__file__).resolve().parents[1]

@@ -14,7 +14,8 @@ from fedfew.study.choose import make_choice
 from fedfew.study.collect import collect
 from fedfew.study.grid import cells
 from fedfew.study.report import markdown
-from fedfew.study.study_file import CONTROL, load_study
+from fedfew.study.study_file import load_study
+from fedfew.study.study_sections import CONTROL
 from fedfew.study.winners import winners
 from tests.test_study import DIGITS_STUDY, REPO, run_cli, write_study
 

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 from fedfew.study.grid import parse_seeds
 from fedfew.study.options import check_figure, check_folder, check_root, check_store
-from fedfew.study.study_file import Study, StudyError, load_study
+from fedfew.study.study_file import Study, load_study
+from fedfew.study.study_sections import StudyError
 
 if TYPE_CHECKING:
     from fedfew.study.collect import StudyResults

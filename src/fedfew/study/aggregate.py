@@ -30,7 +30,7 @@ import numpy as np
 
 from fedfew.core import stats
 from fedfew.study.collect import StudyResults
-from fedfew.study.study_file import CONTROL
+from fedfew.study.study_sections import CONTROL
 
 #: Bootstrap draws, and the generator's seed (fixed: the docs block must not change between runs).
 REPS = 2000

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedfew.study.collect import collect
-from fedfew.study.study_file import Choice, Study, StudyError
+from fedfew.study.study_file import Study
+from fedfew.study.study_sections import Choice, StudyError
 
 
 @dataclass(frozen=True)

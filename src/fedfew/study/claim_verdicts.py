@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from fedfew.study.collect import StudyResults
-from fedfew.study.study_file import CONTROL, Claim
+from fedfew.study.study_sections import CONTROL, Claim
 from fedfew.study.table_cells import format_interval, marked_label, table_legend
 from fedfew.study.verdict import ALPHA, PairVerdict, adjust, chain_verdict, judge_order
 

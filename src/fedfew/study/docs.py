@@ -25,7 +25,8 @@ from fedfew.study.epsilon import epsilon_figure, epsilon_markdown
 from fedfew.study.figures import figure
 from fedfew.study.intervals import interval_figure
 from fedfew.study.report import budgets_markdown, claims_markdown, markdown
-from fedfew.study.study_file import Study, StudyError, load_study
+from fedfew.study.study_file import Study, load_study
+from fedfew.study.study_sections import StudyError
 from fedfew.study.summary import summary_line
 from fedfew.study.winners import winners_markdown
 

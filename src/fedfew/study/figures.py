@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 from fedfew.study.collect import StudyResults
-from fedfew.study.study_file import CONTROL
+from fedfew.study.study_sections import CONTROL
 from fedfew.study.verdict import accuracy_interval, t_interval
 
 #: Settings per panel of a bar figure: a study with more (the benchmark's 12 columns) wraps onto

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from fedfew.study.collect import StudyResults
-from fedfew.study.study_file import parse_metric
+from fedfew.study.study_sections import parse_metric
 from fedfew.study.verdict import Bounds, Interval
 
 #: The mark on a cell whose trained runs selected round 0 (:func:`round0_mark`), and what it means.

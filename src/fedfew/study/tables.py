@@ -4,7 +4,7 @@ further tables (``tables``) and budgets side by side."""
 from __future__ import annotations
 
 from fedfew.study.collect import StudyResults
-from fedfew.study.study_file import CONTROL
+from fedfew.study.study_sections import CONTROL
 from fedfew.study.table_cells import cell_text, format_accuracy, format_interval, round0_mark, table_legend
 from fedfew.study.verdict import accuracy_interval, t_interval
 

@@ -4,7 +4,7 @@ does not separate from it, and the control, as rows and as a Markdown table."""
 from __future__ import annotations
 
 from fedfew.study.collect import StudyResults
-from fedfew.study.study_file import CONTROL
+from fedfew.study.study_sections import CONTROL
 from fedfew.study.table_cells import cell_text, format_accuracy, marked_label, table_legend
 from fedfew.study.verdict import HOLDS, Bounds, compare
 
