@@ -13,9 +13,11 @@ import pytest
 
 from fedfew.study.aggregate import aggregate, aggregate_markdown
 from fedfew.study.citations import Citation, check_citation, check_pages, find_citations
+from fedfew.study.claim_verdicts import JudgedClaim, claims, claims_table
+from fedfew.study.collect import StudyResults, collect
 from fedfew.study.docs import MARKER, marker_pattern, study_files
-from fedfew.study.report import JudgedClaim, StudyResults, claims, claims_table, collect
-from fedfew.study.study_file import CONTROL, Study, claim_id, load_study
+from fedfew.study.study_file import Study, load_study
+from fedfew.study.study_sections import CONTROL, claim_id
 from fedfew.study.verdict import (
     HOLDS,
     NOT_RESOLVED,
@@ -152,7 +154,7 @@ INTERVAL = re.compile(r"(-?\d+\.\d+) \[(-?\d+\.\d+), (-?\d+\.\d+)\]")
 
 def test_a_cell_far_apart_over_seeds_stays_inside_0_100(tmp_path: Path) -> None:
     """Two seeds at 5% and 99%: Student's t gives 52 ± 597; the table's interval is inside [0, 100]."""
-    from fedfew.study.report import table
+    from fedfew.study.tables import table
 
     results = _results(tmp_path, CHAIN, {("fl-proto", "IID 1-shot"): {0: 5.0, 1: 99.0},
                                          ("fl-maml", "IID 1-shot"): {0: 100.0, 1: 100.0, 2: 100.0}})

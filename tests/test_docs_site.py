@@ -13,10 +13,11 @@ import pytest
 import yaml
 
 import fedfew
+from fedfew.study.collect import StudyResults, collect
 from fedfew.study.docs import MARKER, doc_pages, marker_pattern
 from fedfew.study.intervals import interval_figure, own_control, plotted, read_plotted
-from fedfew.study.report import StudyResults, collect
-from fedfew.study.study_file import CONTROL, Study, load_study
+from fedfew.study.study_file import Study, load_study
+from fedfew.study.study_sections import CONTROL
 from fedfew.study.summary import summary_line
 
 REPO = Path(__file__).resolve().parents[1]

@@ -179,8 +179,8 @@ def test_the_privacy_study_at_its_smoke_budget_reports_epsilon_delta_and_the_att
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """studies/privacy_fewshot.yaml's smoke budget end to end (skipped without the Omniglot data): the
     private cells show their (ε, δ), the membership table its advantage, and the ε figure is drawn."""
+    from fedfew.study.collect import collect
     from fedfew.study.epsilon import epsilon_figure, setting_epsilons
-    from fedfew.study.report import collect
     from fedfew.study.study_file import load_study
     from tests.test_study import run_cli
 

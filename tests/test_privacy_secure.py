@@ -98,7 +98,8 @@ def test_every_epsilon_says_what_it_covers(name: str, privacy: dict[str, Any], s
 
 
 def test_the_study_table_marks_what_a_cell_covers() -> None:
-    from fedfew.study.report import StudyResults, privacy_mark
+    from fedfew.study.collect import StudyResults
+    from fedfew.study.table_cells import privacy_mark
 
     results = StudyResults.__new__(StudyResults)
     results.privacy = {("f2l", "eps 4"): {0: (3.99, 1e-5)}}

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedfew.cli.main import DEMO_RUNS, build_parser, main, showcase_config_path
+from fedfew.cli.demo import DEMO_RUNS, showcase_config_path
+from fedfew.cli.main import build_parser, main
 from fedfew.data import load_dataset
 from fedfew.data.dataset import DataError
 

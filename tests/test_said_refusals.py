@@ -17,7 +17,8 @@ import yaml
 from fedfew.cli.main import demo_config_path, main
 from fedfew.study.grid import cells
 from fedfew.study.store import CodeVersion, ResultStore, make_record
-from fedfew.study.study_file import StudyError, load_study
+from fedfew.study.study_file import load_study
+from fedfew.study.study_sections import StudyError
 from tests.test_study import DIGITS_STUDY, REPO, dumped, write_study
 from tests.tiny import tiny_config
 

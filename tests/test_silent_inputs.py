@@ -66,7 +66,7 @@ def test_a_config_without_task_dataset_or_algorithm_names_what_is_missing(
 
 
 def test_every_committed_config_names_its_task_dataset_and_algorithm() -> None:
-    from fedfew.config.validation import REQUIRED_KEYS
+    from fedfew.config.loading import REQUIRED_KEYS
 
     checked = 0
     for path in [*(REPO / "configs").rglob("*.yaml"), *(REPO / "src/fedfew/configs").glob("*.yaml"),

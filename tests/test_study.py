@@ -20,10 +20,11 @@ from fedfew.config.validation import ConfigError, load_config
 from fedfew.core.errors import UsageError
 from fedfew.study.claims import CLAIM_FILE, claim_cell, claim_owner
 from fedfew.study.docs import render_pages, study_files
+from fedfew.study.figures import setting_panels
 from fedfew.study.grid import cells, config_hash
-from fedfew.study.report import setting_panels
 from fedfew.study.store import ResultStore, current_code, metric, stored_elsewhere
-from fedfew.study.study_file import CONTROL, load_study
+from fedfew.study.study_file import load_study
+from fedfew.study.study_sections import CONTROL
 from fedfew.study.verdict import HOLDS, NOT_RESOLVED, REVERSED, compare, judge_order, t_interval
 
 REPO = Path(__file__).resolve().parents[1]
@@ -722,7 +723,7 @@ def test_the_source_hash_covers_what_computes_numbers_not_the_study_layer(tmp_pa
 
 
 def test_a_curve_is_the_mean_over_seeds_at_the_rounds_every_seed_has() -> None:
-    from fedfew.study.report import mean_curve
+    from fedfew.study.figures import mean_curve
 
     per_seed = {0: [{"round": 2, "test_accuracy": 0.5}, {"round": 4, "test_accuracy": 0.6}],
                 1: [{"round": 2, "test_accuracy": 0.7}, {"round": 4, "train_loss": 1.0}]}
@@ -735,8 +736,9 @@ def test_winners_are_the_best_mean_and_the_methods_the_paired_rule_cannot_separa
     """Hand-made values: in IID 1-shot fl-proto's mean is highest and fl-maml is 2 points below on every
     seed (a paired difference with zero spread: separated); in the other column fl-maml is best and
     fl-proto's differences (+3, -1) straddle 0: not separated. The control is never the best."""
-    from fedfew.study.report import StudyResults, winners, winners_markdown
+    from fedfew.study.collect import StudyResults
     from fedfew.study.study_file import load_study
+    from fedfew.study.winners import winners, winners_markdown
 
     study, _ = load_study(write_study(tmp_path, DIGITS_STUDY))
     results = StudyResults(study, "cpu", None, cells_total=10, cells_found=10, methods=list(study.methods),
@@ -767,8 +769,9 @@ def test_winners_judge_only_complete_settings_and_leave_apart_rows_out(tmp_path:
     """A setting with a cell not yet stored has no best (the rows that ran first would win); a row the
     study keeps apart (``winners.apart``: scored by another protocol) is shown in its own column and never
     named best, even with the highest mean."""
-    from fedfew.study.report import StudyResults, winners, winners_markdown
+    from fedfew.study.collect import StudyResults
     from fedfew.study.study_file import load_study
+    from fedfew.study.winners import winners, winners_markdown
 
     data = {**DIGITS_STUDY, "winners": {"apart": ["fl-proto"], "why": "another protocol"}}
     study, _ = load_study(write_study(tmp_path, data))
@@ -815,7 +818,7 @@ def test_columns_reading_other_numbers_of_the_same_runs_run_each_config_once(
     study, root = load_study(path)
     assert study.metric_of("fl-proto", "IID, its interval") == "test.ci95" and study.metric_of("fl-proto", "IID") \
         == "test.accuracy"
-    from fedfew.study.report import collect
+    from fedfew.study.collect import collect
 
     results = collect(study, root, tmp_path / "store", "smoke")
     by_method = {r["config"]["algorithm"]["name"]: r["metrics"]["test"] for r in records}
@@ -850,7 +853,8 @@ def test_a_run_another_study_stored_is_copied_not_run_again(tmp_path: Path,
     assert not (runs / "digits-second" / f"{copied['config_hash']}-{copied['code']['source']}").exists()
     assert len(list((runs / "digits-second").rglob("status.json"))) == 1  # only the 2-step FL-MAML ran
 
-    from fedfew.study.report import collect, markdown
+    from fedfew.study.collect import collect
+    from fedfew.study.report import markdown
 
     study, root = load_study(second)
     results = collect(study, root, store_dir, "smoke")
@@ -877,7 +881,7 @@ def test_a_run_another_study_stored_is_copied_not_run_again(tmp_path: Path,
 def test_a_loss_curve_is_drawn_in_its_own_unit_and_skips_switched_off_terms() -> None:
     """An accuracy is a fraction shown in percent; a training loss (F2L's L_MI) is not scaled, and a
     round where a variant's term is off (nan) counts as missing for that seed."""
-    from fedfew.study.report import mean_curve
+    from fedfew.study.figures import mean_curve
 
     per_seed = {0: [{"round": 2, "train_l_mi": 1.5}, {"round": 4, "train_l_mi": 1.0}],
                 1: [{"round": 2, "train_l_mi": 1.3}, {"round": 4, "train_l_mi": float("nan")}]}

@@ -11,9 +11,12 @@ import pytest
 
 from fedfew.config.validation import load_config
 from fedfew.study.choose import make_choice
+from fedfew.study.collect import collect
 from fedfew.study.grid import cells
-from fedfew.study.report import collect, markdown, winners
-from fedfew.study.study_file import CONTROL, load_study
+from fedfew.study.report import markdown
+from fedfew.study.study_file import load_study
+from fedfew.study.study_sections import CONTROL
+from fedfew.study.winners import winners
 from tests.test_study import DIGITS_STUDY, REPO, run_cli, write_study
 
 #: The digits study with an untrained row of fl-proto: its own control.
@@ -176,7 +179,7 @@ HEADLINES = [
 
 @pytest.mark.parametrize("study_file, budget, claim", HEADLINES, ids=[h[0] for h in HEADLINES])
 def test_headline_claims_run_on_five_seeds(study_file: str, budget: str, claim: str) -> None:
-    from fedfew.study.report import claims
+    from fedfew.study.claim_verdicts import claims
 
     study, root = load_study(REPO / "studies" / study_file)
     assert len(study.budget(budget).seeds or study.seeds) >= 5

@@ -15,7 +15,8 @@ import pytest
 
 from fedfew.study.grid import cells
 from fedfew.study.store import CodeVersion, ResultStore, make_record
-from fedfew.study.study_file import CONTROL, load_study
+from fedfew.study.study_file import load_study
+from fedfew.study.study_sections import CONTROL
 from tests.test_study import DIGITS_STUDY, HOLD_CLAIM, REPO, dumped, run_cli, write_study
 
 #: The digits study cut to one row, one column and no control: one cell per seed, seconds each.

@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING
 
 from fedfew.study.grid import parse_seeds
 from fedfew.study.options import check_figure, check_folder, check_root, check_store
-from fedfew.study.study_file import Study, StudyError, load_study
+from fedfew.study.study_file import Study, load_study
+from fedfew.study.study_sections import StudyError
 
 if TYPE_CHECKING:
-    from fedfew.study.report import StudyResults
+    from fedfew.study.collect import StudyResults
 
 
 def _store(args: argparse.Namespace, root: Path) -> Path:
@@ -68,7 +69,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from fedfew.study.report import collect, curve_figure, curve_keys, figure, markdown
+    from fedfew.study.collect import collect
+    from fedfew.study.figures import curve_figure, curve_keys, figure
+    from fedfew.study.report import markdown
 
     study, root = load_study(args.study)
     _checked(args, study, root, write=False)
@@ -118,7 +121,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def _report_budgets(args: argparse.Namespace, study: Study, root: Path) -> int:
     """``report --budgets a,b``: the budgets side by side (the table and each budget's verdicts)."""
-    from fedfew.study.report import budgets_markdown, collect
+    from fedfew.study.collect import collect
+    from fedfew.study.report import budgets_markdown
 
     names = [b.strip() for b in args.budgets.split(",") if b.strip()]
     if len(names) < 2 or len(set(names)) != len(names):
@@ -184,8 +188,8 @@ def _cmd_docs(args: argparse.Namespace) -> int:
     import sys
 
     from fedfew.study.citations import check_pages
+    from fedfew.study.collect import collect
     from fedfew.study.docs import Collected, write_docs
-    from fedfew.study.report import collect
 
     root = Path(args.root)
     check_root(root)

@@ -29,8 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from fedfew.core import stats
-from fedfew.study.report import StudyResults
-from fedfew.study.study_file import CONTROL
+from fedfew.study.collect import StudyResults
+from fedfew.study.study_sections import CONTROL
 
 #: Bootstrap draws, and the generator's seed (fixed: the docs block must not change between runs).
 REPS = 2000

@@ -16,8 +16,9 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedfew.study.report import collect
-from fedfew.study.study_file import Choice, Study, StudyError
+from fedfew.study.collect import collect
+from fedfew.study.study_file import Study
+from fedfew.study.study_sections import Choice, StudyError
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedfew.study.report import JudgedClaim, StudyResults, claims, collect
-from fedfew.study.study_file import CLAIM_ID, Study, StudyError, load_study
+from fedfew.study.claim_verdicts import JudgedClaim, claims
+from fedfew.study.collect import StudyResults, collect
+from fedfew.study.study_file import Study, load_study
+from fedfew.study.study_sections import CLAIM_ID, StudyError
 
 _VERDICT = r"holds|reversed|not resolved"
 #: A well-formed citation.

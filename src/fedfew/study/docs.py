@@ -20,19 +20,15 @@ from pathlib import Path
 
 from fedfew.study.aggregate import aggregate_markdown, profile_figure
 from fedfew.study.choose import choice_markdown, make_choice
+from fedfew.study.collect import StudyResults, collect
 from fedfew.study.epsilon import epsilon_figure, epsilon_markdown
+from fedfew.study.figures import figure
 from fedfew.study.intervals import interval_figure
-from fedfew.study.report import (
-    StudyResults,
-    budgets_markdown,
-    claims_markdown,
-    collect,
-    figure,
-    markdown,
-    winners_markdown,
-)
-from fedfew.study.study_file import Study, StudyError, load_study
+from fedfew.study.report import budgets_markdown, claims_markdown, markdown
+from fedfew.study.study_file import Study, load_study
+from fedfew.study.study_sections import StudyError
 from fedfew.study.summary import summary_line
+from fedfew.study.winners import winners_markdown
 
 #: A marker is a line of its own (a marker quoted inside a sentence, as in docs/studies.md, is not one).
 #: ``@a+b+c`` puts several budgets side by side (budgets as column groups; the table view only).

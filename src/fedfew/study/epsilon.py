@@ -10,8 +10,8 @@ import json
 import math
 from pathlib import Path
 
+from fedfew.study.collect import StudyResults
 from fedfew.study.grid import cells
-from fedfew.study.report import StudyResults
 
 
 def setting_epsilons(results: StudyResults, root: Path) -> dict[str, tuple[str, float]]:

@@ -18,7 +18,8 @@ from fedfew.config.validation import (
     load_config,
 )
 from fedfew.core.jsontypes import JSONValue
-from fedfew.study.study_file import CONTROL, Study, StudyError
+from fedfew.study.study_file import Study
+from fedfew.study.study_sections import CONTROL, StudyError
 
 #: Config values that change how fast or where a run goes (or when a diverging run stops: a stopped run
 #: stores no record), never its numbers: left out of a cell's key so a study can be continued with more

@@ -19,8 +19,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from fedfew.study.report import StudyResults
-from fedfew.study.study_file import CONTROL
+from fedfew.study.collect import StudyResults
+from fedfew.study.study_sections import CONTROL
 
 #: Panels per row of the figure.
 PANELS_PER_ROW = 4

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from fedfew.study.study_file import StudyError
+from fedfew.study.study_sections import StudyError
 
 #: The figure types ``--figure`` and ``--curve`` write (matplotlib's, without its backends' rarer ones).
 FIGURE_TYPES = (".png", ".pdf", ".svg", ".jpg", ".jpeg", ".eps", ".ps", ".tif", ".tiff", ".webp")

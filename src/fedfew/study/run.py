@@ -19,10 +19,11 @@ from fedfew.study.estimate import duration, runs_to_go, sitting_times, time_left
 from fedfew.study.grid import Cell, cells
 from fedfew.study.records import CheckedStore, usable_elsewhere
 from fedfew.study.store import CodeVersion, ResultStore, StudyRecord, current_code, foreign_codes
-from fedfew.study.study_file import Study, StudyError
+from fedfew.study.study_file import Study
+from fedfew.study.study_sections import StudyError
 
 #: The progress of `fedfew study run`: the command's own lines, printed without the ``fedfew:`` of a
-#: note (:data:`fedfew.cli.main.PROGRESS_LOGGERS`).
+#: note (:data:`fedfew.cli.logs.PROGRESS_LOGGERS`).
 progress_log = logging.getLogger("fedfew.study")
 
 

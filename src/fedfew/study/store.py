@@ -21,7 +21,7 @@ from typing import TypedDict, TypeGuard
 
 from fedfew.core.codeversion import numbers_version, package_version
 from fedfew.core.jsontypes import JSONObject, JSONValue
-from fedfew.study.study_file import StudyError, parse_metric
+from fedfew.study.study_sections import StudyError, parse_metric
 
 FORMAT = 1
 

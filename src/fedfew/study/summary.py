@@ -1,12 +1,13 @@
 """A study in one sentence (the ``study:NAME:summary`` docs view, README's "what it found"): which
 method is best in how many settings, whether the paired rule separates it from every other method
-there, and how far it lies above its own untrained control, all from :func:`fedfew.study.report.winners`
+there, and how far it lies above its own untrained control, all from :func:`fedfew.study.winners.winners`
 on the committed store."""
 
 from __future__ import annotations
 
+from fedfew.study.collect import StudyResults
 from fedfew.study.intervals import own_control
-from fedfew.study.report import StudyResults, winners
+from fedfew.study.winners import winners
 
 
 def _where(won: list[str], settings: list[str]) -> str:

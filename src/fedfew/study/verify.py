@@ -20,10 +20,11 @@ from fedfew.study.grid import Cell, cells
 from fedfew.study.records import CheckedStore
 from fedfew.study.sittings import timestamp
 from fedfew.study.store import FORMAT, StudyRecord, current_code, foreign_codes, metric
-from fedfew.study.study_file import Study, StudyError
+from fedfew.study.study_file import Study
+from fedfew.study.study_sections import StudyError
 
 #: The progress of `fedfew study verify`, one line per re-run cell, printed as `fedfew study run`'s are
-#: (:data:`fedfew.cli.main.PROGRESS_LOGGERS`).
+#: (:data:`fedfew.cli.logs.PROGRESS_LOGGERS`).
 progress_log = logging.getLogger("fedfew.study")
 
 
