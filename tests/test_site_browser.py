@@ -166,7 +166,7 @@ def test_api_page(browser: Any, server: str) -> None:
     check_chrome(browser)
     ids = {e.get_attribute("id") for e in browser.find_elements(By.CSS_SELECTOR, "[id^='fedfew.']")}
     assert {"fedfew.run.runner.run_experiment", "fedfew.interface.algorithm.Algorithm",
-            "fedfew.interface.algorithm.ClientResult"} <= ids, sorted(ids)[:10]
+            "fedfew.interface.records.ClientResult"} <= ids, sorted(ids)[:10]
     browser.save_screenshot(str(ARTIFACTS / "api.png"))
     assert console_errors(browser) == []
 
