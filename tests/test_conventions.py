@@ -15,6 +15,7 @@ import yaml
 
 from fedfew.cli.main import logging_to_stderr, main
 from fedfew.config.validation import load_config
+from fedfew.core.errors import ConfigError
 from fedfew.engine.base import ENGINES, Delivery, Engine, EngineSetup, Faults, InProcessEngine
 from fedfew.engine.tasks import ClientTask, run_client_task
 from fedfew.run.experiment import build_experiment
@@ -87,6 +88,33 @@ def test_frl_deployment_groups_run_on_the_configured_engine(counting_engine) -> 
     deployments = [e for e in CountingEngine.built if e.states is None]
     assert deployments and all(e.delivered for e in deployments)  # each group's rounds went through it
     assert got["test"] == expected["test"]
+
+
+def test_an_engine_checks_the_config_parts_only_it_understands(counting_engine) -> None:
+    """The config check asks the named engine (``Engine.check_config``, through the registry): an engine
+    plugin refuses what it cannot run with its own one-line message, and inherits the base's refusals
+    of what runs only in this process."""
+    config = tiny_config("fl-proto")
+
+    class PickyEngine(CountingEngine):
+        @classmethod
+        def check_config(cls, config: Any) -> None:
+            super().check_config(config)
+            if config.federation.rounds > 1:
+                raise ValueError("federation.rounds: the picky engine runs one round (got "
+                                 f"{config.federation.rounds})")
+
+    ENGINES.register("picky", help="a test engine")(PickyEngine)
+    try:
+        with pytest.raises(ConfigError, match=r"federation\.rounds: the picky engine runs one round \(got 2\)"):
+            load_config(config, ["runtime.engine=picky", "federation.rounds=2"])
+        assert load_config(config, ["runtime.engine=picky", "federation.rounds=1"]).runtime.engine == "picky"
+        with pytest.raises(ConfigError, match="runtime.batch_clients runs a round's clients together in this process"):
+            load_config(config, ["runtime.engine=picky", "federation.rounds=1", "runtime.batch_clients=true"])
+    finally:
+        ENGINES._items.pop("picky")
+        ENGINES._help.pop("picky")
+    assert load_config(config, ["runtime.batch_clients=true"]).runtime.batch_clients  # in process: allowed
 
 
 def test_faults_are_drawn_once_for_every_engine() -> None:

@@ -12,17 +12,12 @@ from fedfew.core.config_schema import ExperimentSchema
 
 
 def check_engine(config: ExperimentSchema) -> None:
-    """What runs only in this process (runtime.compile, runtime.batch_clients, a device other than the
-    CPU) asks of ``runtime.engine``."""
-    if config.runtime.compile != "off" and config.runtime.engine != "inprocess":
-        raise ValueError(f"runtime.compile compiles the clients' step in this process: set runtime.engine: "
-                         f"inprocess (got {config.runtime.engine}) or runtime.compile: off")
-    if config.runtime.batch_clients and config.runtime.engine != "inprocess":
-        raise ValueError("runtime.batch_clients runs a round's clients together in this process: set "
-                         "runtime.engine: inprocess")
-    if config.runtime.device != "cpu" and config.runtime.engine != "inprocess":
-        raise ValueError("runtime.device=cuda/auto runs the clients in this process (one GPU): set "
-                         "runtime.engine: inprocess")
+    """What the named engine asks of the rest of the config: its own
+    :meth:`~fedfew.engine.base.Engine.check_config`, through the registry (compiled steps, batched clients
+    and a device run only in this process; the deployment engine's parties hold the config)."""
+    from fedfew.config.engines import ENGINES
+
+    ENGINES.get(config.runtime.engine).check_config(config)
 
 
 def check_rounds(config: ExperimentSchema) -> None:
@@ -85,11 +80,6 @@ def check_privacy(config: ExperimentSchema) -> None:
         if 2 * count_noise <= p.noise_multiplier:
             raise ValueError(adaptive_clip_refusal(count_noise, p.noise_multiplier, m,
                                                    p.adaptive_clip.count_noise is None))
-    if p.noise == "seeded" and config.runtime.engine == "flower" and "noise" not in p.model_fields_set:
-        # Real parties hold the config on the deployment engine: reproducible noise only when asked for
-        # (the default is secure, so this guards a default that would ever change, or a plugin's).
-        raise ValueError("privacy.noise: seeded noise on runtime.engine=flower would let every party holding the "
-                         "config regenerate it: set privacy.noise: seeded explicitly (research only) or secure")
     if p.accounting == "poisson" and config.flower.secure_aggregation.enabled:
         raise ValueError("privacy.accounting=poisson: a Poisson round may ask fewer than the 2 clients secure "
                          "aggregation needs, and SecAgg+ tells each client its neighbours: use "

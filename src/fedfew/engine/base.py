@@ -222,6 +222,24 @@ class Engine:
         """Run ``run`` in this engine's own processes and return its summary (``runs_elsewhere``)."""
         raise EngineError(f"runtime.engine={cls.name} runs in this process")
 
+    @classmethod
+    def check_config(cls, config: ExperimentSchema) -> None:
+        """What this engine asks of the rest of a config, beyond its own ``runtime.engine_options``
+        (validated by :attr:`Options`): raise ``ValueError`` naming the keys to change. The config check
+        (:class:`fedfew.config.validation.ExperimentConfig`) calls it through :data:`ENGINES`, so what only
+        an engine knows stays in its class. The base refuses what runs only in the process that reads the
+        config (compiled steps, batched clients, a device), which :class:`InProcessEngine` allows."""
+        engine = config.runtime.engine
+        if config.runtime.compile != "off":
+            raise ValueError(f"runtime.compile compiles the clients' step in this process: set runtime.engine: "
+                             f"inprocess (got {engine}) or runtime.compile: off")
+        if config.runtime.batch_clients:
+            raise ValueError("runtime.batch_clients runs a round's clients together in this process: set "
+                             "runtime.engine: inprocess")
+        if config.runtime.device != "cpu":
+            raise ValueError("runtime.device=cuda/auto runs the clients in this process (one GPU): set "
+                             "runtime.engine: inprocess")
+
     # -- the template ---------------------------------------------------------------------------
     def execute(self, task: ClientTask, payloads: Mapping[int, Payload]) -> Replies:
         """Run ``task`` for the clients ``payloads`` names: the replies in time, by client id."""
@@ -318,6 +336,10 @@ class InProcessEngine(Engine):
                  compute: Compute = CPU_FP32) -> None:
         super().__init__(algorithm, seed, states, faults, compute)
         self.clients = clients
+
+    @classmethod
+    def check_config(cls, config: ExperimentSchema) -> None:
+        """Everything the base refuses runs here: compiled steps, batched clients, a device."""
 
     @classmethod
     def build(cls, setup: EngineSetup, options: BaseModel) -> Engine:

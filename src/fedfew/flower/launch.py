@@ -56,6 +56,16 @@ class FlowerLaunch(Engine):
     honours_secure_aggregation = True
 
     @classmethod
+    def check_config(cls, config: ExperimentSchema) -> None:
+        super().check_config(config)
+        p = config.privacy
+        if p.enabled and p.noise == "seeded" and "noise" not in p.model_fields_set:
+            # Real parties hold the config on the deployment engine: reproducible noise only when asked for
+            # (the default is secure, so this guards a default that would ever change, or a plugin's).
+            raise ValueError("privacy.noise: seeded noise on runtime.engine=flower would let every party holding "
+                             "the config regenerate it: set privacy.noise: seeded explicitly (research only) or secure")
+
+    @classmethod
     def launch(cls, run: Launch) -> JSONObject:
         return run_local_flower(run.folder, run.config, run.progress, run.label, run.resume)
 
