@@ -14,6 +14,11 @@
 #      into summary.txt), and the same setting as a variant of step 4;
 #   5. one stored study cell at its own budget on the device (.gpu/cell.yaml: FedFSL Table 3's headline,
 #      FedFSL-MI-Adv, 100 rounds x 5 local steps), its accuracy and seconds beside the CPU's stored ones.
+#   6. (only when named: STEPS=calibration) the calibration study's gpu budget (issue 50): centralised
+#      ProtoNet on Vinyals' Omniglot, 10,000 episodes a cell on the device, as many cells as the time
+#      allows (finished cells are stored; settings in the study's order); the store's calibration folder
+#      comes back as calibration_store.tgz: unpack it into studies/store/calibration here, then
+#      `fedfew study docs`. CAL_BUDGET picks another budget (CAL_BUDGET=smoke for a dry run on a CPU).
 # Everything goes to $OUT (at most 8 files come back): summary.txt, all.log, env.txt, pytest.xml,
 # cuda_vs_cpu.json, peers_cuda.json, gpu_util.csv, cell.json. The whole script keeps to BUDGET seconds (default
 # 480) so that a 540 s call leaves room; each step gets what is left, capped.
@@ -142,5 +147,13 @@ acc = summary["test"]["accuracy"] if summary else None
 print(f"cell: device accuracy {acc} in {summary.get('seconds') if summary else None} s; stored cpu {cpu['accuracy']} in {cpu['wall_seconds']} s; rounds logged {len(rows)}")
 PY
   grep -E '^cell: ' "$LOG" | tail -1 | tee -a "$SUMMARY"
+fi
+# 6. the calibration study's gpu budget, as far as the time goes
+if has calibration; then
+  CAL_RUNS="$(mktemp -d)"; CAL_BUDGET="${CAL_BUDGET:-gpu}"
+  FEDFEW_DATA="$FEDFEW_SHARED_DATA" step calibration-"$CAL_BUDGET" 560 "$PYTHON" -m fedfew.cli.main study run \
+    studies/calibration.yaml --budget "$CAL_BUDGET" --runs "$CAL_RUNS"
+  tar czf "$OUT/calibration_store.tgz" -C studies/store calibration
+  note "calibration: $(grep -E '^study calibration' "$LOG" | tail -2 | tr '\n' ' ')"
 fi
 note "total $(( $(date +%s) - START ))s of ${BUDGET}s; files in $OUT: $(ls "$OUT" | tr '\n' ' ')"
