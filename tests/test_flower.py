@@ -363,6 +363,7 @@ def test_secure_aggregation_with_supernodes_stopped_after_the_key_exchange(tmp_p
     assert len(rows) == 1 and rows[0]["clients"]["replied"] == [0, 1] and rows[0]["clients"]["failed"] == [2]
     entry = json.loads((folder.path / "flower" / "secagg.jsonl").read_text().splitlines()[0])
     assert entry["summed"] == [0, 1] and entry["dropped"] == [2] and entry["threshold"] == 2
+    assert entry["left_after_masking"] == []
     server, _ = serialize.load(folder.path / "checkpoint" / "server-r1.safetensors")
     setup = one_round({**config, "federation": {"rounds": 1, "clients_per_round": 3},
                        "runtime": {**config["runtime"], "engine": "flower"}})
@@ -376,3 +377,67 @@ def test_secure_aggregation_with_supernodes_stopped_after_the_key_exchange(tmp_p
     assert "\n" not in message and "round 2 failed at stage collect_masked_vectors: client(s) [1, 2] dropped" in message
     assert "fewer than the 2 shares needed to unmask" in message, message
     assert json.loads((folder.path / "status.json").read_text())["status"] == "failed"
+
+
+@pytest.mark.flower
+def test_secure_aggregation_with_a_supernode_stopped_after_its_masked_vector(tmp_path: Path) -> None:
+    """SecAgg+ on three SuperNodes (real processes), 2 of a client's 3 shares to unmask it; client 2's SuperNode
+    is stopped once its masked vector is in (its ``secagg-collect_masked_vectors`` entry), before the unmask
+    stage. What SecAgg+ does (Bell et al. 2020; Flower's ``SecAggPlusWorkflow.unmask_stage``): the clients
+    the server has a masked vector from are the round's survivors, whatever happens later. Their vectors are
+    already in the masked sum, so client 2's pairwise masks cancel there as everyone's do; the unmask stage
+    asks the live neighbours of each survivor for the shares of its *private-mask seed* (never of its key,
+    which would also reveal its pairwise masks and so its vector), and the 2 shares clients 0 and 1 hold of
+    client 2's seed remove its private mask. The round completes and client 2's input stays in the sum:
+    the model is the plain aggregate of all three clients within the recorded bound, and the round records
+    client 2 as summed, not dropped, and as ``left_after_masking`` (no unmask reply from it). Its update
+    counts in full, as if it had stayed: under DP it took part in the round (DP-FedAvg's denominator is m
+    whoever answers; docs/privacy.md, "Threshold and dropouts")."""
+    from fedfew.interface import serialize
+    from tests.test_secagg import aggregate, one_round
+
+    config = tiny_config("fl-proto", federation={"rounds": 1, "clients_per_round": 3}, partition={"num_clients": 3})
+    config["flower"] = {"round_timeout": 120, "secure_aggregation": {"enabled": True}}  # 2 of 3 shares unmask
+    cfg = load_config(config, ["runtime.engine=flower"])
+    before = federation_markers()
+    fed = LocalFederation(tmp_path / "fed", 3, FlowerSettings(round_timeout=120, tls=False, node_auth=False), None)
+    stopped = False
+    with fed:
+        folder = new_run(cfg, tmp_path / "out")
+        worker = threading.Thread(target=run_on_federation, args=(fed, folder, cfg))
+        worker.start()
+        log = folder.path / "flower" / "messages.jsonl"
+        deadline = time.monotonic() + 600
+        while worker.is_alive() and time.monotonic() < deadline:
+            entries = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+            if any(e["type"] == "secagg-collect_masked_vectors" and e["client"] == 2 for e in entries):
+                _stop_node(fed, 2)
+                stopped = True
+                break
+            time.sleep(0.1)
+        worker.join(timeout=600)
+        assert not worker.is_alive()
+    assert stopped and no_fedfew_processes_left(before)
+    assert json.loads((folder.path / "status.json").read_text())["status"] == "complete"
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    answered = {(e["type"], e["client"]) for e in entries}
+    assert {("secagg-collect_masked_vectors", c) for c in (0, 1, 2)} <= answered
+    assert {c for t, c in answered if t == "secagg-unmask"} == {0, 1}  # client 2 was gone before the unmask stage
+    entry = json.loads((folder.path / "flower" / "secagg.jsonl").read_text().splitlines()[0])
+    assert entry["summed"] == entry["trained"] == [0, 1, 2] and entry["dropped"] == [] and entry["threshold"] == 2
+    assert entry["left_after_masking"] == [2]
+    (row,) = [json.loads(line) for line in (folder.path / "metrics.jsonl").read_text().splitlines()]
+    assert row["clients"]["replied"] == [0, 1, 2] and not row["clients"].get("failed")
+    server, _ = serialize.load(folder.path / "checkpoint" / "server-r1.safetensors")
+    setup = one_round({**config, "runtime": {**config["runtime"], "engine": "flower"}})
+    assert sorted(setup["results"]) == [0, 1, 2]
+    expected = setup["aggregate"]  # the plain round of all three
+    difference = max(float((server["model"][k].double() - expected[k].double()).abs().max()) for k in expected)
+    assert difference <= entry["error_bound"] + 1e-6, (difference, entry["error_bound"])
+    two = {c: setup["results"][c] for c in (0, 1)}  # and not the round of the two that answered the unmask stage
+    without = aggregate(setup["experiment"], setup["server"], two)
+    assert max(float((server["model"][k].double() - without[k].double()).abs().max()) for k in without) > 100 * (
+        entry["error_bound"] + 1e-6)
+    print(f"deployment, a dropout after its masked vector: model max difference {difference:.3g} <= bound "
+          f"{entry['error_bound']:.3g} (all three summed)")
+

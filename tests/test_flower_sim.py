@@ -7,12 +7,16 @@ nodes on 127.0.0.1 (a head and a second raylet, started once for the module and 
   both nodes (each reply records the Ray node it ran on) and leaves no process behind;
 * a private Ray instance from the command line, and bad input (an unreachable address, a GPU the
   cluster lacks): one line, exit 2, no process left;
-* CPUs another job holds: the run waits for them up to ``flower.startup_timeout``, then one line, exit 2.
+* CPUs another job holds: the run waits for them up to ``flower.startup_timeout``, then one line, exit 2;
+* secure aggregation (SecAgg+), with and without central DP: what the server pulls is a masked vector per
+  client and nothing else of its result, the unmasked sum is the clients' (clipped) sum within the
+  quantisation, and under DP the server's noise is added to that sum.
 
 Marked ``flower``: ``make test-flower`` (CI) runs them; a few minutes in all."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -179,6 +183,102 @@ def plain_model(config: dict[str, Any]) -> dict[str, Any]:
     return simulator.state.server["model"]
 
 
+@dataclasses.dataclass
+class Capture:
+    """A secure run's round 1 as the server saw it, beside the same round's plain vectors in this process."""
+
+    model: dict[str, Any]  # the global model after the round
+    entry: dict[str, Any]  # the round's record (RUN/flower/secagg.jsonl)
+    rounds: Any  # the engine's SecureRounds (settings, the unmasked sum in .last)
+    replies: list[Any]  # what the ServerApp pulled in the collect-masked-vectors stage
+    masked: dict[int, Any]  # client -> its masked vector (the weight factor first), as pulled
+    plain: dict[int, Any]  # client -> the vector it gave secaggplus_mod to quantise and mask (clipped, under DP)
+    setup: dict[str, Any]  # tests.test_secagg.one_round: the server's state and the clients' results
+    config: dict[str, Any]
+    folder: Path
+
+
+def masked_capture(config: dict[str, Any], simulation: Simulation, folder: Path) -> Capture:
+    """One secure round of ``config`` (3 clients) on the class's simulation, its grid recorded, and the
+    clients' plain vectors of the same round computed here (under central DP, their updates clipped to
+    C - margin as the nodes clip them)."""
+    import numpy as np
+    from flwr.common import bytes_to_ndarray
+
+    from fedfew.engine.tasks import ClientTask
+    from fedfew.interface.static import static_tensors
+    from fedfew.privacy.secure_sum import client_vector, layout
+    from tests.test_secagg import one_round
+
+    model, engine, recording = secure_run(config, simulation, folder)
+    rounds = engine.secure
+    (entry,) = rounds.history
+    replies = [m for m in recording.pulled if "secaggplus_configs" in m.content.config_records
+               and "masked_params" in m.content.config_records["secaggplus_configs"]]
+    client_of = {node: cid for cid, node in engine.node_of.items()}
+    masked = {client_of[m.metadata.src_node_id]: np.concatenate([bytes_to_ndarray(b).reshape(-1) for b in
+              m.content.config_records["secaggplus_configs"]["masked_params"]]) for m in replies}
+    setup = one_round(config)
+    server, privacy = setup["server"], setup["experiment"].privacy
+    frozen = static_tensors(setup["experiment"].algorithm).keys()
+    task = ClientTask(0, "0", privacy=privacy.client_spec(server).to_json() if privacy is not None else None)
+    spec, task, _ = rounds.spec(task, layout(server["model"], frozen))  # under central DP: the clip less the margin
+    if task.privacy is not None:
+        setup = one_round(config, clip=float(task.privacy["clip"]))
+    plain = {cid: client_vector(spec, server["model"], r, frozen)[0] for cid, r in setup["results"].items()}
+    return Capture(model, dict(entry), rounds, replies, masked, plain, setup, config, folder)
+
+
+def check_masked_only(capture: Capture) -> float:
+    """What the server pulled in the third stage is a masked vector per client, unlike the client's quantised
+    vector (the weight factor, then its plain vector), and nothing else of its result: no upload, no
+    metrics (the algorithm's training metrics stay on the node), no sample count; the masked vectors' sum
+    is still masked; the unmasked sum is the sum of the clients' plain vectors within K steps 2c/T per
+    coordinate. Returns the sum's largest error."""
+    import numpy as np
+    from flwr.common.secure_aggregation.quantization import quantize
+
+    from fedfew.privacy.secure_sum import protocol_sizes
+    from tests.test_secagg import one_round
+
+    entry, settings = capture.entry, capture.rounds.settings
+    selected = entry["asked"]
+    assert entry["summed"] == entry["trained"] == selected and len(selected) == 3 and entry["dropped"] == []
+    assert entry["left_after_masking"] == []
+    assert (entry["num_shares"], entry["threshold"]) == protocol_sizes(3, 1.0, 0.67) == (3, 2)
+    assert len(capture.replies) == 3 and sorted(capture.masked) == selected
+    # What the algorithm's training reports on a node (its loss and accuracy) must not travel: not under
+    # DP either, where they would be un-noised.
+    without_dp = {k: v for k, v in capture.config.items() if k != "privacy"}
+    reported = {key for r in one_round(without_dp)["results"].values() for key in r.metrics}
+    assert {"loss", "accuracy"} <= reported
+    for reply in capture.replies:  # the masked vector, its weight 1 and whether it sat out; no upload, no metrics
+        assert set(reply.content.keys()) == {"fitres.parameters", "fitres.num_examples", "fitres.metrics",
+                                             "fitres.status", "result", "secaggplus_configs"}
+        assert not reply.content.array_records["fitres.parameters"]
+        assert dict(reply.content.metric_records["fitres.num_examples"]) == {"num_examples": 1}
+        assert dict(reply.content.config_records["fitres.metrics"]) == {"skipped": 0}
+        assert set(json.loads(str(reply.content.config_records["result"]["json"]))) == {"where", "timing"}
+        keys = {key for record in reply.content.values() for key in record.keys()}
+        assert not keys & reported, keys & reported
+    c, levels, modulus = settings.clipping_range, settings.quantization_range, settings.modulus_range
+    for cid in selected:
+        quantised = np.concatenate([[levels], quantize([capture.plain[cid]], c, levels)[0]])  # the weight factor first
+        assert capture.masked[cid].shape == quantised.shape
+        assert (capture.masked[cid] == quantised).mean() < 0.01  # nothing of the client's vector shows
+        assert (capture.masked[cid] > levels).mean() > 0.9  # spread over [0, M): a quantised value is at most T
+    summed = sum(capture.masked[cid] for cid in selected) % modulus  # still masked by each client's own mask
+    assert (summed > 3 * levels).mean() > 0.9
+    truth = sum(capture.plain[cid] for cid in selected)
+    error = float(np.abs(capture.rounds.last["sum"] - truth).max())
+    assert error <= 3 * settings.step, (error, 3 * settings.step)
+    logged = [json.loads(line) for line in (capture.folder / "flower" / "messages.jsonl").read_text().splitlines()]
+    assert {e["type"] for e in logged} == {f"secagg-{s}" for s in ("setup", "share_keys", "collect_masked_vectors",
+                                                                   "unmask")}
+    assert not any("upload" in e["records"] for e in logged)
+    return error
+
+
 class TestSecureAggregation:
     """``flower.secure_aggregation`` on the Simulation Engine: Flower's secaggplus_mod on the virtual
     SuperNodes, the SecAgg+ workflow's stages in the ServerApp (3 of the 4 nodes, one round)."""
@@ -187,75 +287,74 @@ class TestSecureAggregation:
                                                                            tmp_path: Path) -> None:
         """(a) What the ServerApp pulls in the third stage is a masked vector per client, unlike the client's
         quantised vector, and nothing else of its result; the unmasked sum is the sum of the clients'
-        plain vectors within K steps 2c/T per coordinate; (b) the model is the plain run's within the bound
-        the engine records."""
-        import numpy as np
-        from flwr.common import bytes_to_ndarray
-        from flwr.common.secure_aggregation.quantization import quantize
-
-        from fedfew.engine.tasks import ClientTask
-        from fedfew.interface.static import static_tensors
-        from fedfew.privacy.secure_sum import client_vector, layout, protocol_sizes
-        from tests.test_secagg import one_round, secure_config
+        plain vectors within K steps 2c/T per coordinate (:func:`check_masked_only`); (b) the model is the
+        plain run's within the bound the engine records."""
+        from tests.test_secagg import secure_config
 
         config = secure_config("fl-proto")
-        model, engine, recording = secure_run(config, simulation, tmp_path)
-        rounds = engine.secure
-        (entry,) = rounds.history
-        settings = rounds.settings
-        selected = entry["asked"]
-        assert entry["summed"] == entry["trained"] == selected and len(selected) == 3 and entry["dropped"] == []
-        assert (entry["num_shares"], entry["threshold"]) == protocol_sizes(3, 1.0, 0.67) == (3, 2)
-        third = [m for m in recording.pulled if "secaggplus_configs" in m.content.config_records
-                 and "masked_params" in m.content.config_records["secaggplus_configs"]]
-        assert len(third) == 3
-        for reply in third:  # the masked vector, its weight 1 and whether it sat out; no upload, no metrics
-            assert set(reply.content.keys()) == {"fitres.parameters", "fitres.num_examples", "fitres.metrics",
-                                                 "fitres.status", "result", "secaggplus_configs"}
-            assert not reply.content.array_records["fitres.parameters"]
-            assert dict(reply.content.metric_records["fitres.num_examples"]) == {"num_examples": 1}
-            assert dict(reply.content.config_records["fitres.metrics"]) == {"skipped": 0}
-            assert set(json.loads(str(reply.content.config_records["result"]["json"]))) == {"where", "timing"}
-        client_of = {node: cid for cid, node in engine.node_of.items()}
-        masked = {client_of[m.metadata.src_node_id]: np.concatenate([bytes_to_ndarray(b).reshape(-1) for b in
-                  m.content.config_records["secaggplus_configs"]["masked_params"]]) for m in third}
-        # The clients' plain vectors: the same round's updates in this process.
-        setup = one_round(config)
-        server = setup["server"]
-        frozen = static_tensors(setup["experiment"].algorithm).keys()
-        spec, _, _ = rounds.spec(ClientTask(0, "0"), layout(server["model"], frozen))
-        plain = {cid: client_vector(spec, server["model"], r, frozen)[0] for cid, r in setup["results"].items()}
-        c, levels, modulus = settings.clipping_range, settings.quantization_range, settings.modulus_range
-        for cid in selected:
-            quantised = np.concatenate([[levels], quantize([plain[cid]], c, levels)[0]])  # the weight factor first
-            assert masked[cid].shape == quantised.shape
-            assert (masked[cid] == quantised).mean() < 0.01  # nothing of the client's vector shows
-            assert (masked[cid] > levels).mean() > 0.9  # spread over [0, M): a quantised value is at most T
-        summed = sum(masked[cid] for cid in selected) % modulus  # still masked by each client's own mask
-        assert (summed > 3 * levels).mean() > 0.9
-        truth = sum(plain[cid] for cid in selected)
-        error = float(np.abs(rounds.last["sum"] - truth).max())
-        assert error <= 3 * settings.step, (error, 3 * settings.step)
-        print(f"unmasked sum: max error {error:.3g} <= K step = {3 * settings.step:.3g}")
+        capture = masked_capture(config, simulation, tmp_path)
+        error = check_masked_only(capture)
+        print(f"unmasked sum: max error {error:.3g} <= K step = {3 * capture.rounds.settings.step:.3g}")
+        model, entry = capture.model, capture.entry
         expected = plain_model(config)
         difference = max(float((model[k].double() - expected[k].double()).abs().max()) for k in model)
         assert difference <= entry["error_bound"] + 1e-6, (difference, entry["error_bound"])
         print(f"model: max difference {difference:.3g} <= bound {entry['error_bound']:.3g}")
-        logged = [json.loads(line) for line in (tmp_path / "flower" / "messages.jsonl").read_text().splitlines()]
-        assert {e["type"] for e in logged} == {f"secagg-{s}" for s in ("setup", "share_keys", "collect_masked_vectors",
-                                                                       "unmask")}
-        assert not any("upload" in e["records"] for e in logged)
 
-    def test_with_central_dp_the_server_noises_the_unmasked_sum(self, simulation: Simulation, tmp_path: Path) -> None:
-        """central-dp + secure aggregation: the clients clip (to C less the quantisation's reach) and the
-        server adds the noise to the unmasked sum: the model is the plain DP run's within the bound."""
+    def test_with_central_dp_the_server_receives_masked_vectors_and_noises_their_sum(
+            self, simulation: Simulation, tmp_path: Path) -> None:
+        """central-dp + secure aggregation. (a) As without DP (:func:`check_masked_only`): the server pulls a
+        masked vector per client and nothing else of its result (no upload, no metrics: nothing un-noised),
+        and the unmasked sum is the sum of the clients' *clipped* vectors (clipped to C less the
+        quantisation's reach, ``dp_clip_margin``) within K steps. (b) The noise is the server's, added to
+        the unmasked sum: the clients' vectors carry none (the unmasked sum is their clipped sum within K
+        steps, while the noise on a sum has standard deviation z C = 0.4), and the model less the
+        noiseless aggregate w + sum / m is the server's seeded draw times z C / m (research mode,
+        ``noise: seeded``), within the float32 rounding; over the model's 1896 coordinates its standard
+        deviation is z C / m within 5 standard errors of a sample deviation (1 / sqrt(2 (d - 1)), 1.6%),
+        and against the clients' exact clipped sum within (K step) / m more. (c) The model is the plain DP
+        run's within the bound the engine records."""
+        import numpy as np
+        import torch
+
+        from fedfew.core.seeding import torch_generator
+        from fedfew.privacy.mechanism import NOISE_KEY
         from tests.test_secagg import CENTRAL, secure_config
 
         config = secure_config("fl-proto", privacy=CENTRAL)
-        model, engine, _ = secure_run(config, simulation, tmp_path)
-        (entry,) = engine.secure.history
+        capture = masked_capture(config, simulation, tmp_path)
+        entry, settings = capture.entry, capture.rounds.settings
         assert entry["mode"] == "dp" and 0 < entry["dp_clip_margin"] < 1e-3
+        error = check_masked_only(capture)
+        print(f"central-dp, unmasked sum: max error {error:.3g} <= K step = {3 * settings.step:.3g}")
+        # (b) the server's noise on the unmasked sum
+        privacy, server = capture.setup["experiment"].privacy, capture.setup["server"]
+        z, clip, m = privacy.update_noise, privacy.current_clip(server), privacy.per_round
+        assert (z, clip, m) == (0.8, 0.5, 3)
+        std = z * clip / m
+        before = server["model"]
+        names = [n for n in sorted(before) if torch.is_floating_point(before[n]) and n not in privacy.frozen]
+        generator = torch_generator(config["seed"], NOISE_KEY, "0")  # the server's draw, in sorted order
+        draw = np.concatenate([torch.randn(before[n].shape, generator=generator, dtype=torch.float64).reshape(-1).numpy()
+                               for n in names])
+        after = np.concatenate([capture.model[n].double().reshape(-1).numpy() for n in names])
+        start = np.concatenate([before[n].double().reshape(-1).numpy() for n in names])
+        residual = after - (start + capture.rounds.last["sum"] / m)  # the model less the noiseless aggregate
+        float32 = float(np.abs(after).max()) * 2.0 ** -23
+        assert float(np.abs(residual - draw * std).max()) <= float32, float(np.abs(residual - draw * std).max())
+        d = residual.size
+        assert d == 1896
+        deviation = float(residual.std())
+        assert abs(deviation / std - 1) <= 5 / np.sqrt(2 * (d - 1)), (deviation, std)
+        assert abs(float(residual.mean())) <= 5 * std / np.sqrt(d)
+        truth = sum(capture.plain[cid] for cid in entry["summed"])
+        against_truth = float(np.abs(after - (start + truth / m) - draw * std).max())
+        assert against_truth <= 3 * settings.step / m + float32, against_truth
+        print(f"central-dp noise: std {deviation:.4g} (z C / m = {std:.4g}) over {d} coordinates; the model less "
+              f"the noiseless aggregate is the server's draw within {against_truth:.3g}")
+        # (c) the plain DP run's model
         expected = plain_model(config)
+        model = capture.model
         difference = max(float((model[k].double() - expected[k].double()).abs().max()) for k in model)
         assert difference <= entry["error_bound"] + 1e-6, (difference, entry["error_bound"])
         print(f"central-dp model: max difference {difference:.3g} <= bound {entry['error_bound']:.3g}")

@@ -10,9 +10,9 @@ The default suite checks the pieces without a federation:
   privacy) is one line naming the key, exit 2; a config without it keeps its stored key;
 * the frl-* baselines' deployment groups on flower-sim run in the server's process (as on flower).
 
-The runs on real Flower processes (the capture of what the server receives, SecAgg = plain within the
-bound, a SuperNode killed after the key exchange) are marked ``flower``: tests/test_flower_sim.py
-(class TestSecureAggregation) and tests/test_flower.py."""
+The runs on real Flower processes (the capture of what the server receives, with and without central
+DP; SecAgg = plain within the bound; a SuperNode stopped after the key exchange, and one after its masked
+vector) are marked ``flower``: tests/test_flower_sim.py (class TestSecureAggregation) and tests/test_flower.py."""
 
 from __future__ import annotations
 

@@ -277,6 +277,7 @@ class SecureRoundRecord(TypedDict):
     summed: list[int]
     trained: list[int]
     dropped: list[int]
+    left_after_masking: list[int]  # summed, but gone before the unmask stage: their inputs stay in the sum
     num_shares: int
     threshold: int
     step: float
@@ -410,13 +411,18 @@ class SecureRounds:
                 exchange: _Exchange, flow: WorkflowState, margin: float) -> None:
         summed = sorted(out.results)
         entry: SecureRoundRecord = {"round": task.round + 1, "mode": spec["mode"], "asked": asked, "summed": summed,
-                 "trained": out.trained, "dropped": sorted(set(asked) - set(summed)), "num_shares": flow.num_shares,
-                 "threshold": flow.threshold, "step": self.settings.step, "coordinates": int(out.total.size),
+                 "trained": out.trained, "dropped": sorted(set(asked) - set(summed)),
+                 "left_after_masking": sorted(set(summed) - set(exchange.received.get(Stage.UNMASK, {}))),
+                 "num_shares": flow.num_shares, "threshold": flow.threshold, "step": self.settings.step, "coordinates": int(out.total.size),
                  "weight_sum": out.weight_sum, "dp_clip_margin": margin, "error_bound": out.error_bound,
                  "seconds": dict(exchange.seconds)}
         if entry["dropped"]:
             logger.warning("secure aggregation, round %d: client(s) %s dropped during the protocol; the sum of the "
                            "other %d was unmasked", task.round + 1, entry["dropped"], len(summed))
+        if entry["left_after_masking"]:
+            logger.warning("secure aggregation, round %d: client(s) %s left after sending their masked vectors; their "
+                           "inputs are in the sum (the others' shares removed their private masks)", task.round + 1,
+                           entry["left_after_masking"])
         self.history.append(entry)
         self.last = {"sum": out.total, "masked": {cid: _masked(c) for cid, c in
                                                   exchange.received.get(Stage.COLLECT_MASKED_VECTORS, {}).items()}}
