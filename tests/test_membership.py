@@ -202,3 +202,105 @@ def test_the_privacy_study_at_its_smoke_budget_reports_epsilon_delta_and_the_att
     assert {s: e for s, (_, e) in setting_epsilons(results, root).items()} == {
         "Omniglot non-IID 1-shot, eps inf": float("inf"), "Omniglot non-IID 1-shot, eps 4": 4.0}
     assert epsilon_figure(results, root, tmp_path / "eps.png") and (tmp_path / "eps.png").stat().st_size > 0
+
+
+# -- members: the rows the episodes used -------------------------------------------------------------
+def test_recording_collects_the_support_and_query_rows_of_the_loaded_dataset() -> None:
+    """Inside ``recording_rows`` every episode drawn adds its support and query rows, as rows of the loaded
+    dataset (a client's subset maps its own indices through ``positions``); outside, nothing is kept."""
+    import torch
+
+    from fedfew.data.dataset import LabelledDataset
+    from fedfew.fewshot.episodes import EpisodeSampler, recording_rows
+
+    labels = torch.arange(6).repeat_interleave(5)  # 6 classes, 5 rows each
+    loaded = LabelledDataset(torch.randn(30, 2), labels, [str(c) for c in range(6)], name="made-up")
+    subset = loaded.subset(torch.arange(5, 30))  # rows 5..29: classes 1..5
+    sampler = EpisodeSampler(subset, n_way=2, k_shot=1, q_query=1)
+    generator = torch.Generator().manual_seed(0)
+    with recording_rows() as rows:
+        episodes = [sampler.sample(generator) for _ in range(3)]
+    expected = {int(subset.positions[i]) for ep in episodes
+                for i in torch.cat([ep.support_index, ep.query_index]).tolist()}
+    assert rows == expected and rows <= set(range(5, 30)) and len(rows) >= 4
+    sampler.sample(generator)
+    assert rows == expected  # the block is over: nothing more is noted
+
+
+def test_the_wire_forms_are_unchanged_unless_rows_are_recorded() -> None:
+    from fedfew.engine.tasks import ClientTask
+    from fedfew.interface.records import ClientResult
+
+    assert "record_rows" not in ClientTask(1, "1").to_json()
+    assert ClientTask.from_json(ClientTask(1, "1", record_rows=True).to_json()).record_rows
+    assert "rows_used" not in ClientResult(upload={}).summary()
+    back = ClientResult.from_summary(upload={}, state=None, summary=ClientResult(upload={}, rows_used=[3, 1]).summary())
+    assert back.rows_used == [3, 1]
+
+
+def member_run(overrides: list[str], rounds: int = 2) -> tuple[Any, dict[str, Any]]:
+    """A tiny fl-proto run with the attack: (the simulator after it, its summary's membership)."""
+    from fedfew.run.runner import _summary
+
+    config = load_config(tiny_config("fl-proto", federation={"rounds": rounds},
+                                     eval={"every": 1, "membership_inference": {"examples": 30, "bootstrap": 100}}),
+                         overrides)
+    experiment = build_experiment(config)
+    simulator = experiment.simulator()
+    try:
+        outcome = simulator.run(rounds, config.federation.clients_per_round, config.eval.every)
+    finally:
+        simulator.engine.close()
+    return simulator, _summary(config, experiment, simulator, outcome, 0.0, None, None)["membership"]
+
+
+def test_the_members_are_the_rows_the_episodes_of_the_selected_round_used() -> None:
+    """Round 1's members are exactly the rows its clients' episodes drew (re-derived here from each
+    client's own sampler and generator: fl-proto draws local_steps x meta_batch episodes), fewer than the
+    rows the clients hold; round 2 adds to them; the summary says what the members are."""
+    import torch
+
+    from fedfew.algorithms.parts.common import local_sampler
+    from fedfew.interface.protocol import update_generator
+    from fedfew.privacy.membership import POOL_EPISODES
+
+    simulator, membership = member_run([])
+    held = {row for c in simulator.clients for row in c.train.positions.tolist()}
+    algorithm = simulator.algorithm
+    drawn: set[int] = set()
+    for client in simulator.clients:
+        sampler = local_sampler(client.train, algorithm.context.episode)
+        generator = update_generator(simulator.seed, "0", client.client_id)
+        for _ in range(algorithm.options.local_steps * algorithm.options.meta_batch):
+            ep = sampler.sample(generator)
+            drawn |= {int(client.train.positions[i]) for i in torch.cat([ep.support_index, ep.query_index])}
+    first, both = simulator.rows_used_until(1), simulator.rows_used_until(2)
+    assert set(first) == drawn and set(first) < set(both) <= held
+    assert simulator.rows_used_until(0) == []
+    assert membership["member_pool"] == POOL_EPISODES
+    assert membership["member_pool_size"] in (len(first), len(both)) and membership["member_pool_size"] < len(held)
+
+
+def test_the_members_are_the_same_on_every_engine_and_with_batched_clients() -> None:
+    _, inprocess = member_run([])
+    _, workers = member_run(["runtime.engine=workers", "runtime.engine_options={workers: 2}"])
+    _, batched = member_run(["runtime.batch_clients=true"])
+    assert workers == inprocess == batched
+
+
+def test_the_rows_used_survive_a_checkpoint(tmp_path: Path) -> None:
+    from fedfew.run.folder import RunFolder
+
+    simulator, _ = member_run([], rounds=1)
+    folder = RunFolder(tmp_path)
+    folder.save_checkpoint(simulator)
+    again, _ = member_run([], rounds=0)
+    folder.load_checkpoint(again)
+    assert again.state.rows_first_used == simulator.state.rows_first_used and again.rows_used_until(1)
+
+
+def test_with_the_initial_model_selected_the_members_are_every_row_held() -> None:
+    from fedfew.privacy.membership import POOL_HELD
+
+    _, membership = member_run([], rounds=0)
+    assert membership["member_pool"].startswith(POOL_HELD) and "initial model" in membership["member_pool"]

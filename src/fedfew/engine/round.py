@@ -69,16 +69,18 @@ def run_round(
     view_args: dict[str, Any] | None = None,
     namespace: str = MAIN,
     privacy: PrivateAggregation | None = None,
+    record_rows: bool = False,
 ) -> RoundOutcome:
     """One round: each selected client gets its payload and updates with its own generator (derived
     from seed, round key and client id, so order does not matter) on ``engine``; the server
     aggregates the replies that arrived (none: the server state stays). ``part`` and ``view`` name
     the part of ``algorithm`` and the view of the clients' data the round runs (FRL's inner rounds).
     With ``privacy`` the clients clip their updates where they run and the server's noised average
-    (:meth:`fedfew.privacy.PrivateAggregation.aggregate`) replaces the algorithm's aggregation."""
+    (:meth:`fedfew.privacy.PrivateAggregation.aggregate`) replaces the algorithm's aggregation.
+    ``record_rows``: each client returns the dataset rows its episodes used (``ClientResult.rows_used``)."""
     spec = privacy.client_spec(server).to_json() if privacy is not None else None
     task = ClientTask(round_index, str(round_key), part, dict(part_args or {}), view, dict(view_args or {}),
-                      namespace, spec)
+                      namespace, spec, record_rows)
     actor = resolve_part(algorithm, task)
     payloads = {cid: actor.broadcast(server, cid) for cid in sorted(selected)}
     # A private Poisson round may ask no client; it still releases (the noise alone), below.

@@ -68,6 +68,9 @@ class RunState:
     #: The initial model's score before any round ({"split": "val" | "test", "accuracy", ...}): round 0,
     #: a selection candidate and the untrained baseline every run is compared with.
     initial: dict[str, Any] | None = None
+    #: With :attr:`Simulator.record_rows`: each dataset row a trained reply's episodes used, with the
+    #: first round whose aggregate took it in (the membership check's members of a round's model).
+    rows_first_used: dict[int, int] | None = None
 
 
 RoundHook = Callable[[int, dict[str, Any], "Simulator"], None]
@@ -111,6 +114,9 @@ class Simulator:
             self.state.server = privacy.init_server(self.state.server)
             if privacy.nested:  # it plays its own rounds (FRL's episodes): it runs each through DP itself
                 cast("_PlaysPrivately", algorithm).privacy = privacy
+        #: Record the dataset rows the clients' episodes use, round by round (``eval.membership_inference``:
+        #: its members are the rows the selected model trained on; :meth:`rows_used_until`).
+        self.record_rows = False
         #: Called with a short note before a long evaluation outside the rounds (round 0, the final
         #: test), so a progress display is not silent while it runs.
         self.on_phase: Callable[[str], None] | None = None
@@ -158,7 +164,7 @@ class Simulator:
             outcome = self.algorithm.play_round(self.state.server, self.engine, selected, round_index)
             if outcome is None:  # the standard round (every algorithm but those that nest rounds)
                 outcome = run_round(self.engine, self.algorithm, self.state.server, selected, round_index,
-                                    round_index, privacy=self.privacy)
+                                    round_index, privacy=self.privacy, record_rows=self.record_rows)
         return outcome
 
     def run(
@@ -244,10 +250,24 @@ class Simulator:
             st.comm.down.append(outcome.bytes_down)
             st.comm.up.append(outcome.bytes_up)
             st.history.append(record)
+            if self.record_rows:  # the replies aggregated this round (late ones never reached the model)
+                first = st.rows_first_used if st.rows_first_used is not None else {}
+                for row in sorted({row for res in outcome.results.values() if not res.skipped
+                                   for row in res.rows_used or ()}):
+                    first.setdefault(row, r + 1)
+                st.rows_first_used = first
             st.server, st.best, st.last_test, st.seconds, st.round = server, best, last_test, seconds, r + 1
             if on_round is not None:
                 on_round(r + 1, record, self)
         return self.finish()
+
+    def rows_used_until(self, round_number: int) -> list[int] | None:
+        """The dataset rows the model of ``round_number`` trained on (their episodes' support and query
+        rows, in the rounds up to it), or None where the rows were not recorded (``record_rows`` off)."""
+        first = self.state.rows_first_used
+        if first is None:
+            return None
+        return sorted(row for row, r in first.items() if r <= round_number)
 
     def score_initial(self, rounds: int, selection: str = "best") -> None:
         """Round 0: the initial model scored by the same evaluation as every round (validation when

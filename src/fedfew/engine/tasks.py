@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from fedfew.core.registry import Registry
+from fedfew.fewshot.episodes import recording_rows
 from fedfew.interface.algorithm import Algorithm, ClientData, ClientResult, Payload, State
 from fedfew.interface.protocol import MAIN, update_generator, update_global_seed
 from fedfew.interface.static import static_tensors
@@ -42,9 +43,15 @@ class ClientTask:
     #: Differential privacy's instructions to the client (a :class:`fedfew.privacy.ClientSpec` as
     #: JSON): clip the update where it is made. None: no privacy.
     privacy: dict[str, Any] | None = None
+    #: Record the dataset rows the update's episodes use (``eval.membership_inference``): returned in
+    #: ``ClientResult.rows_used``. Left out of the wire form when False.
+    record_rows: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if not self.record_rows:
+            del data["record_rows"]
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ClientTask:
@@ -71,7 +78,12 @@ def run_client_task(algorithm: Algorithm, task: ClientTask, data: ClientData, pa
     # Layers that draw from torch's global generator (dropout, DropBlock) get one seeded for this
     # update alone, so the update is the same in any process and after any history.
     torch.manual_seed(update_global_seed(seed, task.round_key, data.client_id))
-    result = part.client_update(payload, state, client_view(data, task, seed), generator)
+    if task.record_rows:
+        with recording_rows() as rows:
+            result = part.client_update(payload, state, client_view(data, task, seed), generator)
+        result.rows_used = sorted(rows)
+    else:
+        result = part.client_update(payload, state, client_view(data, task, seed), generator)
     return private_result(algorithm, task, result, payload, seed, data.client_id)
 
 

@@ -9,7 +9,10 @@ only on the dataset, the split and the seed.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +25,32 @@ from fedfew.data.dataset import LabelledDataset
 
 class EpisodeError(UsageError):
     """An episode cannot be sampled as asked; the message says what the data allows."""
+
+
+#: The rows every episode drawn in this context used, while :func:`recording_rows` is active.
+_ROWS_DRAWN: ContextVar[set[int] | None] = ContextVar("rows_drawn", default=None)
+
+
+@contextlib.contextmanager
+def recording_rows() -> Iterator[set[int]]:
+    """Collect the rows of the loaded dataset (``LabelledDataset.positions``, or the positions in the
+    sampler's dataset where it has none) that every episode drawn inside the block uses as support or
+    query: the examples a training update actually saw (the membership check's members)."""
+    rows: set[int] = set()
+    token = _ROWS_DRAWN.set(rows)
+    try:
+        yield rows
+    finally:
+        _ROWS_DRAWN.reset(token)
+
+
+def _note_rows(dataset: LabelledDataset, *picks: torch.Tensor) -> None:
+    rows = _ROWS_DRAWN.get()
+    if rows is None:
+        return
+    for pick in picks:
+        pick = pick.cpu()
+        rows.update((pick if dataset.positions is None else dataset.positions[pick]).tolist())
 
 
 @dataclass
@@ -107,7 +136,9 @@ class EpisodeSampler:
         scores = torch.rand(table.shape, generator=generator, device=generator.device).to(table.device)
         scores = scores.masked_fill(table < 0, 2.0)
         picks = table.gather(1, scores.argsort(dim=1)[:, : self.k_shot + self.q_query])
-        return self.classes[rows], picks[:, : self.k_shot].reshape(-1), picks[:, self.k_shot :].reshape(-1)
+        support, query = picks[:, : self.k_shot].reshape(-1), picks[:, self.k_shot :].reshape(-1)
+        _note_rows(self.dataset, support, query)
+        return self.classes[rows], support, query
 
     def sample(self, generator: torch.Generator) -> Episode:
         return self.materialise(*self.sample_indices(generator))

@@ -76,11 +76,15 @@ class ClientResult:
     num_episodes: int = 0
     #: True when the client could not train this round (too little data for a task) and sat it out.
     skipped: bool = False
+    #: The dataset rows this update's episodes used, when the task asked (``ClientTask.record_rows``: the
+    #: membership check's members); None otherwise, and then not part of the wire form.
+    rows_used: list[int] | None = None
 
     def summary(self) -> dict[str, Any]:
         """Every field but the tensors (``upload``, ``state``), JSON-able: the result's wire form
-        beside the tensors (:mod:`fedfew.interface.protocol`)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _TENSOR_FIELDS}
+        beside the tensors (:mod:`fedfew.interface.protocol`); ``rows_used`` only when recorded."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name not in _TENSOR_FIELDS and not (f.name == "rows_used" and self.rows_used is None)}
 
     @classmethod
     def from_summary(cls, *, upload: Payload, state: State, summary: Mapping[str, Any]) -> ClientResult:

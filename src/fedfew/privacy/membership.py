@@ -41,8 +41,13 @@ Beside them (issue 51), what a real attacker could do, who must fix the threshol
 * ``tpr_at_fpr``: the TPR at FPR 1% and 0.1% (the threshold at that quantile of the non-members'
   losses; Carlini et al. 2022's low-FPR reading), on all the examples.
 
-Members are every row a client holds, not only the rows its episodes used: at small budgets many
-member rows were never seen in training, which dilutes any leakage (issue 51, not yet changed).
+**Members are the rows the released model trained on**: the support and query rows of the episodes of
+every update aggregated up to the selected round (the clients return them with the run's
+``eval.membership_inference`` on: ``ClientResult.rows_used``; :func:`member_pool`). At small budgets
+many rows a client holds are never drawn, and counting them as members would dilute any leakage. Where
+no rows were recorded up to the selected round (the initial model was selected, or the rounds ran under
+SecAgg+, whose clients send the server nothing but the masked vector), the members are every row the
+training clients hold, and the summary's ``member_pool`` says so.
 """
 
 from __future__ import annotations
@@ -293,16 +298,44 @@ def query_losses(algorithm: Any, server: dict[str, Any], episodes: list[PairedEp
     return torch.cat(members).double().cpu().numpy(), torch.cat(others).double().cpu().numpy()
 
 
+#: The summary's ``membership.member_pool``: what the members are.
+POOL_EPISODES = "rows the training episodes used, up to the selected round"
+POOL_HELD = "every row the training clients hold"
+
+
+def member_pool(rows_used: list[int] | None, selected_round: int,
+                held: torch.Tensor | None) -> tuple[torch.Tensor | None, str]:
+    """(member rows, what they are): the rows the selected round's model trained on (``rows_used``, as
+    recorded by the run), or every row the clients hold, with why, where none were recorded."""
+    if rows_used:
+        return torch.tensor(rows_used, dtype=torch.long), POOL_EPISODES
+    if selected_round == 0:
+        why = "the initial model was selected: it trained on no row"
+    elif rows_used is None:
+        why = "the rows the episodes used were not recorded (a run resumed from an older checkpoint)"
+    else:
+        why = "no update returned the rows its episodes used (under secure aggregation the clients send none)"
+    return held, f"{POOL_HELD} ({why})"
+
+
 def membership_inference(algorithm: Algorithm, server: dict[str, Any], dataset: LabelledDataset,
                          member_rows: torch.Tensor | None, held_rows: torch.Tensor | None, n_way: int, k_shot: int,
                          draws: int, seed: int) -> dict[str, Any]:
     """The attack on ``server``'s model: ``held_rows`` (rows of ``dataset`` no client holds) against as
-    many of ``member_rows`` (the rows the clients train on), in paired episodes; the summary's
-    ``membership`` section. Runs under a forked global random state: nothing drawn after it moves."""
+    many of ``member_rows`` (the rows the model trained on: :func:`member_pool`), in paired episodes; the
+    summary's ``membership`` section. Runs under a forked global random state: nothing drawn after it
+    moves. Where the members cannot be paired with any held-out example (too few of their classes in the
+    rows a short run used), the section says so (``scored: false`` and why) and holds no number."""
     if member_rows is None or held_rows is None:
         raise ConfigError("eval.membership_inference: the run kept no held-out examples to attack with")
     rng = numpy_generator(seed, "membership", "episodes")
-    episodes = paired_episodes(dataset, member_rows.cpu().numpy(), held_rows.cpu().numpy(), n_way, k_shot, rng)
+    try:
+        episodes = paired_episodes(dataset, member_rows.cpu().numpy(), held_rows.cpu().numpy(), n_way, k_shot, rng)
+    except ConfigError as err:  # after the rounds, a short run's few member rows: not a config error
+        return {"scored": False, "why": str(err).removeprefix("eval.membership_inference: "), "method": METHOD}
+    if not episodes:
+        return {"scored": False, "why": f"no held-out example's class has {k_shot + 1} member rows to pair it "
+                                        "with", "method": METHOD}
     with torch.random.fork_rng(devices=[]):
         member_losses, other_losses = query_losses(algorithm, server, episodes)
     result = attack(member_losses, other_losses, numpy_generator(seed, "membership", "bootstrap"), draws)

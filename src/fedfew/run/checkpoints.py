@@ -77,6 +77,8 @@ class CheckpointFiles:
                     "states": current, "best": best, "history": st.history,
                     "comm": {"down": st.comm.down, "up": st.comm.up}, "last_test": st.last_test,
                     "seconds": st.seconds, "initial": st.initial,
+                    # the membership check's record (eval.membership_inference): [row, first round] pairs
+                    "rows_first_used": None if st.rows_first_used is None else sorted(st.rows_first_used.items()),
                     "sha256": self._digests_of(_named_files(ck, manifest_files(server_file, current, best), store))}
         serialize.atomic_write_text(ck / "run.json", strict_json(manifest) + "\n")
         self._collect_garbage(manifest, store)
@@ -140,7 +142,8 @@ class CheckpointFiles:
                 best = Best(b["accuracy"], b["round"], best_server, _read_entries(b["states"]))
             simulator.state = RunState(manifest["round"], server, manifest["history"],
                                        CommLog(manifest["comm"]["down"], manifest["comm"]["up"]), best,
-                                       manifest["last_test"], manifest["seconds"], manifest.get("initial"))
+                                       manifest["last_test"], manifest["seconds"], manifest.get("initial"),
+                                       _rows_first_used(manifest.get("rows_first_used")))
             simulator.states.restore(_read_entries(manifest["states"]))
         except (OSError, json.JSONDecodeError, KeyError, TypeError, serialize.StateFormatError) as err:
             raise RunFolderError(f"checkpoint in {self.checkpoint_dir} is unreadable or incomplete: {err}") from None
@@ -240,3 +243,7 @@ def manifest_files(server_file: str, states: dict[str, dict[str, Any]],
 
 def _read_entries(data: dict[str, dict[str, Any]]) -> dict[int, Entry]:
     return {int(cid): Entry(e["version"], None, e["file"]) for cid, e in data.items()}
+
+
+def _rows_first_used(pairs: list[list[int]] | None) -> dict[int, int] | None:
+    return None if pairs is None else {int(row): int(first) for row, first in pairs}

@@ -106,8 +106,10 @@ class Experiment:
             engine = ENGINES.get(config.runtime.engine).build(setup, config.engine_options())
         if not engine.holds_states:  # the clients keep their states themselves (Flower nodes)
             states = RemoteClientStates([c.client_id for c in self.clients])
-        return Simulator(self.algorithm, self.clients, seed, self.val, self.test, states=states, engine=engine,
-                         init_seed=config.model.init_seed, per_class=config.eval.per_class, privacy=self.privacy)
+        simulator = Simulator(self.algorithm, self.clients, seed, self.val, self.test, states=states, engine=engine,
+                              init_seed=config.model.init_seed, per_class=config.eval.per_class, privacy=self.privacy)
+        simulator.record_rows = config.eval.membership_inference is not None  # the attack's members
+        return simulator
 
 
 def compile_model(algorithm: Algorithm, mode: str) -> None:

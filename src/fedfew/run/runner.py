@@ -29,7 +29,7 @@ from fedfew.engine.base import Launch
 from fedfew.engine.guard import LossGuard
 from fedfew.engine.simulator import Simulator
 from fedfew.interface import serialize
-from fedfew.privacy.membership import membership_inference
+from fedfew.privacy.membership import member_pool, membership_inference
 from fedfew.run.datarecord import data_record
 from fedfew.run.experiment import EngineFactory, Experiment, build_experiment, dataset_cache
 from fedfew.run.folder import (
@@ -297,9 +297,15 @@ def _summary(config: ExperimentConfig, experiment: Experiment, simulator: Simula
     resumed with --allow-other-version."""
     chosen = simulator.engine.compute.chosen
     attack = config.eval.membership_inference
-    membership = None if attack is None else membership_inference(
-        simulator.algorithm, simulator.best_server, experiment.dataset, experiment.context.participant_positions,
-        experiment.membership_rows, config.episodes.n_way, config.episodes.k_shot, attack.bootstrap, config.seed)
+    membership = None
+    if attack is not None:
+        selected = outcome["selected_round"]
+        members, pool = member_pool(simulator.rows_used_until(selected), selected,
+                                    experiment.context.participant_positions)
+        membership = membership_inference(
+            simulator.algorithm, simulator.best_server, experiment.dataset, members, experiment.membership_rows,
+            config.episodes.n_way, config.episodes.k_shot, attack.bootstrap, config.seed)
+        membership = {**membership, "member_pool": pool, "member_pool_size": 0 if members is None else len(members)}
     participants = participation(outcome["history"], [c.client_id for c in experiment.clients],
                                  simulator.best_client_states if simulator.algorithm.evaluates_clients else None)
     return summarise(config, outcome, seconds, experiment.context, data_seconds=experiment.data_seconds,
