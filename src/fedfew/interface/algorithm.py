@@ -192,7 +192,9 @@ class Algorithm:
     #: ``server["model"]`` and nothing else of the round leaves the clients (DP-FedAvg clips the change
     #: and replaces the average by its noised one); "server-model-delta" (F2L's shared server-model,
     #: ``upload["server"]``) and "meme-model-delta" (FML's meme) for the shared model of an algorithm
-    #: that keeps private models (:mod:`fedfew.privacy.coverage`); None (default): private runs are refused.
+    #: that keeps private models, and "shared-model-delta" for any other such algorithm whose shared
+    #: model is ``upload["model"]`` (a plugin's: FedProto in docs/writing-an-algorithm.md)
+    #: (:mod:`fedfew.privacy.coverage`); None (default): private runs are refused.
     dp_upload: str | None = None
     #: Why differential privacy refuses this algorithm, or the options it refuses when ``dp_upload`` is a
     #: property covered with some options only (``fedfew list privacy`` shows it; each class says its

@@ -8,8 +8,11 @@ the noised one. Two more kinds clip the shared model of an algorithm that also k
 on the clients: ``"server-model-delta"`` (F2L: ``upload["server"]``, the shared server-model phi, into
 ``server["server"]``) and ``"meme-model-delta"`` (FML: its meme model, ``upload["model"]``); the guarantee
 covers that shared model alone, and the scores of the private models these algorithms report are named
-outside it. ``None`` (the default, so a plugin is refused until it says what it uploads): private
-rounds are refused with the reason below, never run with part of the upload unprotected.
+outside it. ``"shared-model-delta"`` is the same for any algorithm, a plugin's among them, whose
+``upload["model"]`` is the shared model averaged into ``server["model"]`` beside private models that never
+leave the clients (FedProto's global prototypes in docs/writing-an-algorithm.md). ``None`` (the default,
+so a plugin is refused until it says what it uploads): private rounds are refused with the reason below,
+never run with part of the upload unprotected.
 """
 
 from __future__ import annotations
@@ -41,11 +44,15 @@ COVERED_UPLOADS = {
         "each client's update of FML's meme model (its meme minus the round's global model); only the meme (global) "
         "model is covered: the private local models never leave the clients, and their accuracies on the clients' "
         "own validation sets (and a newcomer's curves) are reported outside the guarantee"),
+    "shared-model-delta": (
+        "each client's change of the shared model (its upload['model'] minus the round's server['model']) of an "
+        "algorithm that also keeps private models on the clients; only the shared model is covered: the private "
+        "models never leave the clients, and the scores of them the algorithm reports are outside the guarantee"),
 }
 
 #: The upload key and the server state key each kind's model lives under.
 UPLOAD_KEYS = {"model-delta": "model", "server-model-delta": "server", "meme-model-delta": "model",
-               "frl-prototypes": "model"}
+               "frl-prototypes": "model", "shared-model-delta": "model"}
 
 #: Kinds whose algorithm plays its own (nested) rounds and runs each of them through DP itself (FRL's
 #: episode: R inner rounds and the meta-update, :meth:`fedfew.algorithms.frl.FRL.play_round`).
@@ -53,7 +60,7 @@ NESTED = frozenset({"frl-prototypes"})
 
 #: Kinds whose algorithm scores the clients' private models (``evaluates_clients``): allowed, the scores
 #: named outside the guarantee in :data:`COVERED_UPLOADS`.
-PRIVATE_SCORES_OUTSIDE = frozenset({"server-model-delta", "meme-model-delta"})
+PRIVATE_SCORES_OUTSIDE = frozenset({"server-model-delta", "meme-model-delta", "shared-model-delta"})
 
 
 class PrivacyConfigError(ConfigError):
