@@ -319,7 +319,7 @@ def test_committed_configs_are_valid_for_every_compared_method() -> None:
 
     from fedfew.study.study_file import load_study
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     configs = sorted((repo / "configs" / "adfl").glob("*.yaml"))
     assert len(configs) == 4
     studies = [load_study(p)[0] for p in sorted((repo / "studies").glob("adfl_*.yaml"))]

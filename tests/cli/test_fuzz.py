@@ -262,7 +262,7 @@ def test_fuzzed_data_files_run_or_fail_cleanly(dataset: str) -> None:
     check()
 
 
-# -- the kinds of bad input of issue 25 ------------------------------------------------------------------
+# -- keys twice, booleans, bytes, folders ---------------------------------------------------------------
 NEW_KIND_SETTINGS = settings(max_examples=30, deadline=None, derandomize=True,
                              suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 #: Every number in the schema that the base config or the options of its model, partition and algorithm
@@ -360,7 +360,7 @@ def test_fuzzed_folders_where_files_belong_name_the_path(target: str, which: int
         assert code == 2
 
 
-# -- study files and store records (issue 43) -----------------------------------------------------------
+# -- study files and store records -----------------------------------------------------------------------
 def run_study_cli(args: list[str]) -> tuple[int, str]:
     err, std = io.StringIO(), io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(std):
@@ -400,7 +400,7 @@ def check_study_outcome(kind: str, code: int, err: str, names: list[str]) -> Non
 @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(changes=study_mutations)
 def test_fuzzed_study_files_are_read_or_refused_in_one_line(changes: list[tuple[str, str, str, Any]]) -> None:
-    from tests.test_study import DIGITS_STUDY
+    from tests.study.common import DIGITS_STUDY
 
     study, touched = mutate(json.loads(json.dumps(DIGITS_STUDY)), changes)
     with tempfile.TemporaryDirectory() as tmp_name:
@@ -417,7 +417,7 @@ def test_fuzzed_study_files_are_read_or_refused_in_one_line(changes: list[tuple[
 @pytest.fixture(scope="module")
 def stored_digits_study(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     """The tests' digits study run once at its smoke budget: (study file, store, runs)."""
-    from tests.test_study import DIGITS_STUDY
+    from tests.study.common import DIGITS_STUDY
 
     tmp = tmp_path_factory.mktemp("fuzz-store")
     path = tmp / "study.yaml"
@@ -478,7 +478,7 @@ def test_fuzzed_store_records_are_used_or_named_as_damaged(stored_digits_study: 
                 assert record_path.name in err
 
 
-# -- what a run reads back, sweeps, YAML numbers and aliases (issue 53) ---------------------------------
+# -- what a run reads back, sweeps, YAML numbers and aliases --------------------------------------------
 READ_BACK_SETTINGS = settings(max_examples=30, deadline=None, derandomize=True,
                               suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
@@ -596,7 +596,7 @@ def stored_two_seeds(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pa
     from fedfew.study.grid import cells
     from fedfew.study.store import CodeVersion, ResultStore, make_record
     from fedfew.study.study_file import load_study
-    from tests.test_study import DIGITS_STUDY, dumped
+    from tests.study.common import DIGITS_STUDY, dumped
 
     tmp = tmp_path_factory.mktemp("fuzz-other-cells")
     path = tmp / "study.yaml"

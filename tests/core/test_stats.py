@@ -112,7 +112,7 @@ def test_angular_interval_stays_inside_0_1_and_is_t_on_the_angular_scale() -> No
     half = 4.302652729749462 * sd / math.sqrt(3)
     low, high = stats.angular_t_interval(p)
     assert low == pytest.approx(math.sin(centre - half) ** 2) and high == pytest.approx(math.sin(centre + half) ** 2)
-    # the 56.07 +- 113.48 kind of cell: two seeds far apart; Student's t runs past 0 and 100
+    # a 56.07 +- 113.48 kind of cell: two seeds far apart; Student's t runs past 0 and 100
     wide = [0.10, 0.99]
     mean, t_half = stats.t_interval(wide)
     assert t_half is not None and mean - t_half < 0 and mean + t_half > 1

@@ -15,7 +15,7 @@ from fedfew.config.validation import load_config
 from fedfew.run.runner import run_experiment
 from tests.tiny import tiny_config
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_tensorboard_and_mlflow_hold_the_runs_metrics_config_and_artifacts(tmp_path: Path) -> None:

@@ -37,7 +37,7 @@ from fedfew.run.experiment import build_experiment  # noqa: E402
 from fedfew.run.runner import new_run, run_experiment  # noqa: E402
 from tests.tiny import ALGORITHM_SETUPS, tiny_config, wait_for_logged_round  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PRIVATE = {"f2l", "fml", "local"}  # algorithms whose clients keep a private model
 
 
@@ -168,7 +168,7 @@ def run_flower(fed: LocalFederation, config: dict[str, Any], out: Path) -> dict[
 #: a private model of another design; FRL: meta-training, then deployment groups; FRL one-shot: kept
 #: models combined; AdFL: one upload, the server's adversarial scoring; FedFSL-MI-Adv: the adversarial
 #: few-shot round). Every algorithm runs through the same ClientApp handlers and server engine on the
-#: Simulation Engine (tests/test_flower_sim.py); the rest are marked slow here (`make test-flower-all`),
+#: Simulation Engine (tests/flower/test_simulation.py); the rest are marked slow here (`make test-flower-all`),
 #: because each run costs a ClientApp process per message and CI has 45 minutes.
 DEPLOYED = {"f2l", "fml", "frl", "frl-oneshot", "adfl", "fedfsl-mi-adv"}
 
@@ -328,7 +328,7 @@ def test_secure_aggregation_with_supernodes_stopped_after_the_key_exchange(tmp_p
     client cannot be unmasked, and the run fails with one line that says why."""
     from fedfew.flower.errors import FlowerRunError
     from fedfew.interface import serialize
-    from tests.test_secagg import aggregate, one_round
+    from tests.flower.test_secagg import aggregate, one_round
 
     config = tiny_config("fl-proto", federation={"rounds": 2, "clients_per_round": 3}, partition={"num_clients": 3})
     config["flower"] = {"round_timeout": 120, "secure_aggregation": {"enabled": True}}  # 2 of 3 shares unmask

@@ -11,8 +11,8 @@ The default suite checks the pieces without a federation:
 * the frl-* baselines' deployment groups on flower-sim run in the server's process (as on flower).
 
 The runs on real Flower processes (the capture of what the server receives, SecAgg = plain within the
-bound, a SuperNode killed after the key exchange) are marked ``flower``: tests/test_flower_sim.py
-(class TestSecureAggregation) and tests/test_flower.py."""
+bound, a SuperNode killed after the key exchange) are marked ``flower``: tests/flower/test_simulation.py
+(class TestSecureAggregation) and tests/flower/test_flower.py."""
 
 from __future__ import annotations
 
@@ -43,15 +43,15 @@ from fedfew.privacy.secure_sum import (
 )
 from fedfew.run.experiment import build_experiment
 from fedfew.study.grid import config_hash
-from tests.test_fuzz import run_cli
+from tests.cli.test_fuzz import run_cli
 from tests.tiny import ALGORITHM_SETUPS, tiny_config
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SECURE = {"secure_aggregation": {"enabled": True}}
 register_all()
 #: The registered algorithms that declare a secure-summation cover (Algorithm.secure_sum).
 COVERED = sorted(name for name in ALGORITHMS.names() if vars(ALGORITHMS.get(name)).get("secure_sum") is not None)
-# Research mode (issue 51): the secure sum is compared with the plain DP round, so both draw the seeded noise.
+# Research mode (``privacy.noise: seeded``): the secure sum is compared with the plain DP round, so both draw the seeded noise.
 CENTRAL = {"mechanism": "central-dp", "clip": 0.5, "noise_multiplier": 0.8, "delta": 1e-3, "noise": "seeded"}
 
 
@@ -326,7 +326,7 @@ def test_stored_cells_keep_their_keys_and_secure_aggregation_makes_a_new_one() -
         record = json.loads(path.read_text())
         config = load_config(record["config"])
         assert config.flower.secure_aggregation == SecureAggregationConfig()
-        if config.privacy.enabled:  # issue 51 changed what a DP cell's guarantee means: its key moved
+        if config.privacy.enabled:  # a DP cell's guarantee (secure noise, its accounting) is in its key: the key moved
             assert config_hash(config) != record["config_hash"], path
         else:
             assert config_hash(config) == record["config_hash"], path

@@ -38,7 +38,7 @@ from fedfew.run.experiment import NODE_BUILDER, build_experiment  # noqa: E402
 from tests.raycluster import MARKER, RayCluster, marked_pids, pids_using  # noqa: E402
 from tests.tiny import ALGORITHM_SETUPS, tiny_config, wait_for_logged_round  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.flower
 
 
@@ -196,7 +196,7 @@ class TestSecureAggregation:
         from fedfew.engine.tasks import ClientTask
         from fedfew.interface.static import static_tensors
         from fedfew.privacy.secure_sum import client_vector, layout, protocol_sizes
-        from tests.test_secagg import one_round, secure_config
+        from tests.flower.test_secagg import one_round, secure_config
 
         config = secure_config("fl-proto")
         model, engine, recording = secure_run(config, simulation, tmp_path)
@@ -249,7 +249,7 @@ class TestSecureAggregation:
     def test_with_central_dp_the_server_noises_the_unmasked_sum(self, simulation: Simulation, tmp_path: Path) -> None:
         """central-dp + secure aggregation: the clients clip (to C less the quantisation's reach) and the
         server adds the noise to the unmasked sum: the model is the plain DP run's within the bound."""
-        from tests.test_secagg import CENTRAL, secure_config
+        from tests.flower.test_secagg import CENTRAL, secure_config
 
         config = secure_config("fl-proto", privacy=CENTRAL)
         model, engine, _ = secure_run(config, simulation, tmp_path)

@@ -1,4 +1,4 @@
-"""runtime.precision: auto (issue 53, item 16): bf16 only where the hardware computes it natively, an
+"""``runtime.precision: auto`` (fedfew.interface.precision): bf16 only where the hardware computes it natively, an
 explicit bf16 on a CPU without it warned about once with the slowdown's order, and the summary and the
 record's environment say which precision ran and why. The decision is tested with both answers of the
 hardware (the CPU's flags, the GPU's bf16 support), whatever this machine has."""

@@ -26,7 +26,7 @@ from fedfew.run.experiment import build_experiment
 from fedfew.study.grid import config_hash
 from tests.tiny import tiny_config
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_advantage_of_hand_made_losses_is_the_hand_computed_one() -> None:
@@ -182,7 +182,7 @@ def test_the_privacy_study_at_its_smoke_budget_reports_epsilon_delta_and_the_att
     from fedfew.study.collect import collect
     from fedfew.study.epsilon import epsilon_figure, setting_epsilons
     from fedfew.study.study_file import load_study
-    from tests.test_study import run_cli
+    from tests.study.common import run_cli
 
     data = Path(__import__("os").environ.get("FEDFEW_DATA", REPO.parent / "shared" / "data"))
     if not (data / "omniglot").exists():

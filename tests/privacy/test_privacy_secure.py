@@ -1,4 +1,4 @@
-"""Secure mode, the default under DP (issue 51): noise and participants from OS randomness, so two
+"""Secure mode, the default under DP: noise and participants from OS randomness, so two
 runs with one seed differ, a resumed run continues from its checkpoint's noised models, private
 client states are not released, every report says what its epsilon covers, and the bad inputs of the
 ``privacy`` section are one line and exit 2 before any run folder.
@@ -18,7 +18,7 @@ from fedfew.config.validation import load_config
 from fedfew.privacy.coverage import REPRODUCIBLE_NOISE, SHARED_ONLY
 from fedfew.run.experiment import build_experiment
 from fedfew.run.runner import run_experiment
-from tests.test_privacy import CENTRAL, SEEDED, private, simulated
+from tests.privacy.common import CENTRAL, SEEDED, private, simulated
 
 #: A secret fixed-size sample (2 of 4 clients): the same number of client updates every round.
 FIXED = {**CENTRAL, "accounting": "without_replacement"}

@@ -22,7 +22,7 @@ import pytest
 import fedfew
 
 SRC = Path(fedfew.__file__).parent
-ARCHITECTURE = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
+ARCHITECTURE = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
 
 #: How an import happens. ``module``: when the importer is imported (its top level, a class body, a
 #: try block); ``function``: inside a function, when it runs; ``type``: under ``if TYPE_CHECKING:``,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CFF = yaml.safe_load((REPO / "CITATION.cff").read_text())
 CITE = (REPO / "docs" / "cite.md").read_text()
 PAPERS = Path(os.environ.get("FEDFEW_SHARED_DATA", REPO.parent / "shared" / "data")).parent / "papers"

@@ -1,4 +1,4 @@
-"""The documentation site's sources (issue 54): every interval figure in the docs plots what the store
+"""The documentation site's sources: every interval figure in the docs plots what the store
 gives (its data, read from the SVG's metadata, not its pixels) and redraws byte for byte; the figure
 comes first and the full table below it; README's summary line is the store's; mkdocs.yml's navigation
 holds every page; the API reference documents every name ``fedfew`` exports."""
@@ -20,7 +20,7 @@ from fedfew.study.study_file import Study, load_study
 from fedfew.study.study_sections import CONTROL
 from fedfew.study.summary import summary_line
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 STORE = REPO / "studies" / "store"
 
 

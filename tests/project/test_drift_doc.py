@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_drift_table_in_the_docs_is_the_scripts_output() -> None:
@@ -20,4 +20,4 @@ def test_the_drift_table_in_the_docs_is_the_scripts_output() -> None:
                          capture_output=True, text=True, check=True).stdout
     assert shown.strip() == out.strip()
     rows = [line for line in shown.splitlines() if line.startswith("| ") and not line.startswith("| study")]
-    assert len(rows) >= 10  # issue 39: at least ten cells of different methods
+    assert len(rows) >= 10  # at least ten cells of different methods

@@ -11,7 +11,7 @@ import pytest
 
 from fedfew.config.validation import load_config
 
-LEDGER = Path(__file__).resolve().parents[1] / "configs" / "f2l" / "ledger"
+LEDGER = Path(__file__).resolve().parents[2] / "configs" / "f2l" / "ledger"
 ROWS = sorted(LEDGER.glob("*.yaml"))
 
 

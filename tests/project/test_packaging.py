@@ -1,4 +1,4 @@
-"""Packaging (issue 53, item 15): the Python versions fedfew claims are those its pinned dependencies
+"""Packaging: the Python versions fedfew claims are those its pinned dependencies
 install on. Every flwr from 1.31 (the flower extras pin 1.42) needs Python 3.11, and so do the wheels
 constraints.txt pins; a claim of 3.10 let pip start an install that could not finish."""
 
@@ -13,7 +13,7 @@ import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 OURS = SpecifierSet(PYPROJECT["project"]["requires-python"])
 #: Python versions a claim could be about.

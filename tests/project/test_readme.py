@@ -18,7 +18,7 @@ from fedfew.cli.main import build_parser, main
 from fedfew.data import load_dataset
 from fedfew.data.dataset import DataError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 #: README and the pages its sections moved to (the site's Start and Reference pages), in that order.
 README_PAGES = ["README.md", "docs/index.md", "docs/running.md", "docs/library.md", "docs/data.md",
                 "docs/developing.md"]

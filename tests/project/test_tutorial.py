@@ -5,7 +5,7 @@ the complete example in ``fedfew.Algorithm``'s docstring, and the message of a h
 
 The page's runs go through ``python -m fedfew.cli.main run`` in a child process: a plugin registers its
 algorithm for good, and this process's registry must keep exactly the built-in algorithms
-(tests/test_engines.py checks that each has a tiny config). The in-process checks register into a
+(tests/engine/test_engines.py checks that each has a tiny config). The in-process checks register into a
 throwaway registry for the same reason."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from tests.helpers import blob_dataset, clients_from, context_for
 
 register_all()  # the built-ins register now, before any test swaps the registry
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "writing-an-algorithm.md"
 
 #: The page's config made small: a federation of 4 clients for 2 rounds, every round scored.
