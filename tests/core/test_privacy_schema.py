@@ -76,7 +76,7 @@ def test_fuzzed_privacy_settings_run_or_fail_cleanly(changes: list[tuple[str, An
     """Any privacy section ends in a complete run that reports its (epsilon, delta), or one line, exit 2."""
     config = private("fl-proto", federation={"rounds": 1, "clients_per_round": 2},
                      episodes={"n_way": 2, "q_query": 1, "test_episodes": 2})
-    config["privacy"].update(dict(changes))
+    config["privacy"] = {**config["privacy"], **dict(changes)}  # never the shared CENTRAL itself
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "config.yaml"
         path.write_text(yaml.safe_dump(config))

@@ -57,7 +57,7 @@ def test_a_citation_is_checked_against_the_claims_verdicts(tmp_path: Path) -> No
 
 def test_study_docs_says_which_citation_a_new_verdict_contradicts(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    from tests.test_study import put_values
+    from tests.study.common import put_values
 
     (tmp_path / "studies").mkdir()
     (tmp_path / "docs").mkdir()
