@@ -2,7 +2,8 @@
 # The one device call of issue 23 (run on a GPU machine, from the repository root, after
 # benchmarks/gpu_prepare.sh filled .gpu/ here and the call carries it):
 #   1. install the carried wheels; record the card, driver and torch;
-#   2. the CUDA tests: pytest tests/test_engines.py tests/test_batched.py -k cuda;
+#   2. the CUDA tests: pytest tests/engine/test_engines.py tests/engine/test_batched.py
+#      tests/interface/test_compute.py -k cuda;
 #   3. every algorithm 2 rounds on cuda against the cpu, and the batched path on cuda
 #      (benchmarks/gpu_compare.py);
 #   4. the peers' workload: the loop (../shared/peers/loop_pfllib_style.py --device cuda) against
@@ -68,7 +69,7 @@ note "env: $(tail -2 "$OUT/env.txt" | tr '\n' ' ')"
 
 # 2. the CUDA tests (skip cleanly without a GPU)
 has tests && step cuda-tests 200 "$PYTHON" -m pytest -rfE -p no:randomly -p no:cacheprovider -o addopts="" \
-  tests/test_engines.py tests/test_batched.py tests/test_compile.py -k cuda --junitxml="$OUT/pytest.xml"
+  tests/engine/test_engines.py tests/engine/test_batched.py tests/interface/test_compute.py tests/run/test_experiment.py -k cuda --junitxml="$OUT/pytest.xml"
 has tests && note "$(grep -Eo '[0-9]+ (passed|failed|skipped|error)[^=]*' "$LOG" | tail -1)"
 
 # 3. every algorithm, 2 rounds, device against cpu; the batched path on the device

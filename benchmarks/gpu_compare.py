@@ -5,8 +5,8 @@ tests/tiny.py, and the batched path (``runtime.batch_clients``) where the algori
 
 Prints one line per algorithm: the largest relative difference of the per-round mean client loss,
 the test accuracies, and the seconds each run took; writes all of it to ``--json``. The tests'
-tolerance for a device against the CPU is 0.15 in test accuracy (tests/test_engines.py) and a
-relative 1e-3 in per-round losses for the batched path on CUDA (tests/test_batched.py); this script
+tolerance for a device against the CPU is 0.15 in test accuracy (tests/engine/test_engines.py) and a
+relative 1e-3 in per-round losses for the batched path on CUDA (tests/engine/test_batched.py); this script
 reports the numbers and marks rows outside those bounds, it does not stop at the first.
 """
 

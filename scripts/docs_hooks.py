@@ -24,7 +24,7 @@ def render_citations(markdown: str) -> str:
         verdict = match["holm"] or match["raw"]
         pieces += [markdown[last:match.start()],
                    f'<span class="claim claim-{verdict.replace(" ", "-")}" '
-                   f'title="checked against the store by tests/test_claims.py">{html.escape(text[1:-1])}</span>']
+                   f'title="checked against the store by tests/study/test_citations.py">{html.escape(text[1:-1])}</span>']
         last = match.end()
     return "".join(pieces) + markdown[last:]
 

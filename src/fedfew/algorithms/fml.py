@@ -26,7 +26,7 @@ Choices where the paper is silent or our framework needs one (each an option or 
   paper's. See :func:`kl_batchmean`.
 * Both models see the same minibatches in the same order, drawn from the client's generator exactly
   as FedAvg draws them, and each model has its own SGD optimizer, fresh every round: with ``beta = 1``
-  the meme's update is then FedAvg's, bit for bit (tests/test_fml.py).
+  the meme's update is then FedAvg's, bit for bit (tests/algorithms/test_fml.py).
 * The paper states no hyperparameter: alpha = beta = 0.5, SGD with momentum 0.9 and lr 0.01 are ours.
 * A weight of exactly 1 drops the KL term from the graph (it would contribute 0 * KL) so that the
   reduction to FedAvg does not depend on the KL being finite.

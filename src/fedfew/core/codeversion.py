@@ -22,7 +22,7 @@ from pathlib import Path
 #: ``fedfew study verify``, never a silently wrong version.
 NUMBERS_FOLDERS = ("algorithms", "core", "data", "engine", "fewshot", "interface", "models", "privacy", "run")
 #: The layers above the run, and the package's own two files, with why none can change a number.
-#: tests/test_study_records.py fails when a module the hashed code imports is in neither, so a new
+#: tests/core/test_codeversion.py fails when a module the hashed code imports is in neither, so a new
 #: folder cannot fall out of the version unseen; ``fedfew study verify`` remains the check that the
 #: numbers did not move.
 NOT_NUMBERS = {

@@ -220,13 +220,13 @@ class RuntimeConfig(Section):
     #: Run the local updates of a round's clients as one batched computation in this process (one
     #: device; runtime.engine: inprocess): the episodic family (fl-maml, fl-proto, fedfsl-prox) on
     #: stackable models (Conv4). Equal to the sequential path up to floating-point summation order
-    #: (tests/test_batched.py).
+    #: (tests/engine/test_batched.py).
     batch_clients: bool = False
     #: torch.compile of the batched clients' stacked forward and loss (runtime.batch_clients) and of the
     #: model's forward on the sequential path in this process: "off" (the default: eager), "default"
     #: (inductor) or "reduce-overhead" (inductor with CUDA graphs on a GPU: a round's static-shape
     #: episodes captured once and replayed). Equal to eager within float32 rounding
-    #: (tests/test_compile.py); compiling costs seconds to minutes at the first round.
+    #: (tests/run/test_experiment.py); compiling costs seconds to minutes at the first round.
     compile: Literal["off", "default", "reduce-overhead"] = "off"
 
     @field_validator("compile", mode="before")

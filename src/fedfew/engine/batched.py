@@ -47,7 +47,7 @@ class BatchedEngine(InProcessEngine):
     def deliver(self, task: ClientTask, payloads: Mapping[int, dict[str, Any]]) -> Delivery:
         # The base engine has drawn the faults and keeps the states; the clients of ``payloads`` all run.
         # Rows used are recorded per client (the membership check): one client at a time, with the same
-        # numbers as the batched form (tests/test_batched.py).
+        # numbers as the batched form (tests/engine/test_batched.py).
         if task.part or task.view or task.record_rows:
             return super().deliver(task, payloads)
         todo = sorted(payloads)

@@ -21,7 +21,7 @@ The server gives each client that trained a result carrying the sum divided by t
 trained (``upload["model"]`` the weighted mean, or ``dp_delta`` the mean update), and the clients that
 sat the round out their empty result: the algorithm's aggregate (a weighted mean) and DP-FedAvg's
 (a sum) then compute exactly what they compute from the individual uploads, up to the quantisation
-(``tests/test_secagg.py`` checks it for every covered algorithm).
+(``tests/flower/test_secagg.py`` checks it for every covered algorithm).
 """
 
 from __future__ import annotations

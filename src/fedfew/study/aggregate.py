@@ -153,7 +153,7 @@ def aggregate_markdown(results: StudyResults, study_path: str, figure_link: str 
         f"intervals of {REPS} draws of a two-level bootstrap (the settings with replacement, then each drawn "
         f"setting's seeds with replacement, paired across methods; numpy `default_rng({SEED})`). Statistics: "
         "numpy and scipy (`trim_mean`, `rankdata`), already dependencies; rliable would add a package and its "
-        "stack for the same three estimators, which `tests/test_stats.py` checks by hand. docs/studies.md states "
+        "stack for the same three estimators, which `tests/core/test_stats.py` checks by hand. docs/studies.md states "
         "the method.",
         "",
         f"| method | aggregate score (IQM of normalised accuracy) | mean rank (of {len(view.methods)}) | "

@@ -1,6 +1,6 @@
 """Prose that cannot drift: a sentence of the docs that states a comparison cites the claim row that
 computes it, with the verdict it states, and :func:`check_pages` compares every citation with what the
-store gives (tests/test_claims.py runs it on every docs page; ``fedfew study docs`` reports a citation
+store gives (tests/study/test_citations.py runs it on every docs page; ``fedfew study docs`` reports a citation
 whose claim's verdict has changed).
 
 A citation, as it reads in the page::

@@ -10,7 +10,7 @@ against the privacy budget (:mod:`fedfew.study.epsilon`, with its figure); ``stu
 choice the study makes on validation numbers (:mod:`fedfew.study.choose`); ``study:NAME@BUDGET`` for any of these at a budget other than the study's
 docs budget, such as a paper-budget cell; ``study:NAME@A+B`` for budgets side by side, as column groups; ``<!-- studies:compute begin -->`` for every study's progress
 and compute time), made from the committed store alone (no number in those blocks is typed by hand;
-tests/test_study.py fails when a page differs from what the store gives)."""
+tests/study/test_docs.py fails when a page differs from what the store gives)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ first client update, which made round 1 of a run about 1 s slower than the other
 the per-parameter state themselves and call the same update kernels ``torch.optim.SGD`` and
 ``torch.optim.Adam`` call (``torch.optim.sgd.sgd`` and ``torch.optim.adam.adam``, with the same defaults
 and the same device-dependent choice of the single-tensor or foreach kernel), so a step is the same
-arithmetic, bit for bit (``tests/test_optimizers.py`` checks it against ``torch.optim``), and
+arithmetic, bit for bit (``tests/algorithms/parts/test_optimizers.py`` checks it against ``torch.optim``), and
 ``torch._dynamo`` is never imported. Only what the algorithms use is here: ``zero_grad`` and ``step``;
 F2L keeps ``torch.optim.Adam`` where it carries the optimiser's ``state_dict`` in a client's state.
 """

@@ -1,0 +1,26 @@
+"""One round (fedfew.engine.round): client updates do not depend on the order the clients run in."""
+
+from __future__ import annotations
+
+import torch
+
+from fedfew.algorithms.fedavg import FedAvg, FedAvgOptions
+from fedfew.engine.round import simulate_round
+from tests.helpers import blob_dataset, clients_from, context_for
+
+
+def classification_setup(clients: int = 1):
+    data = blob_dataset(classes=4, per_class=10)
+    ctx = context_for(data, model="mlp", task="classification")
+    parts = list(torch.arange(len(data)).chunk(clients))
+    return data, ctx, clients_from(data, parts)
+
+
+def test_client_updates_do_not_depend_on_order() -> None:
+    data, ctx, clients = classification_setup(3)
+    algorithm = FedAvg(FedAvgOptions(batch_size=8), ctx)
+    server = algorithm.init_server(torch.Generator().manual_seed(0))
+    forward = simulate_round(algorithm, server, clients, {}, [0, 1, 2], seed=0, round_key=0)
+    backward = simulate_round(algorithm, server, clients, {}, [2, 1, 0], seed=0, round_key=0)
+    for name in forward.server["model"]:
+        assert torch.allclose(forward.server["model"][name], backward.server["model"][name], atol=1e-6)

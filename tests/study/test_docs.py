@@ -1,0 +1,96 @@
+"""Generated docs (fedfew.study.docs): the blocks are what the store gives, the committed docs match the
+committed store, no interval leaves [0, 100], and docs/results.md leads with the largest budget that
+ran."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedfew.study.collect import collect
+from fedfew.study.docs import MARKER, marker_pattern, render_pages, study_files
+from fedfew.study.study_file import load_study
+from tests.study.common import DIGITS_STUDY, INTERVAL, REPO, run_cli, write_study
+
+
+# -- generated docs ------------------------------------------------------------------------------------
+def test_docs_blocks_are_what_the_store_gives(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "studies").mkdir()
+    (tmp_path / "docs").mkdir()
+    write_study(tmp_path / "studies", {**DIGITS_STUDY, "config": str(REPO / "src/fedfew/configs/demo.yaml")},
+                "digits.yaml")
+    page = tmp_path / "docs" / "page.md"
+    page.write_text("# Page\n\n<!-- study:digits-check begin -->\n51.2 typed by hand\n<!-- study:digits-check end -->\n"
+                    "after\n")
+    assert run_cli(["study", "docs", "--root", str(tmp_path)], capsys)[0] == 0
+    text = page.read_text()
+    assert "typed by hand" not in text and "*Not yet run at the cpu budget* (12 cells)" in text
+    assert text.endswith("<!-- study:digits-check end -->\nafter\n")
+    assert render_pages(tmp_path)[page] == text  # what the docs test compares
+    compute = tmp_path / "docs" / "compute.md"
+    compute.write_text("<!-- studies:compute begin -->\n1 h typed by hand\n<!-- studies:compute end -->\n")
+    assert run_cli(["study", "docs", "--root", str(tmp_path)], capsys)[0] == 0
+    rows = [line for line in compute.read_text().splitlines() if line.startswith("| ")]
+    assert "typed by hand" not in compute.read_text()
+    assert rows[1:] == ["| `studies/digits.yaml` | cpu | 0/12 | — | 0.0 | — |", "| all | | | | 0.0 | |"]
+    # a block at another budget than the docs budget, beside the docs budget's
+    page.write_text(text + "<!-- study:digits-check@smoke begin -->\n<!-- study:digits-check@smoke end -->\n")
+    assert run_cli(["study", "docs", "--root", str(tmp_path)], capsys)[0] == 0
+    text = page.read_text()
+    assert "*Not yet run at the cpu budget* (12 cells)" in text and "*Not yet run at the smoke budget*" in text
+    assert "--budget smoke`, then" in text
+    page.write_text(text.replace("digits-check@smoke", "digits-check@nonesuch"))
+    code, _, err = run_cli(["study", "docs", "--root", str(tmp_path)], capsys)
+    assert code == 2 and "study:digits-check@nonesuch names no budget" in err and len(err.strip().splitlines()) == 1
+    page.write_text(text.replace("<!-- study:digits-check", "<!-- study:nonesuch"))
+    code, _, err = run_cli(["study", "docs", "--root", str(tmp_path)], capsys)
+    assert code == 2 and "study:nonesuch" in err
+
+
+def test_committed_docs_match_the_committed_store() -> None:
+    """Every docs page's study blocks are exactly what `fedfew study docs` makes from studies/store."""
+    pages = render_pages(REPO)
+    assert pages, "no docs page has a study block"
+    for page, text in pages.items():
+        assert page.read_text() == text, f"{page} differs from the store: run `fedfew study docs`"
+
+
+def _blocks(text: str) -> list[str]:
+    """The generated blocks of a page with accuracies (the aggregate view's scores are normalised, not
+    accuracies: they may be below 0)."""
+    return [m.group(2) for name, at, view in MARKER.findall(text) if view != ":aggregate"
+            for m in [marker_pattern(name + at + view).search(text)] if m]
+
+
+def test_no_accuracy_interval_in_the_docs_leaves_0_100() -> None:
+    """Every "mean [low, high]" of every generated block (what the committed-docs test keeps equal to the
+    store) is inside [0, 100]."""
+    found = 0
+    for page in sorted((REPO / "docs").glob("*.md")):
+        for block in _blocks(page.read_text()):
+            for mean, low, high in (tuple(map(float, m)) for m in INTERVAL.findall(block)):
+                found += 1
+                assert 0.0 <= low <= high <= 100.0, f"{page.name}: {mean} [{low}, {high}]"
+    assert found > 800
+
+
+def test_results_leads_with_the_largest_budget_that_ran() -> None:
+    """In docs/results.md a study shown at several budgets shows first the one whose runs are longest
+    (the mean wall time of its stored runs): the paper budget's verdicts before the cpu budget's."""
+    text = (REPO / "docs" / "results.md").read_text()
+    order: dict[str, list[str]] = {}
+    for name, at, _view in MARKER.findall(text):
+        order.setdefault(name, []).append(at[1:] if at else "")
+    studies = {study.name: (study, root) for study, root in map(load_study, study_files(REPO))}
+    several = {name: budgets for name, budgets in order.items() if len(budgets) > 1}
+    assert several  # fedfsl-table3, f2l-table1-huffpost, frl-femnist
+    for name, budgets in several.items():
+        study, root = studies[name]
+        seconds = []
+        for budget in budgets:
+            results = collect(study, root, root / "studies" / "store", budget or None)
+            assert results.run_records, f"{name}@{budget} has not run"
+            seconds.append(float(np.mean([r.get("wall_seconds", 0.0) for r in results.run_records])))
+        assert seconds == sorted(seconds, reverse=True), f"{name}: {list(zip(budgets, seconds))}"
