@@ -276,6 +276,64 @@ def test_every_registered_algorithm_writes_the_hooks_it_needs() -> None:
         assert algorithm_module.missing_hooks(fedfew.ALGORITHMS.get(name)) == [], name
 
 
+class _AOptions(fedfew.Options):
+    a: int = 1
+
+
+class _BOptions(_AOptions):
+    b: int = 2
+
+
+def test_the_options_class_is_named_once_in_the_generic_base() -> None:
+    """``class A(Algorithm[X])`` makes ``A.Options`` X (what a config is validated by and ``fedfew list``
+    prints); a subclass that names none inherits it; a subclass of a generic class names its own; a
+    class generic in a type variable takes the variable's bound; the older ``Options = X`` still works,
+    and a class that names two options classes is an error when it is defined."""
+    from typing import TypeVar
+
+    class A(fedfew.Algorithm[_AOptions]):
+        pass
+
+    class SubA(A):
+        pass
+
+    assert A.Options is _AOptions and SubA.Options is _AOptions and fedfew.Algorithm.Options is fedfew.Options
+    assert "Options" in vars(A) and "Options" not in vars(SubA)  # inherited, not set again
+
+    T = TypeVar("T", bound=_AOptions)
+
+    class Generic(fedfew.Algorithm[T]):  # a base for algorithms of several options classes
+        pass
+
+    class B(Generic[_BOptions]):
+        pass
+
+    class SubB(B):
+        pass
+
+    assert Generic.Options is _AOptions and B.Options is _BOptions and SubB.Options is _BOptions
+
+    class Old(fedfew.Algorithm):  # before Algorithm was generic
+        Options = _BOptions
+
+    class SubOld(Old):
+        pass
+
+    class Both(fedfew.Algorithm[_AOptions]):  # the same class twice is no conflict
+        Options = _AOptions
+
+    assert Old.Options is _BOptions and SubOld.Options is _BOptions and Both.Options is _AOptions
+    built = B(_BOptions(), context_for(blob_dataset()))
+    assert built.options.b == 2
+    with pytest.raises(algorithm_module.AlgorithmDefinitionError, match="assigns Options = _BOptions but its base "
+                                                                        "names _AOptions"):
+        class Clash(fedfew.Algorithm[_AOptions]):
+            Options = _BOptions
+    with pytest.raises(algorithm_module.AlgorithmDefinitionError, match="not an options class"):
+        class NotOptions(fedfew.Algorithm[int]):
+            pass
+
+
 def test_a_plugin_missing_a_hook_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from fedfew.cli.main import main
 

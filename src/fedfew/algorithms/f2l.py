@@ -230,7 +230,7 @@ class F2LClientState(_ClientModel, total=False):
 
 
 @register("f2l", help="F2L: shared server-model + private client-models, L_MI transfer and partial KD")
-class F2L(Algorithm):
+class F2L(Algorithm[F2LOptions]):
     secure_sum = None
     secure_sum_refused = ("the server aggregates the shared server-model phi (and, in F2L\\M, the client-"
                           "model) and its scores come from the private client-models: not a weighted sum of"
@@ -239,9 +239,6 @@ class F2L(Algorithm):
                   "alone) unless test_client_model: average, which sends every private client-model to "
                   "the server to be averaged for evaluation; decoupled: false (F2L\\M) uploads the "
                   "client-model too under its own aggregation")
-
-    Options = F2LOptions
-    options: F2LOptions
 
     def __init__(self, options: F2LOptions, context: Context) -> None:
         super().__init__(options, context)

@@ -12,7 +12,7 @@ with ``score_uploads`` each client also scores its last upload on its private va
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import torch
 from pydantic import Field
@@ -63,9 +63,12 @@ class FedProxOptions(FedAvgOptions):
                       "(0: FedAvg)")
 
 
+#: The options of a :class:`FedAvg` subclass.
+FedAvgOptionsT = TypeVar("FedAvgOptionsT", bound=FedAvgOptions)
+
 
 @register("fedavg", help="FedAvg: local minibatch SGD, sample-weighted model averaging")
-class FedAvg(Algorithm):
+class FedAvg(Algorithm[FedAvgOptionsT]):
     secure_sum = "with score_uploads: false"
     secure_sum_refused = "with score_uploads each client's own model is scored on its own data"
     dp_refused = ("fedavg with score_uploads scores each client's own model on its private validation "
@@ -77,10 +80,7 @@ class FedAvg(Algorithm):
             return cls.secure_sum_refused
         return super().secure_sum_refusal(options)
 
-    Options = FedAvgOptions
-    options: FedAvgOptions
-
-    def __init__(self, options: FedAvgOptions, context: Context) -> None:
+    def __init__(self, options: FedAvgOptionsT, context: Context) -> None:
         super().__init__(options, context)
         fewshot = context.task == "fewshot"
         self.num_outputs = len(context.train_classes) if fewshot else context.num_classes
@@ -154,11 +154,9 @@ class FedAvg(Algorithm):
 
 
 @register("fedprox", help="FedProx: FedAvg with a proximal term mu/2 ||w - w_global||^2")
-class FedProx(FedAvg):
+class FedProx(FedAvg[FedProxOptions]):
     secure_sum = "with score_uploads: false"
     secure_sum_refused = "with score_uploads each client's own model is scored on its own data"
     dp_refused = ("fedprox with score_uploads scores each client's own model on its private validation "
                   "set and reports the scores (score_uploads: false is covered)")
 
-    Options = FedProxOptions
-    options: FedProxOptions

@@ -30,7 +30,7 @@ paper's network is ``fedfsl-prox`` with ``mu: 0`` (bit for bit ``fl-maml`` on th
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -106,11 +106,14 @@ def exclusive_average(models: dict[int, StateDict], weights: dict[int, float], c
     return weighted_average([models[cid] for cid in others], [weights[cid] for cid in others])
 
 
-class FedFSLBase(EpisodicFedAvg):
-    """fl-maml with the FedFSL model options (the two-layer classifier)."""
+#: The options of a :class:`FedFSLBase` subclass.
+FedFSLOptionsT = TypeVar("FedFSLOptionsT", bound=FedFSLOptions)
+#: The options of a :class:`FedFSLMI` subclass.
+FedFSLMIOptionsT = TypeVar("FedFSLMIOptionsT", bound=FedFSLMIOptions)
 
-    Options = FedFSLOptions
-    options: FedFSLOptions
+
+class FedFSLBase(EpisodicFedAvg[FedFSLOptionsT]):
+    """fl-maml with the FedFSL model options (the two-layer classifier)."""
 
     def new_model(self) -> FewShotModel:
         opts = self.options
@@ -125,16 +128,13 @@ class FedFSLBase(EpisodicFedAvg):
 
 
 @register("fedfsl-prox", help="FedFSL-prox: FedFSL-naive (fl-maml) plus FedProx's mu/2 ||w - w^t||^2")
-class FedFSLProx(FedFSLBase):
+class FedFSLProx(FedFSLBase[FedFSLProxOptions]):
     """FedFSL-naive with a FedProx term; the proximal term itself is EpisodicFedAvg's ``mu``."""
     secure_sum = ""
 
-    Options = FedFSLProxOptions
-    options: FedFSLProxOptions
-
 
 @register("fedfsl-mi", help="FedFSL-MI: MAML loss + gamma KL(p(w_global) || p(w_k)) (eq. 11-13)")
-class FedFSLMI(FedFSLBase):
+class FedFSLMI(FedFSLBase[FedFSLMIOptionsT]):
     """FedFSL-MI (section 4.1)."""
     secure_sum = "with reference: global"
     secure_sum_refused = "reference: exclusive broadcasts w_{-k}, an average of the other clients' individual uploads"
@@ -147,10 +147,7 @@ class FedFSLMI(FedFSLBase):
             return cls.secure_sum_refused
         return super().secure_sum_refusal(options)
 
-    Options = FedFSLMIOptions
-    options: FedFSLMIOptions
-
-    def __init__(self, options: FedFSLMIOptions, context: Context) -> None:
+    def __init__(self, options: FedFSLMIOptionsT, context: Context) -> None:
         super().__init__(options, context)
         self.reference_model = self.new_model()  # workspace for w_g, reloaded every client update
 

@@ -87,15 +87,12 @@ class FedFSLAdvOptions(FedFSLMIOptions):
 
 
 @register("fedfsl-mi-adv", help="FedFSL-MI-Adv: MI term + two-stage classifier-discrepancy training (Alg. 2)")
-class FedFSLMIAdv(FedFSLMI):
+class FedFSLMIAdv(FedFSLMI[FedFSLAdvOptions]):
     """FedFSL-MI-Adv (section 4.2, Algorithm 2)."""
     secure_sum = "with reference: global"
     secure_sum_refused = "reference: exclusive broadcasts w_{-k}, an average of the other clients' individual uploads"
     dp_refused = ("fedfsl-mi-adv with reference: exclusive broadcasts w_{-k}, an average of the other "
                   "clients' un-noised uploads (reference: global is covered)")
-
-    Options = FedFSLAdvOptions
-    options: FedFSLAdvOptions
 
     def __init__(self, options: FedFSLAdvOptions, context: Context) -> None:
         super().__init__(options, context)

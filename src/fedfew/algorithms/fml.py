@@ -309,19 +309,15 @@ class FMLClientState(TypedDict):
 
 
 @register("fml", help="FML: deep mutual learning between a private local model and a meme of the global model")
-class FML(Algorithm):
+class FML(Algorithm[FMLOptions]):
     secure_sum = None
     secure_sum_refused = ("its evaluation scores the private local models on the clients, and its server "
                           "counts rounds (not covered yet)")
-
-    Options = FMLOptions
-    options: FMLOptions
 
     def __init__(self, options: FMLOptions, context: Context) -> None:
         super().__init__(options, context)
         if context.task != "classification":
             raise ValueError("fml is a classification method: set task: classification in the config")
-        self.options: FMLOptions = options
         chosen = options.local_models
         if isinstance(chosen, list) and len(chosen) < context.num_clients:
             raise ValueError(

@@ -181,7 +181,7 @@ class EpisodeMemory(TypedDict):
 
 # -- the outer algorithm: T meta-training episodes -----------------------------------------------
 @register("frl", help="FRL: meta-train an initial model for R-round FL (prototype loss + GPAL, Alg. 1)")
-class FRL(Algorithm):
+class FRL(Algorithm[FRLOptions]):
     """One simulator round = one meta-training episode of R + 1 rounds (module docstring)."""
     secure_sum = None
     secure_sum_refused = ("its rounds nest R rounds of FL and a meta-update, and GPAL aggregates "
@@ -191,9 +191,6 @@ class FRL(Algorithm):
                   "update, one joint clip per release, R + 1 releases an episode accounted, deployment "
                   "groups outside the federation; classifier: linear first asks the participants which "
                   "classes they hold and releases their union un-noised")
-
-    Options = FRLOptions
-    options: FRLOptions
 
     def __init__(self, options: FRLOptions, context: Context) -> None:
         super().__init__(options, context)

@@ -32,7 +32,7 @@ Per-FedAvg (Fallah et al. 2020) is in :mod:`fedfew.algorithms.per_fedavg`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import torch
 from pydantic import Field
@@ -129,12 +129,10 @@ def keep_best(results: dict[int, ClientResult], keep: int, generator: torch.Gene
     return chosen, weighted_average([results[i].upload["model"] for i in chosen], [results[i].num_samples for i in chosen])
 
 
-class OneShotFL(LinearFL):
+class OneShotFL(LinearFL[OneShotTrainOptions]):
     """One deployment round of fine-tuning via one-shot FL: each client trains the group's model (a
     fresh tau-way head at the start) on its support set and reports a cross-validation accuracy;
     the server averages the ``keep`` best."""
-
-    options: OneShotTrainOptions
 
     def client_update(self, payload: Payload, state: State, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
@@ -178,7 +176,7 @@ def evaluate_fine_tuning(options: DeployFedAvgOptions, deployment: LinearDeploym
 
 
 @register("frl-scratch", help="FRL baseline: R rounds of FedAvg at deployment from a random initialisation")
-class FRLScratch(Algorithm):
+class FRLScratch(Algorithm[DeployFedAvgOptions]):
     """No preparation: one simulator round that exchanges nothing, then deployment from the random
     initialisation."""
     secure_sum = None
@@ -186,9 +184,6 @@ class FRLScratch(Algorithm):
     dp_refused = "frl-scratch trains nothing in its rounds (it learns only at deployment): nothing to protect"
 
     trains = False  # all its learning happens at deployment
-
-    Options = DeployFedAvgOptions
-    options: DeployFedAvgOptions
 
     def __init__(self, options: DeployFedAvgOptions, context: Context) -> None:
         super().__init__(options, context)
@@ -205,15 +200,16 @@ class FRLScratch(Algorithm):
         return evaluate_fine_tuning(self.options, self.deployment, server, data, self.context)
 
 
+#: The options of a :class:`FRLFineTune` subclass.
+FineTuneOptionsT = TypeVar("FineTuneOptionsT", bound=FineTuneOptions)
+
+
 @register("frl-finetune", help="FRL baseline: FedAvg-pretrained |C_b|-way classifier, fine-tuned R rounds")
-class FRLFineTune(FedAvg):
+class FRLFineTune(FedAvg[FineTuneOptionsT]):
     """Preparation is :class:`~fedfew.algorithms.fedavg.FedAvg` over the base classes."""
     secure_sum = ""
 
-    Options = FineTuneOptions
-    options: FineTuneOptions
-
-    def __init__(self, options: FineTuneOptions, context: Context) -> None:
+    def __init__(self, options: FineTuneOptionsT, context: Context) -> None:
         if context.task != "fewshot":
             raise ValueError(f"{type(self).__name__} deploys on unseen classes: set task: fewshot")
         super().__init__(options, context)
@@ -224,7 +220,7 @@ class FRLFineTune(FedAvg):
 
 
 @register("frl-oneshot", help="FRL baseline: FedAvg pretraining, one-shot FL (Guha et al., CV selection) at deployment")
-class FRLOneShot(FRLFineTune):
+class FRLOneShot(FRLFineTune[OneShotFineTuneOptions]):
     """``stage: deployment``: FedAvg preparation, R rounds of :class:`OneShotFL` at deployment.
     ``stage: preparation``: one round of local training, cross-validation scores and the best
     ``keep`` averaged, then FedAvg fine-tuning at deployment."""
@@ -238,9 +234,6 @@ class FRLOneShot(FRLFineTune):
         if getattr(options, "stage", "deployment") != "deployment":
             return cls.secure_sum_refused
         return super().secure_sum_refusal(options)
-
-    Options = OneShotFineTuneOptions
-    options: OneShotFineTuneOptions
 
     def __init__(self, options: OneShotFineTuneOptions, context: Context) -> None:
         super().__init__(options, context)

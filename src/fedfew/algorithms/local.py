@@ -37,13 +37,11 @@ class LocalOptions(MAMLOptions):
 
 
 @register("local", help="FSL-local: every client meta-trains alone; scores averaged over clients")
-class Local(EpisodicFedAvg):
+class Local(EpisodicFedAvg[LocalOptions]):
     secure_sum = None
     secure_sum_refused = "its clients upload nothing: nothing to sum"
     dp_refused = "local's clients train alone and upload nothing; its score comes from their private models"
 
-    Options = LocalOptions
-    options: LocalOptions
     dp_upload: str | None = None  # nothing is averaged: the clients' models are their own (fedfew.privacy.coverage)
 
     def __init__(self, options: LocalOptions, context: Context) -> None:

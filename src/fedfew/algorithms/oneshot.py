@@ -25,7 +25,7 @@ An ensemble is not one state dict: the server keeps its members' states (``serve
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, TypedDict, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -164,9 +164,12 @@ class OneShotServer(TypedDict, total=False):
     predicted_others: dict[int, float]
     own_success: float
 
+#: The options of a :class:`OneShot` subclass.
+OneShotOptionsT = TypeVar("OneShotOptionsT", bound=OneShotOptions)
+
 
 @register("oneshot", help="One-shot FL: one round; FedAvg, random / CV / data-size ensembles (Guha et al.)")
-class OneShot(Algorithm):
+class OneShot(Algorithm[OneShotOptionsT]):
     """One round of local training, then selection and combination on the server (module docstring)."""
     secure_sum = None
     secure_sum_refused = ("the server keeps, ranks or ensembles individual uploads: it needs each client's "
@@ -174,10 +177,7 @@ class OneShot(Algorithm):
     dp_refused = ("oneshot uploads whole models once and the server keeps or ensembles individual "
                   "models: DP-FedAvg's noised average does not apply")
 
-    Options = OneShotOptions
-    options: OneShotOptions
-
-    def __init__(self, options: OneShotOptions, context: Context) -> None:
+    def __init__(self, options: OneShotOptionsT, context: Context) -> None:
         super().__init__(options, context)
         if context.task != "classification":
             raise ValueError(f"{self.name} is a classification method: set task: classification "

@@ -211,11 +211,11 @@ class PerFedAvgFL(LinearFL):
 
     def client_update(self, payload: Payload, state: State, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
-        # LinearDeployment hands this group model FRLPerFedAvg's PerFedAvgOptions; LinearFL types its
-        # options as the TrainOptions most deployments get.
+        # LinearDeployment hands this group model FRLPerFedAvg's PerFedAvgOptions, not the TrainOptions
+        # that bound LinearFL's options: so the class names no options class (LinearFL's stand for any).
         return model_update(self.model, payload, state, data.num_samples,
                             lambda model: per_fedavg_local(model, data.train, data.train.labels,
-                                                           self.options, generator))  # type: ignore[arg-type]
+                                                           self.options, generator))
 
 
 # MetaHeadStart (algorithms/frl.py) types its model nn.Module, LinearFL a FewShotModel: the same object.
@@ -228,14 +228,15 @@ class FRLPerFedAvg(FedAvg):
     """Per-FedAvg preparation of a |C_b|-way classifier (FedAvg's model, targets and aggregation)."""
     secure_sum = ""
 
-    # FedAvg's model, targets and aggregation with Per-FedAvg's own options (not a FedAvgOptions).
-    Options = PerFedAvgOptions  # type: ignore[assignment]
-    options: PerFedAvgOptions  # type: ignore[assignment]
+    # FedAvg's model, targets and aggregation with Per-FedAvg's own options: not a FedAvgOptions, so
+    # FedAvg[...] cannot name them (its options are bound to FedAvgOptions) and the class assigns them.
+    Options = PerFedAvgOptions
+    options: PerFedAvgOptions
 
     def __init__(self, options: PerFedAvgOptions, context: Context) -> None:
         if context.task != "fewshot":
             raise ValueError("frl-per-fedavg deploys on unseen classes: set task: fewshot")
-        super().__init__(options, context)  # type: ignore[arg-type]
+        super().__init__(options, context)
         meta = options.head_init == "meta"
         if meta and options.deployment.classes > self.num_outputs:
             raise ValueError(
@@ -283,12 +284,10 @@ class PerFedAvgPrototypeFL(PrototypeFL):
 
 @register("frl-per-fedavg-distance",
           help="FRL baseline: Per-FedAvg with a distance-based (prototype) classifier, forced global model")
-class FRLPerFedAvgDistance(Algorithm):
+class FRLPerFedAvgDistance(Algorithm[PerFedAvgOptions]):
     """Per-FedAvg preparation of a head-less encoder with the prototype loss (module docstring)."""
     secure_sum = ""
 
-    Options = PerFedAvgOptions
-    options: PerFedAvgOptions
     dp_upload = "model-delta"  # the encoder is averaged: differential privacy clips its change
 
     def __init__(self, options: PerFedAvgOptions, context: Context) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, get_args, get_origin
 
 import torch
 
@@ -33,8 +33,11 @@ from fedfew.interface.records import (
 #: The contract's records (:mod:`fedfew.interface.records`) are part of this module's names: an algorithm
 #: imports the base class and what its hooks receive from one place.
 __all__ = ["ALGORITHMS", "Algorithm", "AlgorithmDefinitionError", "BaseOptions", "ClientData", "ClientResult",
-           "ClientScores", "Context", "EpisodeShape", "EvalData", "Options", "Parts", "Payload", "State",
+           "ClientScores", "Context", "EpisodeShape", "EvalData", "Options", "OptionsT", "Parts", "Payload", "State",
            "missing_hooks", "register"]
+
+#: The options class an :class:`Algorithm` is generic in: ``class FedAvg(Algorithm[FedAvgOptions])``.
+OptionsT = TypeVar("OptionsT", bound=BaseOptions)
 
 if TYPE_CHECKING:  # annotations only: the contract runs nothing of the model package
     from fedfew.models.base import FewShotModel
@@ -73,9 +76,10 @@ class Context:
     corrupt_clients: list[int] = field(default_factory=list)
 
 
-class Algorithm:
-    """Base class of every federated algorithm: subclass it, decorate the subclass with
-    :func:`register`, and fill in the hooks. A standard round is::
+class Algorithm(Generic[OptionsT]):
+    """Base class of every federated algorithm: subclass it with its options class,
+    ``class MyFedAvg(Algorithm[MyOptions])``, decorate the subclass with :func:`register`, and fill in
+    the hooks. A standard round is::
 
         payload_k = broadcast(server, k)                      for each selected client k (server side)
         result_k  = client_update(payload_k, state_k, data_k, generator_k)   (where client k is)
@@ -114,8 +118,8 @@ class Algorithm:
       Name the generator's device in a draw (``torch.randperm(n, generator=g, device=g.device)``):
       on a GPU run a draw without it is made on the GPU, where a CPU generator is an error.
 
-    ``self.options`` is the validated :attr:`Options` (``algorithm.options`` of the config) and
-    ``self.context`` the :class:`Context` (model factory, episode shape, classes; never a client's
+    ``self.options`` is the validated :attr:`Options` (``algorithm.options`` of the config; typed as the
+    class's options class) and ``self.context`` the :class:`Context` (model factory, episode shape, classes; never a client's
     data). Workspace models built in ``__init__`` are a cache whose contents are overwritten at the
     start of every use.
 
@@ -135,9 +139,7 @@ class Algorithm:
 
 
         @register("my-fedavg", help="FedAvg: one epoch of minibatch SGD, sample-weighted averaging")
-        class MyFedAvg(Algorithm):
-            Options = SGDOptions
-
+        class MyFedAvg(Algorithm[SGDOptions]):
             def __init__(self, options, context):
                 super().__init__(options, context)
                 self.model = context.make_model(context.num_classes)  # workspace, reused every call
@@ -173,8 +175,12 @@ class Algorithm:
     """
 
     name: ClassVar[str] = ""
+    #: The class of the algorithm's options (``algorithm.options`` of a config is validated by it, and
+    #: ``fedfew list algorithms NAME`` prints its fields): the ``X`` of ``class A(Algorithm[X])``, set on the
+    #: class by :meth:`__init_subclass__`; a subclass that names none inherits its parent's. A class
+    #: may also assign it (``Options = X``, the form before ``Algorithm`` was generic).
     Options: ClassVar[type[BaseOptions]] = BaseOptions
-    options: BaseOptions
+    options: OptionsT
     # Capabilities: each is a class attribute (a property where it depends on the options).
     #: False for a method whose rounds train nothing by design (FRL's from-scratch baseline learns at
     #: deployment only); otherwise a run in which no client ever trained is an error, not a result.
@@ -226,7 +232,22 @@ class Algorithm:
         (FML: its round counter). Default: nothing else moves."""
         return server
 
-    def __init__(self, options: BaseOptions, context: Context) -> None:
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        """Set ``cls.Options`` from the class's generic base: ``X`` for ``class A(Algorithm[X])`` or
+        ``class B(A[X])`` (a class generic in a type variable of its own, ``class A(Algorithm[T])``, takes
+        the variable's bound). A class that names no options inherits its parent's; one that assigns
+        ``Options = X`` itself keeps it (it must agree with a generic base that names one)."""
+        super().__init_subclass__(**kwargs)
+        derived = _options_of_bases(cls)
+        if derived is None:
+            return
+        declared = vars(cls).get("Options")
+        if declared is not None and declared is not derived:
+            raise AlgorithmDefinitionError(f"{cls.__name__} assigns Options = {declared.__name__} but its base "
+                                           f"names {derived.__name__}: give the options class once")
+        cls.Options = derived
+
+    def __init__(self, options: OptionsT, context: Context) -> None:
         """Called once per process that runs the algorithm (the server, each worker, each Flower
         node), so it builds only what follows from the options and context: workspace models, the
         learner. Anything that must be the same everywhere belongs in a state."""
@@ -412,6 +433,24 @@ def register(name: str, help: str = "") -> Callable[[type[Algorithm]], type[Algo
 
 class AlgorithmDefinitionError(UsageError):
     """An algorithm class registered without a hook it needs (exit 2, one line naming the hook)."""
+
+
+def _options_of_bases(cls: type) -> type[BaseOptions] | None:
+    """The options class that ``cls``'s own generic bases name (``Algorithm[X]``, ``A[X]``), or None."""
+    for base in vars(cls).get("__orig_bases__", ()):
+        origin = get_origin(base)
+        if not (isinstance(origin, type) and issubclass(origin, Algorithm)):
+            continue
+        for arg in get_args(base):
+            if isinstance(arg, TypeVar):  # class A(Algorithm[T]): generic itself, its own options are T's bound
+                arg = arg.__bound__
+                if not isinstance(arg, type):  # a bound named as a string (a forward reference): none named here
+                    return None
+            if isinstance(arg, type) and issubclass(arg, BaseOptions):
+                return arg
+            raise AlgorithmDefinitionError(f"{cls.__name__}'s base {base} names {arg!r}, which is not an options "
+                                           "class (a subclass of fedfew.Options)")
+    return None
 
 
 def _overrides(cls: type[Algorithm], hook: str) -> bool:

@@ -10,7 +10,7 @@ episodes each client trained on (eq. 10), or by samples or uniformly.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, TypeVar
 
 import torch
 from pydantic import Field, model_validator
@@ -81,18 +81,20 @@ def build_learner(options: Options) -> EpisodicLearner:
     return ProtoNet()
 
 
-class EpisodicFedAvg(Algorithm):
-    """FedAvg whose local update is episodic meta-training with ``self.learner``."""
+#: The options of an :class:`EpisodicFedAvg` subclass.
+EpisodicOptionsT = TypeVar("EpisodicOptionsT", bound=EpisodicOptions)
 
-    Options = EpisodicOptions
-    options: EpisodicOptions
+
+class EpisodicFedAvg(Algorithm[EpisodicOptionsT]):
+    """FedAvg whose local update is episodic meta-training with ``self.learner`` (options: an
+    :class:`EpisodicOptions`; a subclass names its own, ``class FLMAML(EpisodicFedAvg[MAMLOptions])``)."""
     #: The model is averaged: differential privacy clips its change (fedfew.privacy).
     dp_upload: str | None = "model-delta"
     #: Training episodes are drawn from ``context.episode``, whose query count may differ from the
     #: evaluation's (``episodes.train_query``; MAML trains on K queries a class, Finn et al. 2017).
     takes_training_query = True
 
-    def __init__(self, options: EpisodicOptions, context: Context) -> None:
+    def __init__(self, options: EpisodicOptionsT, context: Context) -> None:
         super().__init__(options, context)
         self.learner = build_learner(options)
         self.model = self.new_model()  # the one workspace model of this process

@@ -27,7 +27,7 @@ FedAvg, fine-tuning and one-shot baselines.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import torch
@@ -46,6 +46,7 @@ from fedfew.interface.algorithm import (
     Context,
     EvalData,
     Options,
+    OptionsT,
     Parts,
     Payload,
     State,
@@ -225,7 +226,7 @@ def relabelled(dataset: LabelledDataset, positions: torch.Tensor, classes: torch
 
 
 # -- the methods' side ----------------------------------------------------------------------------
-class DeploymentAlgorithm(Algorithm):
+class DeploymentAlgorithm(Algorithm[OptionsT]):
     """An FL algorithm run for R rounds by a deployment group, with the two extra steps the protocol
     needs. ``start`` may ignore parts of the prepared state (a baseline's |C_b|-way head)."""
 
@@ -314,13 +315,15 @@ def with_fresh_head(model: torch.nn.Module, prepared: StateDict, generator: torc
     return state
 
 
-class LinearFL(DeploymentAlgorithm):
+#: The options of a :class:`LinearFL` subclass.
+TrainOptionsT = TypeVar("TrainOptionsT", bound="TrainOptions")
+
+
+class LinearFL(DeploymentAlgorithm[TrainOptionsT]):
     """FedAvg (sample-weighted) with cross-entropy on a tau-way linear head, Xavier-initialised at
     the start of each group; the global model's head classifies."""
 
-    options: TrainOptions
-
-    def __init__(self, options: TrainOptions, context: Context, num_classes: int) -> None:
+    def __init__(self, options: TrainOptionsT, context: Context, num_classes: int) -> None:
         super().__init__(options, context)
         self.num_classes = num_classes
         self.model = context.make_model(num_classes)

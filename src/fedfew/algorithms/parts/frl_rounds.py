@@ -50,12 +50,9 @@ class MetaHeadLinearFL(MetaHeadStart, LinearFL):
 
 
 # -- the R rounds of FL inside an episode (and at deployment) ----------------------------------
-class PrototypeFL(DeploymentAlgorithm):
+class PrototypeFL(DeploymentAlgorithm[FRLOptions]):
     """One round of FRL's inner FL: prototype loss (eq. 2) and GPAL combined by eq. 3 locally; models and
     prototypes averaged on the server. Labels are class indices of the episode (or the group)."""
-
-    Options = FRLOptions
-    options: FRLOptions
 
     def __init__(self, options: FRLOptions, context: Context) -> None:
         super().__init__(options, context)
