@@ -38,11 +38,11 @@ from pydantic import Field
 from torch import nn
 from torch.func import functional_call
 
-from fedfew.algorithms.parts.episodic import EpisodicFedAvg, MAMLOptions
+from fedfew.algorithms.parts.episodic import EpisodicClientState, EpisodicFedAvg, MAMLOptions
 from fedfew.fewshot.episodes import Episode
 from fedfew.fewshot.learners import MAML
 from fedfew.interface.aggregation import weighted_average
-from fedfew.interface.algorithm import ClientData, ClientResult, Context, Parts, Payload, State, register
+from fedfew.interface.algorithm import ClientData, ClientResult, Context, Parts, Payload, register
 from fedfew.interface.state import StateDict, load_state_
 from fedfew.models.base import FewShotModel
 
@@ -194,7 +194,7 @@ class FedFSLMI(FedFSLBase[FedFSLMIOptionsT]):
         model = payload["model"]
         return payload["reference"] if "reference" in payload else model
 
-    def client_update(self, payload: Payload, state: State, data: ClientData,
+    def client_update(self, payload: Payload, state: EpisodicClientState | None, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         load_state_(self.reference_model, self.reference_state(payload)).train()
         return super().client_update(payload, state, data, generator)

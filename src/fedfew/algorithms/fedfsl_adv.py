@@ -48,11 +48,12 @@ from torch import nn
 
 from fedfew.algorithms.fedfsl import FedFSLMI, FedFSLMIOptions, prediction_kl
 from fedfew.algorithms.parts.common import local_sampler, make_optimizer
+from fedfew.algorithms.parts.episodic import EpisodicClientState
 from fedfew.algorithms.parts.optimizers import LocalOptimizer
 from fedfew.core.seeding import seed_torch_init
 from fedfew.fewshot.episodes import Episode
 from fedfew.fewshot.learners import proximal_term
-from fedfew.interface.algorithm import ClientData, ClientResult, Context, Payload, State, register
+from fedfew.interface.algorithm import ClientData, ClientResult, Context, Payload, register
 from fedfew.interface.state import get_state, load_state_
 from fedfew.models.base import FewShotModel
 
@@ -176,7 +177,7 @@ class FedFSLMIAdv(FedFSLMI[FedFSLAdvOptions]):
         self.step_on(objective, self.generator_parameters(), optimizer)
         return metrics
 
-    def client_update(self, payload: Payload, state: State, data: ClientData,
+    def client_update(self, payload: Payload, state: EpisodicClientState | None, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         """Algorithm 2's client side: theta' anew, then per local step stage 1 and stage 2."""
         opts = self.options

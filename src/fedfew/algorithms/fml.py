@@ -50,7 +50,7 @@ epoch, mean over newcomers) and ``newcomer_{init}_{by}_by_epoch`` ({"0": on join
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypedDict, get_args
 
 import torch
@@ -74,7 +74,6 @@ from fedfew.interface.algorithm import (
     Options,
     Parts,
     Payload,
-    State,
     register,
 )
 from fedfew.interface.state import StateDict, get_state, load_state_
@@ -417,7 +416,7 @@ class FML(Algorithm[FMLOptions]):
         model = load_state_(self.local_workspace(state["architecture"]), state["model"])
         return dataset_accuracy(model, client.val.inputs, client.val.labels, client.val.lengths)
 
-    def local_accuracies(self, client_states: dict[int, State], clients: list[ClientData]) -> dict[int, float]:
+    def local_accuracies(self, client_states: Mapping[int, FMLClientState], clients: list[ClientData]) -> dict[int, float]:
         """Each trained client's local model on its own private validation set."""
         scores = {c.client_id: self.local_accuracy(client_states.get(c.client_id), c) for c in clients}
         return {cid: score for cid, score in scores.items() if score is not None}

@@ -13,7 +13,7 @@ import torch
 from pydantic import Field
 
 from fedfew.algorithms.parts.common import per_client_table
-from fedfew.algorithms.parts.episodic import EpisodicFedAvg, MAMLOptions
+from fedfew.algorithms.parts.episodic import EpisodicClientState, EpisodicFedAvg, MAMLOptions
 from fedfew.core.seeding import seed_torch_init
 from fedfew.fewshot.evaluation import accuracy
 from fedfew.fewshot.learners import ProtoNet
@@ -53,16 +53,18 @@ class Local(EpisodicFedAvg[LocalOptions]):
     def init_server(self, generator: torch.Generator) -> Parts:
         return {}
 
-    def init_client_state(self, client: ClientData, generator: torch.Generator) -> Parts:
+    def init_client_state(self, client: ClientData, generator: torch.Generator) -> EpisodicClientState:
         seed_torch_init(generator)
         return {"model": get_state(self.new_model())}
 
     def broadcast(self, server: Parts, client_id: int) -> Payload:
         return {}
 
-    def client_update(self, payload: Payload, state: Parts, data: ClientData,
+    def client_update(self, payload: Payload, state: EpisodicClientState | None, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
+        assert state is not None  # init_client_state gave the client its model
         result = super().client_update({"model": state["model"]}, state, data, generator)
+        assert isinstance(result.state, dict)  # the state given, or EpisodicFedAvg's update of it
         new_state = {**result.state, "model": result.upload["model"]} if "model" in result.upload else state
         return ClientResult(upload={}, state=new_state, metrics=result.metrics,
                             num_samples=result.num_samples, num_episodes=result.num_episodes, skipped=result.skipped)
@@ -73,7 +75,7 @@ class Local(EpisodicFedAvg[LocalOptions]):
 
     evaluates_clients = True
 
-    def evaluate_client(self, payload: Payload, state: Parts, client: ClientData, data: EvalData,
+    def evaluate_client(self, payload: Payload, state: EpisodicClientState, client: ClientData, data: EvalData,
                         generator: torch.Generator) -> ClientScores:
         if data.episodes is None:
             raise ValueError("local is a few-shot method: it needs evaluation episodes")

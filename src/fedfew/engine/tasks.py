@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from fedfew.core.registry import Registry
-from fedfew.interface.algorithm import Algorithm, ClientData, ClientResult, Payload, State
+from fedfew.interface.algorithm import Algorithm, ClientData, ClientResult, Payload
 from fedfew.interface.protocol import MAIN, update_generator, update_global_seed
 from fedfew.interface.static import static_tensors
 from fedfew.privacy.clipping import ClientSpec, privatize
@@ -62,7 +62,7 @@ def client_view(data: ClientData, task: ClientTask, seed: int) -> ClientData:
 
 
 def run_client_task(algorithm: Algorithm, task: ClientTask, data: ClientData, payload: Payload,
-                    state: State, seed: int) -> ClientResult:
+                    state: object, seed: int) -> ClientResult:
     """One client update: the task's part of ``algorithm`` on the task's view of ``data``, with the
     client's generator for (seed, round key, client id); with ``task.privacy``, its upload clipped
     (and noised, local-dp) here, where the client is, before it is returned."""

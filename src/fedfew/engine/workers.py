@@ -32,7 +32,7 @@ from fedfew.core.errors import UsageError
 from fedfew.engine.base import ENGINES, Delivery, Engine, EngineError, EngineSetup, Faults
 from fedfew.engine.tasks import ClientTask, run_client_task
 from fedfew.interface import serialize
-from fedfew.interface.algorithm import Algorithm, ClientData, ClientResult, EvalData, Payload, State
+from fedfew.interface.algorithm import Algorithm, ClientData, ClientResult, EvalData, Payload
 from fedfew.interface.compute import CPU_FP32, Compute
 from fedfew.interface.protocol import from_wire, to_wire
 from fedfew.interface.state_store import ClientStates
@@ -192,7 +192,7 @@ class WorkersEngine(Engine):
             raise
         return Delivery(results)
 
-    def episode_scores(self, server: State, data: EvalData) -> list[float]:
+    def episode_scores(self, server: object, data: EvalData) -> list[float]:
         """The evaluation episodes split into one contiguous share per worker, scored in parallel and
         put back in order (each episode's score does not depend on which process computes it)."""
         assert data.episodes is not None

@@ -101,8 +101,11 @@ class Algorithm(Generic[OptionsT]):
     processes and on Flower nodes, and a run stopped after any round resumes to the same numbers:
 
     * **States are data.** Server states, client states, payloads and uploads are nestings of dicts,
-      lists and tuples of tensors, numbers, strings and None (what :mod:`fedfew.interface.serialize`
-      stores and sends), never modules or optimisers: :func:`get_state` turns a model into one.
+      lists and tuples of tensors, numbers, strings and None (a :data:`State`: what
+      :mod:`fedfew.interface.serialize` stores and sends), never modules or optimisers: :func:`get_state`
+      turns a model into one. The framework hands each hook the states its own hooks made, without
+      looking inside, so the hooks here type them ``Any`` and a subclass annotates them in its own form
+      (a ``TypedDict`` of its own, or :data:`Parts`).
     * **Nothing received is mutated.** A hook returns new states; it never writes into the server
       state, payload, client state or results it was given (they may be the very tensors the server,
       a best-round snapshot or another client holds). Copy into a workspace model with
@@ -226,7 +229,7 @@ class Algorithm(Generic[OptionsT]):
             return vars(cls).get("secure_sum_refused", Algorithm.secure_sum_refused)
         return None
 
-    def dp_advance(self, server: State) -> State:
+    def dp_advance(self, server: Any) -> Any:
         """The server state after a private round, from the one DP's noised average made (which
         replaced :meth:`aggregate` and set only the model): what else a round moves in the state
         (FML: its round counter). Default: nothing else moves."""
@@ -261,7 +264,7 @@ class Algorithm(Generic[OptionsT]):
                                    f"to {what} (see fedfew.Algorithm's docstring)")
 
     # -- server side -------------------------------------------------------------------------
-    def init_server(self, generator: torch.Generator) -> State:
+    def init_server(self, generator: torch.Generator) -> Any:
         """The server's state before round 1, e.g. ``{"model": get_state(model)}``.
 
         ``generator`` is seeded by the run's seed alone; call :func:`seed_torch_init` with it before
@@ -271,7 +274,7 @@ class Algorithm(Generic[OptionsT]):
         :meth:`evaluate` receive; it is checkpointed after every round."""
         raise self._missing("init_server(generator)", "return the server's initial state")
 
-    def broadcast(self, server: State, client_id: int) -> Payload:
+    def broadcast(self, server: Any, client_id: int) -> Payload:
         """The payload sent to ``client_id`` this round (its tensors count as bytes sent down).
 
         A pure function of the server state: no generator, nothing mutated. The default sends
@@ -280,7 +283,7 @@ class Algorithm(Generic[OptionsT]):
         must treat it as read-only."""
         return {"model": server["model"]}
 
-    def aggregate(self, server: State, results: dict[int, ClientResult], generator: torch.Generator) -> State:
+    def aggregate(self, server: Any, results: dict[int, ClientResult], generator: torch.Generator) -> Any:
         """The server's next state from this round's client results.
 
         ``results`` maps client id to :class:`ClientResult`, in ascending id order, for the clients
@@ -295,7 +298,7 @@ class Algorithm(Generic[OptionsT]):
                             "from the clients' results")
 
     # -- client side -------------------------------------------------------------------------
-    def init_client_state(self, client: ClientData, generator: torch.Generator) -> State:
+    def init_client_state(self, client: ClientData, generator: torch.Generator) -> Any:
         """A client's private state before its first update (default None: a stateless client).
 
         Made when the client's state is first needed, where its states are kept, from a generator
@@ -306,7 +309,7 @@ class Algorithm(Generic[OptionsT]):
 
 
     def client_update(
-        self, payload: Payload, state: State, data: ClientData, generator: torch.Generator
+        self, payload: Payload, state: Any, data: ClientData, generator: torch.Generator
     ) -> ClientResult:
         """One client's local work this round: a :class:`ClientResult` whose ``upload`` goes to the
         server (its tensors count as bytes sent up) and whose ``state`` is the client's next private
@@ -330,7 +333,7 @@ class Algorithm(Generic[OptionsT]):
         otherwise why not, in words for the user."""
         return f"{self.name} has no batched client update"
 
-    def client_update_batch(self, payloads: Sequence[Payload], states: Sequence[State],
+    def client_update_batch(self, payloads: Sequence[Payload], states: Sequence[Any],
                             data: Sequence[ClientData], generators: Sequence[torch.Generator]) -> list[ClientResult]:
         """:meth:`client_update` of several clients as one computation on one device: the i-th result
         is client ``data[i]``'s update from ``payloads[i]``, ``states[i]`` and its own generator
@@ -338,7 +341,7 @@ class Algorithm(Generic[OptionsT]):
         raise NotImplementedError(f"{self.name} has no batched client update")
 
     # -- evaluation --------------------------------------------------------------------------
-    def evaluate(self, server: State, data: EvalData, generator: torch.Generator) -> dict[str, float]:
+    def evaluate(self, server: Any, data: EvalData, generator: torch.Generator) -> dict[str, float]:
         """The metrics of the server's model(s) on ``data``: at least ``"accuracy"`` (a fraction in
         [0, 1]; the run selects and reports rounds by it), optionally ``"ci95"`` and any other numbers.
 
@@ -351,11 +354,11 @@ class Algorithm(Generic[OptionsT]):
         raise self._missing("evaluate(server, data, generator)", "score the server's state on the "
                             "evaluation split")
 
-    def episode_scores(self, server: State, data: EvalData, indices: Sequence[int]) -> list[float]:
+    def episode_scores(self, server: Any, data: EvalData, indices: Sequence[int]) -> list[float]:
         """The score of each evaluation episode in ``indices`` (algorithms with ``splits_evaluation``)."""
         raise NotImplementedError(f"{self.name} does not score episodes one by one")
 
-    def episode_predictions(self, server: State, data: EvalData, indices: Sequence[int]) -> list[torch.Tensor]:
+    def episode_predictions(self, server: Any, data: EvalData, indices: Sequence[int]) -> list[torch.Tensor]:
         """The predicted query labels (0..N-1) of each evaluation episode in ``indices``, from the same
         model and adaptation as :meth:`episode_scores` (``eval.per_class`` pools them by true class)."""
         raise NotImplementedError(f"{self.name} does not report its episodes' predictions")
@@ -368,19 +371,19 @@ class Algorithm(Generic[OptionsT]):
         return overridden and self.splits_evaluation and not self.evaluates_clients
 
     # -- evaluation with the clients' own models (``evaluates_clients``) ----------------------
-    def evaluate_client(self, payload: Payload, state: State, client: ClientData, data: EvalData,
+    def evaluate_client(self, payload: Payload, state: Any, client: ClientData, data: EvalData,
                         generator: torch.Generator) -> ClientScores:
         """One client's scores of its own model (per-episode lists or numbers), from the payload the
         server broadcasts to it, its private state and its own data."""
         raise NotImplementedError(f"{self.name} evaluates on the server")
 
-    def combine_evaluations(self, server: State, scores: dict[int, ClientScores], data: EvalData,
+    def combine_evaluations(self, server: Any, scores: dict[int, ClientScores], data: EvalData,
                             generator: torch.Generator) -> dict[str, float]:
         """The metrics from every client's :meth:`evaluate_client` (keyed by client id)."""
         raise NotImplementedError(f"{self.name} evaluates on the server")
 
     # -- a round made of nested rounds ---------------------------------------------------------
-    def play_round(self, server: State, engine: Any, selected: Sequence[int], round_index: int) -> Any:
+    def play_round(self, server: Any, engine: Any, selected: Sequence[int], round_index: int) -> Any:
         """One simulator round done otherwise than one broadcast / update / aggregate: return a
         :class:`fedfew.engine.round.RoundOutcome` whose byte counts cover every exchange inside it
         (FRL: R nested rounds of FL and a meta-update, each a :func:`~fedfew.engine.round.run_round`

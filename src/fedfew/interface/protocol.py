@@ -19,7 +19,8 @@ from typing import Any
 import torch
 
 from fedfew.core.seeding import derive_seed, torch_generator
-from fedfew.interface.algorithm import ClientResult
+from fedfew.interface.algorithm import ClientResult, State
+from fedfew.interface.serialize import named_parts
 
 #: The persistent private state of a client; other namespaces live for one top-level round only.
 MAIN = "main"
@@ -55,5 +56,7 @@ def to_wire(result: ClientResult) -> dict[str, Any]:
     return {"upload": result.upload, "state": result.state, "summary": result.summary()}
 
 
-def from_wire(wire: dict[str, Any]) -> ClientResult:
-    return ClientResult.from_summary(upload=wire["upload"], state=wire["state"], summary=wire["summary"])
+def from_wire(wire: State) -> ClientResult:
+    """The result back from :func:`to_wire`'s form (as the state form gives it back)."""
+    parts = named_parts(wire, "a client's result")
+    return ClientResult.from_summary(upload=parts["upload"], state=parts["state"], summary=parts["summary"])

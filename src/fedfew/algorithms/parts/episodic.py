@@ -10,7 +10,7 @@ episodes each client trained on (eq. 10), or by samples or uniformly.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, TypeVar
+from typing import Literal, TypedDict, TypeVar
 
 import torch
 from pydantic import Field, model_validator
@@ -32,9 +32,8 @@ from fedfew.interface.algorithm import (
     Options,
     Parts,
     Payload,
-    State,
 )
-from fedfew.interface.state import get_state, load_state_
+from fedfew.interface.state import StateDict, get_state, load_state_
 from fedfew.models.base import FewShotModel
 
 
@@ -81,6 +80,14 @@ def build_learner(options: Options) -> EpisodicLearner:
     return ProtoNet()
 
 
+class EpisodicClientState(TypedDict, total=False):
+    """A client's private state in :class:`EpisodicFedAvg` (None until it carries something)."""
+
+    episodes: int  # episodes trained so far (``lr_halving_episodes``)
+    optimizer: dict[str, list[torch.Tensor]]  # Adam's moments (``keep_optimizer``)
+    model: StateDict  # the client's own model (fsl-local)
+
+
 #: The options of an :class:`EpisodicFedAvg` subclass.
 EpisodicOptionsT = TypeVar("EpisodicOptionsT", bound=EpisodicOptions)
 
@@ -114,7 +121,7 @@ class EpisodicFedAvg(Algorithm[EpisodicOptionsT]):
         acc = float((logits.argmax(-1) == episode.query_labels).float().mean())
         return loss, {"loss": float(loss.detach()), "accuracy": acc}
 
-    def client_update(self, payload: Payload, state: State, data: ClientData,
+    def client_update(self, payload: Payload, state: EpisodicClientState | None, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         opts = self.options
         sampler = local_sampler(data.train, self.context.episode)
@@ -164,7 +171,7 @@ class EpisodicFedAvg(Algorithm[EpisodicOptionsT]):
             return f"{self.name} with keep_optimizer or lr_halving_episodes keeps a client state the batched form has not"
         return why_not_batched(self)
 
-    def client_update_batch(self, payloads: Sequence[Payload], states: Sequence[State],
+    def client_update_batch(self, payloads: Sequence[Payload], states: Sequence[EpisodicClientState | None],
                             data: Sequence[ClientData], generators: Sequence[torch.Generator]) -> list[ClientResult]:
         """:meth:`client_update` of many clients as one computation (``runtime.batch_clients``)."""
         return episodic_update_batch(self, payloads, states, data, generators)
