@@ -39,7 +39,6 @@ from fedfew.interface.algorithm import (
     EvalData,
     Parts,
     Payload,
-    State,
     register,
 )
 from fedfew.interface.state import get_state, load_state_
@@ -75,7 +74,7 @@ class FedAvg(Algorithm[FedAvgOptionsT]):
                   "set and reports the scores (score_uploads: false is covered)")
 
     @classmethod
-    def secure_sum_refusal(cls, options: Any) -> str | None:
+    def secure_sum_refusal(cls, options: object) -> str | None:
         if getattr(options, "score_uploads", False):
             return cls.secure_sum_refused
         return super().secure_sum_refusal(options)
@@ -114,7 +113,7 @@ class FedAvg(Algorithm[FedAvgOptionsT]):
     def targets(self, labels: torch.Tensor) -> torch.Tensor:
         return labels if self.targets_of is None else self.targets_of[labels]
 
-    def client_update(self, payload: Payload, state: State, data: ClientData,
+    def client_update(self, payload: Payload, state: object, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         mu = self.options.mu
 
@@ -138,7 +137,7 @@ class FedAvg(Algorithm[FedAvgOptionsT]):
         return evaluate_model(load_state_(self.model, server["model"]), data)
 
     # -- score_uploads: each client's last upload on its private validation set -------------------
-    def evaluate_client(self, payload: Payload, state: State, client: ClientData, data: EvalData,
+    def evaluate_client(self, payload: Payload, state: object, client: ClientData, data: EvalData,
                         generator: torch.Generator) -> ClientScores:
         if not isinstance(state, dict) or "upload" not in state or client.val is None or len(client.val) == 0:
             return {}  # not yet trained (round 0), or nothing to score on

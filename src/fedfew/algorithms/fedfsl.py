@@ -30,7 +30,7 @@ paper's network is ``fedfsl-prox`` with ``mu: 0`` (bit for bit ``fl-maml`` on th
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -142,7 +142,7 @@ class FedFSLMI(FedFSLBase[FedFSLMIOptionsT]):
                   "clients' un-noised uploads (reference: global is covered)")
 
     @classmethod
-    def secure_sum_refusal(cls, options: Any) -> str | None:
+    def secure_sum_refusal(cls, options: object) -> str | None:
         if getattr(options, "reference", "global") != "global":
             return cls.secure_sum_refused
         return super().secure_sum_refusal(options)

@@ -130,7 +130,15 @@ from fedfew.core.seeding import seed_torch_init, torch_generator
 from fedfew.data.dataset import LabelledDataset
 from fedfew.engine.round import RoundOutcome, run_round
 from fedfew.interface.aggregation import weighted_average, weights_for
-from fedfew.interface.algorithm import Algorithm, ClientData, ClientResult, Context, EvalData, register
+from fedfew.interface.algorithm import (
+    Algorithm,
+    ClientData,
+    ClientResult,
+    Context,
+    EvalData,
+    Payload,
+    register,
+)
 from fedfew.interface.state import StateDict, get_state, load_state_
 from fedfew.models.base import FewShotModel
 from fedfew.privacy.clipping import REFERENCE
@@ -256,7 +264,7 @@ class FRL(Algorithm[FRLOptions]):
             if not classes:  # nobody answered: the episode cannot start
                 return RoundOutcome(server, {}, down, up, asked.asked, asked.failed, asked.late)
         num_classes = len(classes) if classes is not None else 0
-        split: dict[str, Any] = {"episode": episode, "fraction": opts.support_fraction, "classes": classes}
+        split: dict[str, object] = {"episode": episode, "fraction": opts.support_fraction, "classes": classes}
         if classes is not None and self.head_rows is not None:  # MAML-style labels on phi's head rows
             tau = opts.deployment.classes
             rows = task_label_rows(len(classes), tau, torch_generator(engine.seed, "frl-labels", episode))
@@ -296,8 +304,8 @@ class FRL(Algorithm[FRLOptions]):
                             outcome.failed, outcome.late, outcome.privacy)
 
     # -- the meta-update round (lines 15-20) -------------------------------------------------
-    def broadcast(self, server: MetaRoundServer, client_id: int) -> dict[str, Any]:
-        payload: dict[str, Any] = {"model": server["adapted"]}
+    def broadcast(self, server: MetaRoundServer, client_id: int) -> Payload:
+        payload: Payload = {"model": server["adapted"]}
         prototypes = server.get("prototypes")
         if prototypes is not None:
             payload["prototypes"] = {k: prototypes[k] for k in ("classes", "prototypes")}
@@ -338,7 +346,7 @@ class FRL(Algorithm[FRLOptions]):
         loss = gpal_objective(loss, gpal, self.options.gamma, self.options.gpal_form)
         return loss, float((logits.argmax(-1) == targets).float().mean())
 
-    def client_update(self, payload: dict[str, Any], state: EpisodeMemory | None, data: ClientData,
+    def client_update(self, payload: Payload, state: EpisodeMemory | None, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         """phi_k = phi^t - beta (grad L_Q(theta^R) + weight_decay phi^t) (line 19); with
         ``extra_query_steps``, further SGD steps on the remaining query minibatches (authors' code)."""

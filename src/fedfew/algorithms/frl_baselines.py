@@ -32,7 +32,7 @@ Per-FedAvg (Fallah et al. 2020) is in :mod:`fedfew.algorithms.per_fedavg`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 import torch
 from pydantic import Field
@@ -48,6 +48,7 @@ from fedfew.algorithms.parts.frl_deployment import (
 )
 from fedfew.core.seeding import seed_torch_init
 from fedfew.data.dataset import LabelledDataset
+from fedfew.engine.base import Engine
 from fedfew.engine.round import RoundOutcome
 from fedfew.interface.aggregation import weighted_average
 from fedfew.interface.algorithm import (
@@ -59,7 +60,6 @@ from fedfew.interface.algorithm import (
     Options,
     Parts,
     Payload,
-    State,
     register,
 )
 from fedfew.interface.state import StateDict, get_state, load_state_
@@ -134,7 +134,7 @@ class OneShotFL(LinearFL[OneShotTrainOptions]):
     fresh tau-way head at the start) on its support set and reports a cross-validation accuracy;
     the server averages the ``keep`` best."""
 
-    def client_update(self, payload: Payload, state: State, data: ClientData,
+    def client_update(self, payload: Payload, state: object, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         model = load_state_(self.model, payload["model"])
         metrics = train_epochs(model, data.train, data.train.labels, self.options, generator)
@@ -193,7 +193,7 @@ class FRLScratch(Algorithm[DeployFedAvgOptions]):
         seed_torch_init(generator)
         return {"model": get_state(self.context.make_model(None))}
 
-    def play_round(self, server: Parts, engine: Any, selected: Sequence[int], round_index: int) -> RoundOutcome:
+    def play_round(self, server: Parts, engine: Engine, selected: Sequence[int], round_index: int) -> RoundOutcome:
         return RoundOutcome(server, {}, 0, 0)
 
     def evaluate(self, server: Parts, data: EvalData, generator: torch.Generator) -> dict[str, float]:
@@ -230,7 +230,7 @@ class FRLOneShot(FRLFineTune[OneShotFineTuneOptions]):
                   "cross-validation scores (stage: deployment is covered)")
 
     @classmethod
-    def secure_sum_refusal(cls, options: Any) -> str | None:
+    def secure_sum_refusal(cls, options: object) -> str | None:
         if getattr(options, "stage", "deployment") != "deployment":
             return cls.secure_sum_refused
         return super().secure_sum_refusal(options)
@@ -251,7 +251,7 @@ class FRLOneShot(FRLFineTune[OneShotFineTuneOptions]):
         return LabelledDataset(inputs=data.inputs, labels=self.targets(data.labels), class_names=names,
                                name=data.name, lengths=data.lengths)
 
-    def client_update(self, payload: Payload, state: State, data: ClientData,
+    def client_update(self, payload: Payload, state: object, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         if self.options.stage == "deployment":  # preparation is FedAvg
             return super().client_update(payload, state, data, generator)

@@ -46,7 +46,6 @@ from fedfew.interface.algorithm import (
     Context,
     EvalData,
     Payload,
-    State,
     register,
 )
 from fedfew.interface.state import StateDict, get_state, load_state_
@@ -250,7 +249,7 @@ class OneShot(Algorithm[OneShotOptionsT]):
         return {**server, **record, "members": states}
 
     # -- client ------------------------------------------------------------------------------
-    def client_update(self, payload: Payload, state: State, data: ClientData,
+    def client_update(self, payload: Payload, state: object, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         model = load_state_(self.model, payload["model"])
         metrics = train_epochs(model, data.train, data.train.labels, self.options, generator)

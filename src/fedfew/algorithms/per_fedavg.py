@@ -82,7 +82,6 @@ from fedfew.interface.algorithm import (
     Options,
     Parts,
     Payload,
-    State,
     register,
 )
 from fedfew.interface.state import get_state
@@ -209,7 +208,7 @@ def per_fedavg_local(model: nn.Module, data: LabelledDataset, targets: torch.Ten
 class PerFedAvgFL(LinearFL):
     """Deployment: R rounds of Per-FedAvg training the group's global model (fresh tau-way head)."""
 
-    def client_update(self, payload: Payload, state: State, data: ClientData,
+    def client_update(self, payload: Payload, state: object, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         # LinearDeployment hands this group model FRLPerFedAvg's PerFedAvgOptions, not the TrainOptions
         # that bound LinearFL's options: so the class names no options class (LinearFL's stand for any).
@@ -246,7 +245,7 @@ class FRLPerFedAvg(FedAvg):
         fl_class = PerFedAvgMetaHeadFL if meta else PerFedAvgFL
         self.deployment = LinearDeployment(options, context, fl_class)  # type: ignore[arg-type]
 
-    def client_update(self, payload: Payload, state: State, data: ClientData,
+    def client_update(self, payload: Payload, state: object, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         def train(model: nn.Module) -> dict[str, float]:
             if self.options.head_init == "meta":  # MAML-style labels, new for every local step
@@ -273,7 +272,7 @@ class PerFedAvgPrototypeFL(PrototypeFL):
                          context)
         self.per_options = options
 
-    def client_update(self, payload: Payload, state: State, data: ClientData,
+    def client_update(self, payload: Payload, state: object, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         result = model_update(self.model, payload, state, len(data.train),
                               lambda model: per_fedavg_local(model, data.train, data.train.labels, self.per_options,
@@ -301,7 +300,7 @@ class FRLPerFedAvgDistance(Algorithm[PerFedAvgOptions]):
         seed_torch_init(generator)
         return {"model": get_state(self.context.make_model(None))}
 
-    def client_update(self, payload: Payload, state: State, data: ClientData,
+    def client_update(self, payload: Payload, state: object, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         return model_update(self.model, payload, state, data.num_samples,
                             lambda model: per_fedavg_local(model, data.train, data.train.labels, self.options,

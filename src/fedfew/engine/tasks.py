@@ -35,15 +35,15 @@ class ClientTask:
     round: int  # the top-level (simulator) round this task belongs to
     round_key: str  # what the client's generator is derived from, with the seed and its id
     part: str = ""
-    part_args: dict[str, Any] = field(default_factory=dict)
+    part_args: dict[str, object] = field(default_factory=dict)
     view: str = ""
-    view_args: dict[str, Any] = field(default_factory=dict)
+    view_args: dict[str, object] = field(default_factory=dict)
     namespace: str = MAIN
     #: Differential privacy's instructions to the client (a :class:`fedfew.privacy.ClientSpec` as
     #: JSON): clip the update where it is made. None: no privacy.
     privacy: dict[str, Any] | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return asdict(self)
 
     @classmethod

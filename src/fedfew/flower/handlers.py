@@ -104,7 +104,7 @@ def train(msg: Message, context: Context, builder: ExperimentBuilder) -> Message
         task = ClientTask.from_json(json.loads(str(msg.content["task"]["task"])))
         static = static_tensors(setup.algorithm)  # frozen parameters: this node's own copy
         payload = parts_from_records(*_payload_records(msg), static)
-        state = read_state(context.state, task.namespace, task.round)
+        state: object = read_state(context.state, task.namespace, task.round)
         if state is None and task.namespace == MAIN:  # first contact: the client's initial state
             state = setup.algorithm.init_client_state(setup.client, init_generator(setup.config.seed, client_id))
         with setup.compute.scope():
@@ -136,7 +136,7 @@ def evaluate(msg: Message, context: Context, builder: ExperimentBuilder) -> Mess
         split = str(msg.content["task"]["split"])
         data = node_evaluation_data(setup.config, data_root, split, builder)
         payload = parts_from_records(*_payload_records(msg), static_tensors(setup.algorithm))
-        state = read_state(context.state, MAIN, -1)
+        state: object = read_state(context.state, MAIN, -1)
         if state is None:  # never trained: its initial state, as the server side would create it
             state = setup.algorithm.init_client_state(setup.client, init_generator(setup.config.seed, client_id))
             write_state(context.state, MAIN, -1, state)

@@ -221,7 +221,7 @@ class Algorithm(Generic[OptionsT]):
                                          "(only the algorithms of `fedfew list secure-aggregation` are covered)")
 
     @classmethod
-    def secure_sum_refusal(cls, options: Any) -> str | None:
+    def secure_sum_refusal(cls, options: object) -> str | None:
         """None when secure summation can carry this algorithm's rounds with ``options`` (its validated
         :attr:`Options`); otherwise why not, in words for the user. The default reads the class's own
         :attr:`secure_sum`; an algorithm covered with some options only overrides it to refuse the others."""
@@ -229,7 +229,7 @@ class Algorithm(Generic[OptionsT]):
             return vars(cls).get("secure_sum_refused", Algorithm.secure_sum_refused)
         return None
 
-    def dp_advance(self, server: Any) -> Any:
+    def dp_advance(self, server: Any) -> object:
         """The server state after a private round, from the one DP's noised average made (which
         replaced :meth:`aggregate` and set only the model): what else a round moves in the state
         (FML: its round counter). Default: nothing else moves."""
@@ -264,7 +264,7 @@ class Algorithm(Generic[OptionsT]):
                                    f"to {what} (see fedfew.Algorithm's docstring)")
 
     # -- server side -------------------------------------------------------------------------
-    def init_server(self, generator: torch.Generator) -> Any:
+    def init_server(self, generator: torch.Generator) -> object:
         """The server's state before round 1, e.g. ``{"model": get_state(model)}``.
 
         ``generator`` is seeded by the run's seed alone; call :func:`seed_torch_init` with it before
@@ -283,7 +283,7 @@ class Algorithm(Generic[OptionsT]):
         must treat it as read-only."""
         return {"model": server["model"]}
 
-    def aggregate(self, server: Any, results: dict[int, ClientResult], generator: torch.Generator) -> Any:
+    def aggregate(self, server: Any, results: dict[int, ClientResult], generator: torch.Generator) -> object:
         """The server's next state from this round's client results.
 
         ``results`` maps client id to :class:`ClientResult`, in ascending id order, for the clients
@@ -298,7 +298,7 @@ class Algorithm(Generic[OptionsT]):
                             "from the clients' results")
 
     # -- client side -------------------------------------------------------------------------
-    def init_client_state(self, client: ClientData, generator: torch.Generator) -> Any:
+    def init_client_state(self, client: ClientData, generator: torch.Generator) -> object:
         """A client's private state before its first update (default None: a stateless client).
 
         Made when the client's state is first needed, where its states are kept, from a generator
@@ -383,7 +383,7 @@ class Algorithm(Generic[OptionsT]):
         raise NotImplementedError(f"{self.name} evaluates on the server")
 
     # -- a round made of nested rounds ---------------------------------------------------------
-    def play_round(self, server: Any, engine: Any, selected: Sequence[int], round_index: int) -> Any:
+    def play_round(self, server: Any, engine: Any, selected: Sequence[int], round_index: int) -> object:
         """One simulator round done otherwise than one broadcast / update / aggregate: return a
         :class:`fedfew.engine.round.RoundOutcome` whose byte counts cover every exchange inside it
         (FRL: R nested rounds of FL and a meta-update, each a :func:`~fedfew.engine.round.run_round`

@@ -14,8 +14,6 @@ that a field added to ``ClientResult`` takes one edit.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from fedfew.core.seeding import derive_seed, torch_generator
@@ -51,7 +49,7 @@ def evaluate_generator(seed: int, split: str, client_id: int) -> torch.Generator
     return torch_generator(seed, EVALUATE_KEY, split, client_id)
 
 
-def to_wire(result: ClientResult) -> dict[str, Any]:
+def to_wire(result: ClientResult) -> dict[str, object]:
     """The form a result crosses a process boundary in (a nested dict the state form can carry)."""
     return {"upload": result.upload, "state": result.state, "summary": result.summary()}
 

@@ -123,7 +123,7 @@ def unflatten(tensors: Mapping[str, torch.Tensor], skeleton: JSONValue) -> State
     return build(skeleton)
 
 
-def named_parts(obj: State, what: str = "state") -> Parts:
+def named_parts(obj: object, what: str = "state") -> Parts:
     """``obj`` as named parts (a dict with string keys: a payload, an upload, a server state of parts, a
     result's wire form), or a :class:`StateFormatError` naming ``what``."""
     if isinstance(obj, dict) and all(isinstance(key, str) for key in obj):

@@ -27,7 +27,7 @@ FedAvg, fine-tuning and one-shot baselines.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import torch
@@ -49,7 +49,6 @@ from fedfew.interface.algorithm import (
     OptionsT,
     Parts,
     Payload,
-    State,
 )
 from fedfew.interface.state import StateDict, get_state, load_state_
 
@@ -230,7 +229,7 @@ class DeploymentAlgorithm(Algorithm[OptionsT]):
     """An FL algorithm run for R rounds by a deployment group, with the two extra steps the protocol
     needs. ``start`` may ignore parts of the prepared state (a baseline's |C_b|-way head)."""
 
-    def start(self, prepared: StateDict, num_classes: int, generator: torch.Generator) -> dict[str, Any]:
+    def start(self, prepared: StateDict, num_classes: int, generator: torch.Generator) -> Parts:
         raise NotImplementedError
 
     def classify(self, server: Parts, data: LabelledDataset) -> torch.Tensor:
@@ -328,12 +327,12 @@ class LinearFL(DeploymentAlgorithm[TrainOptionsT]):
         self.num_classes = num_classes
         self.model = context.make_model(num_classes)
 
-    def start(self, prepared: StateDict, num_classes: int, generator: torch.Generator) -> dict[str, Any]:
+    def start(self, prepared: StateDict, num_classes: int, generator: torch.Generator) -> Parts:
         if num_classes != self.num_classes:
             raise ValueError(f"this LinearFL has a {self.num_classes}-way head, the group has {num_classes} classes")
         return {"model": with_fresh_head(self.model, prepared, generator)}
 
-    def client_update(self, payload: Payload, state: State, data: ClientData,
+    def client_update(self, payload: Payload, state: object, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         from fedfew.algorithms.parts.common import model_update, train_epochs  # see the TYPE_CHECKING import
 
