@@ -69,15 +69,10 @@ FedAvgOptionsT = TypeVar("FedAvgOptionsT", bound=FedAvgOptions)
 @register("fedavg", help="FedAvg: local minibatch SGD, sample-weighted model averaging")
 class FedAvg(Algorithm[FedAvgOptionsT]):
     secure_sum = "with score_uploads: false"
+    secure_sum_requires = {"score_uploads": False}
     secure_sum_refused = "with score_uploads each client's own model is scored on its own data"
     dp_refused = ("fedavg with score_uploads scores each client's own model on its private validation "
                   "set and reports the scores (score_uploads: false is covered)")
-
-    @classmethod
-    def secure_sum_refusal(cls, options: object) -> str | None:
-        if getattr(options, "score_uploads", False):
-            return cls.secure_sum_refused
-        return super().secure_sum_refusal(options)
 
     def __init__(self, options: FedAvgOptionsT, context: Context) -> None:
         super().__init__(options, context)

@@ -137,15 +137,10 @@ class FedFSLProx(FedFSLBase[FedFSLProxOptions]):
 class FedFSLMI(FedFSLBase[FedFSLMIOptionsT]):
     """FedFSL-MI (section 4.1)."""
     secure_sum = "with reference: global"
+    secure_sum_requires = {"reference": "global"}
     secure_sum_refused = "reference: exclusive broadcasts w_{-k}, an average of the other clients' individual uploads"
     dp_refused = ("fedfsl-mi with reference: exclusive broadcasts w_{-k}, an average of the other "
                   "clients' un-noised uploads (reference: global is covered)")
-
-    @classmethod
-    def secure_sum_refusal(cls, options: object) -> str | None:
-        if getattr(options, "reference", "global") != "global":
-            return cls.secure_sum_refused
-        return super().secure_sum_refusal(options)
 
     def __init__(self, options: FedFSLMIOptionsT, context: Context) -> None:
         super().__init__(options, context)

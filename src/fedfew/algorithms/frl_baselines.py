@@ -225,15 +225,10 @@ class FRLOneShot(FRLFineTune[OneShotFineTuneOptions]):
     ``stage: preparation``: one round of local training, cross-validation scores and the best
     ``keep`` averaged, then FedAvg fine-tuning at deployment."""
     secure_sum = "with stage: deployment"
+    secure_sum_requires = {"stage": "deployment"}
     secure_sum_refused = "stage: preparation keeps the best individual uploads by their cross-validation scores"
     dp_refused = ("frl-oneshot with stage: preparation keeps the best individual uploads by their "
                   "cross-validation scores (stage: deployment is covered)")
-
-    @classmethod
-    def secure_sum_refusal(cls, options: object) -> str | None:
-        if getattr(options, "stage", "deployment") != "deployment":
-            return cls.secure_sum_refused
-        return super().secure_sum_refusal(options)
 
     def __init__(self, options: OneShotFineTuneOptions, context: Context) -> None:
         super().__init__(options, context)

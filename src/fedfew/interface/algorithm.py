@@ -9,7 +9,7 @@ overwritten at the start of every use).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, get_args, get_origin
 
@@ -211,20 +211,31 @@ class Algorithm(Generic[OptionsT]):
     #: round's aggregate is the weighted mean of ``upload["model"]`` by the ``aggregation`` option, with
     #: nothing else of the round leaving the clients, so that the server needs only the sum of the
     #: uploads. ``None`` (the default): refused, why in :attr:`secure_sum_refused`; ``""``: covered;
-    #: ``"with ..."``: covered with those options only (:meth:`secure_sum_refusal` checks them). Each
+    #: ``"with ..."``: covered with those options only (:attr:`secure_sum_requires` names them). Each
     #: class declares it for itself: a subclass, which may change what is aggregated, does not inherit
     #: its parent's cover, and a plugin opts in by declaring it.
     secure_sum: ClassVar[str | None] = None
     #: Why secure summation refuses this algorithm (or, with :attr:`secure_sum` ``"with ..."``, the
-    #: options that :meth:`secure_sum_refusal` refuses).
+    #: options that :attr:`secure_sum_requires` refuses).
     secure_sum_refused: ClassVar[str] = ("fedfew does not know that its aggregate is a weighted mean of its uploads "
                                          "(only the algorithms of `fedfew list secure-aggregation` are covered)")
+    #: The option values secure summation needs, ``{option: value}`` (with :attr:`secure_sum` ``"with ..."``):
+    #: options with another value are refused, in the words of :attr:`secure_sum_refused`. A class declares
+    #: the ones it adds; a subclass keeps its parents' (its own value wins for the same option), since the
+    #: options that break the sum stay in what it inherits, even where it does not declare the cover itself.
+    secure_sum_requires: ClassVar[Mapping[str, object]] = {}
 
     @classmethod
     def secure_sum_refusal(cls, options: object) -> str | None:
         """None when secure summation can carry this algorithm's rounds with ``options`` (its validated
-        :attr:`Options`); otherwise why not, in words for the user. The default reads the class's own
-        :attr:`secure_sum`; an algorithm covered with some options only overrides it to refuse the others."""
+        :attr:`Options`); otherwise why not, in words for the user: :attr:`secure_sum_refused` where an option
+        differs from what :attr:`secure_sum_requires` asks (an option ``options`` lacks counts as asked), else
+        the class's own :attr:`secure_sum` (None: refused)."""
+        required: dict[str, object] = {}
+        for klass in reversed(cls.__mro__):
+            required.update(vars(klass).get("secure_sum_requires", {}))
+        if any(getattr(options, name, value) != value for name, value in required.items()):
+            return cls.secure_sum_refused
         if vars(cls).get("secure_sum", None) is None:
             return vars(cls).get("secure_sum_refused", Algorithm.secure_sum_refused)
         return None
