@@ -17,6 +17,7 @@ from fedfew.fewshot.episodes import Episode, fixed_episodes
 from fedfew.fewshot.learners import MAML
 from fedfew.interface.aggregation import normalise, weighted_average, weights_for
 from fedfew.interface.algorithm import ClientResult, EvalData
+from fedfew.interface.protocol import initial_server_state
 from fedfew.interface.state import get_state, load_state_, payload_bytes
 from fedfew.models import FewShotModel, count_parameters
 from tests.helpers import blob_dataset, clients_from, context_for
@@ -53,7 +54,7 @@ def test_fedavg_one_client_one_step_equals_centralised_sgd() -> None:
     data, ctx, clients = classification_setup(1)
     options = FedAvgOptions(local_epochs=1, batch_size=len(data), lr=0.1)
     algorithm = FedAvg(options, ctx)
-    server = algorithm.init_server(torch.Generator().manual_seed(0))
+    server = initial_server_state(algorithm, torch.Generator().manual_seed(0))
     outcome = simulate_round(algorithm, server, clients, {}, [0], seed=0, round_key=0)
 
     central = ctx.make_model(data.num_classes)
@@ -159,7 +160,7 @@ def test_client_schedule_is_drawn_once_and_reproducible() -> None:
 def test_client_updates_do_not_depend_on_order() -> None:
     data, ctx, clients = classification_setup(3)
     algorithm = FedAvg(FedAvgOptions(batch_size=8), ctx)
-    server = algorithm.init_server(torch.Generator().manual_seed(0))
+    server = initial_server_state(algorithm, torch.Generator().manual_seed(0))
     forward = simulate_round(algorithm, server, clients, {}, [0, 1, 2], seed=0, round_key=0)
     backward = simulate_round(algorithm, server, clients, {}, [2, 1, 0], seed=0, round_key=0)
     for name in forward.server["model"]:

@@ -36,6 +36,7 @@ from fedfew.cli.main import main
 from fedfew.config.validation import PrivacyConfig, load_config
 from fedfew.core.errors import UsageError
 from fedfew.interface.algorithm import ALGORITHMS, Algorithm, ClientResult, register
+from fedfew.interface.protocol import initial_client_state, initial_server_state
 from fedfew.privacy import (
     ClientSpec,
     PrivacyConfigError,
@@ -365,8 +366,8 @@ def test_f2l_sends_only_its_clipped_server_model_and_fml_keeps_counting_rounds()
     experiment = build_experiment(load_config(private("f2l", federation={"rounds": 1, "clients_per_round": 2})))
     algorithm, client = experiment.algorithm, experiment.clients[0]
     generator = torch.Generator().manual_seed(0)
-    server = algorithm.init_server(generator)
-    state = algorithm.init_client_state(client, generator)
+    server = initial_server_state(algorithm, generator)
+    state = initial_client_state(algorithm, client, generator)
     payload = algorithm.broadcast(server, 0)
     result = algorithm.client_update(payload, state, client, generator)
     assert experiment.privacy is not None
@@ -375,7 +376,7 @@ def test_f2l_sends_only_its_clipped_server_model_and_fml_keeps_counting_rounds()
     assert l2_norm(sent.upload[DELTA]) <= CENTRAL["clip"] and "client" in sent.state
     fml = build_experiment(load_config(private("fml", federation={"rounds": 2, "clients_per_round": 2})))
     assert fml.privacy is not None
-    start = fml.privacy.init_server(fml.algorithm.init_server(generator))
+    start = fml.privacy.init_server(fml.initial_server_state(algorithm, generator))
     after, _ = fml.privacy.aggregate(start, {}, 0, "0")
     assert (start["round"], after["round"]) == (0, 1)
 

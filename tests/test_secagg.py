@@ -30,7 +30,7 @@ from fedfew.core.seeding import derive_seed, torch_generator
 from fedfew.engine.schedule import client_schedule
 from fedfew.engine.tasks import ClientTask, run_client_task
 from fedfew.interface.algorithm import ALGORITHMS, Algorithm, ClientResult
-from fedfew.interface.protocol import init_generator
+from fedfew.interface.protocol import init_generator, initial_client_state, initial_server_state
 from fedfew.interface.static import static_tensors
 from fedfew.privacy.secure_sum import (
     SecureAggregationError,
@@ -70,7 +70,7 @@ def one_round(config: dict[str, Any], clip: float | None = None) -> dict[str, An
     cfg = load_config(config)
     experiment = build_experiment(cfg)  # nothing started: the engine is built by a simulator only
     algorithm, seed = experiment.algorithm, cfg.seed
-    server, privacy = algorithm.init_server(torch_generator(seed, "server-init")), experiment.privacy
+    server, privacy = initial_server_state(algorithm, torch_generator(seed, "server-init")), experiment.privacy
     if privacy is not None:
         server = privacy.init_server(server)
     spec = privacy.client_spec(server).to_json() if privacy is not None else None
@@ -81,7 +81,7 @@ def one_round(config: dict[str, Any], clip: float | None = None) -> dict[str, An
     results = {}
     for cid in selected:
         client = experiment.clients[cid]
-        state = algorithm.init_client_state(client, init_generator(seed, cid))
+        state = initial_client_state(algorithm, client, init_generator(seed, cid))
         results[cid] = run_client_task(algorithm, task, client, algorithm.broadcast(server, cid), state, seed)
     return {"config": cfg, "experiment": experiment, "server": server, "results": results,
             "aggregate": aggregate(experiment, server, results)}

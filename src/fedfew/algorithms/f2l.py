@@ -273,7 +273,6 @@ class F2L(Algorithm[F2LOptions]):
 
     # -- server ---------------------------------------------------------------------------
     def init_server(self, generator: torch.Generator) -> F2LServer:
-        seed_torch_init(generator)
         server: F2LServer = {"server": get_state(self.context.make_model(len(self.context.train_classes)))}
         if not self.options.decoupled:  # F2L\M: one client-model, aggregated like phi
             server["client"] = get_state(self.new_client_model())
@@ -297,10 +296,14 @@ class F2L(Algorithm[F2LOptions]):
         return new
 
     # -- client ---------------------------------------------------------------------------
+    @property
+    def seeds_init_client_state(self) -> bool:
+        """Decoupled (F2L): each client builds its own client-model, from its own seed."""
+        return self.options.decoupled
+
     def init_client_state(self, client: ClientData, generator: torch.Generator) -> F2LClientState | None:
         if not self.options.decoupled:
             return None
-        seed_torch_init(generator)
         return {"client": get_state(self.new_client_model())}
 
     def finetune(self, params: Params, support_features: torch.Tensor, support_labels: torch.Tensor,

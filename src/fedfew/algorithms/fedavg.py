@@ -26,7 +26,6 @@ from fedfew.algorithms.parts.common import (
     model_update,
     train_epochs,
 )
-from fedfew.core.seeding import seed_torch_init
 from fedfew.fewshot.evaluation import dataset_accuracy
 from fedfew.fewshot.learners import proximal_term
 from fedfew.interface.aggregation import weighted_average, weights_for
@@ -102,7 +101,6 @@ class FedAvg(Algorithm[FedAvgOptionsT]):
         return self.context.make_model(self.num_outputs)
 
     def init_server(self, generator: torch.Generator) -> Parts:
-        seed_torch_init(generator)
         return {"model": get_state(self.new_model())}
 
     def targets(self, labels: torch.Tensor) -> torch.Tensor:

@@ -362,7 +362,6 @@ class FML(Algorithm[FMLOptions]):
     # -- server ---------------------------------------------------------------------------------
     def init_server(self, generator: torch.Generator) -> FMLServer:
         # Same construction as fedavg's init_server: identical global initialisation for one seed.
-        seed_torch_init(generator)
         return {"model": get_state(self.new_global_model()), "round": 0}
 
     def broadcast(self, server: FMLServer, client_id: int) -> Payload:
@@ -389,9 +388,10 @@ class FML(Algorithm[FMLOptions]):
         return {**server, "model": model, "round": server["round"] + 1}
 
     # -- client ---------------------------------------------------------------------------------
+    seeds_init_client_state = True  # each client's private model from its own seed (the framework seeds it)
+
     def init_client_state(self, client: ClientData, generator: torch.Generator) -> FMLClientState:
         architecture = self.local_architecture(client.client_id)
-        seed_torch_init(generator)
         return {"model": get_state(self.new_local_model(architecture)), "architecture": architecture, "rounds": 0}
 
     def client_update(self, payload: Payload, state: FMLClientState, data: ClientData,

@@ -126,7 +126,7 @@ from fedfew.algorithms.parts.frl_tasks import (
     task_label_rows,
     with_prepared_head,
 )
-from fedfew.core.seeding import seed_torch_init, torch_generator
+from fedfew.core.seeding import torch_generator
 from fedfew.data.dataset import LabelledDataset
 from fedfew.engine.round import RoundOutcome, run_round
 from fedfew.interface.aggregation import weighted_average, weights_for
@@ -235,7 +235,6 @@ class FRL(Algorithm[FRLOptions]):
         return self.prototype_fl if self.options.classifier == "distance" else self.linear_fl(num_classes)
 
     def init_server(self, generator: torch.Generator) -> FRLServer:
-        seed_torch_init(generator)
         return {"model": get_state(self.context.make_model(self.head_rows))}
 
     def client_part(self, name: str, **args: Any) -> Algorithm:

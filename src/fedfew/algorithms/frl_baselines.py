@@ -46,7 +46,6 @@ from fedfew.algorithms.parts.frl_deployment import (
     LinearFL,
     evaluate_deployment,
 )
-from fedfew.core.seeding import seed_torch_init
 from fedfew.data.dataset import LabelledDataset
 from fedfew.engine.base import Engine
 from fedfew.engine.round import RoundOutcome
@@ -190,7 +189,6 @@ class FRLScratch(Algorithm[DeployFedAvgOptions]):
         self.deployment = LinearDeployment(options.deploy_train_options(), context)
 
     def init_server(self, generator: torch.Generator) -> Parts:
-        seed_torch_init(generator)
         return {"model": get_state(self.context.make_model(None))}
 
     def play_round(self, server: Parts, engine: Engine, selected: Sequence[int], round_index: int) -> RoundOutcome:

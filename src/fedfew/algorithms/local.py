@@ -14,7 +14,6 @@ from pydantic import Field
 
 from fedfew.algorithms.parts.common import per_client_table
 from fedfew.algorithms.parts.episodic import EpisodicClientState, EpisodicFedAvg, MAMLOptions
-from fedfew.core.seeding import seed_torch_init
 from fedfew.fewshot.evaluation import accuracy
 from fedfew.fewshot.learners import ProtoNet
 from fedfew.interface.algorithm import (
@@ -43,6 +42,8 @@ class Local(EpisodicFedAvg[LocalOptions]):
     dp_refused = "local's clients train alone and upload nothing; its score comes from their private models"
 
     dp_upload: str | None = None  # nothing is averaged: the clients' models are their own (fedfew.privacy.coverage)
+    seeds_init_server = False  # its server state is empty: no model, no seeding (nothing drawn)
+    seeds_init_client_state = True  # each client builds its own model from its own seed
 
     def __init__(self, options: LocalOptions, context: Context) -> None:
         super().__init__(options, context)
@@ -54,7 +55,6 @@ class Local(EpisodicFedAvg[LocalOptions]):
         return {}
 
     def init_client_state(self, client: ClientData, generator: torch.Generator) -> EpisodicClientState:
-        seed_torch_init(generator)
         return {"model": get_state(self.new_model())}
 
     def broadcast(self, server: Parts, client_id: int) -> Payload:

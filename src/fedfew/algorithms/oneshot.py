@@ -35,7 +35,6 @@ from torch import nn
 from fedfew.algorithms.parts.common import TrainOptions, evaluate_model, train_epochs
 from fedfew.algorithms.parts.oneshot_report import client_metrics, corruption_metrics
 from fedfew.core.jsontypes import JSONObject
-from fedfew.core.seeding import seed_torch_init
 from fedfew.data.dataset import LabelledDataset
 from fedfew.fewshot.evaluation import accuracy
 from fedfew.interface.aggregation import weighted_average
@@ -188,7 +187,6 @@ class OneShot(Algorithm[OneShotOptionsT]):
 
     # -- server ------------------------------------------------------------------------------
     def init_server(self, generator: torch.Generator) -> OneShotServer:
-        seed_torch_init(generator)
         return {"model": get_state(self.new_model()), "members": [], "member_ids": []}
 
     def selection_scores(self, ids: list[int], results: dict[int, ClientResult],

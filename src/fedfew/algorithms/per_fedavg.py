@@ -69,7 +69,6 @@ from fedfew.algorithms.parts.frl_deployment import (
     LinearFL,
     evaluate_deployment,
 )
-from fedfew.core.seeding import seed_torch_init
 from fedfew.data.dataset import LabelledDataset
 from fedfew.fewshot.learners import strided_like
 from fedfew.interface.aggregation import weighted_average, weights_for
@@ -297,7 +296,6 @@ class FRLPerFedAvgDistance(Algorithm[PerFedAvgOptions]):
         self.deployment = PerFedAvgPrototypeFL(options, context)
 
     def init_server(self, generator: torch.Generator) -> Parts:
-        seed_torch_init(generator)
         return {"model": get_state(self.context.make_model(None))}
 
     def client_update(self, payload: Payload, state: object, data: ClientData,

@@ -26,7 +26,7 @@ from fedfew.engine.round import CommLog, RoundOutcome, mean_metrics, run_round
 from fedfew.engine.schedule import client_schedule
 from fedfew.fewshot.evaluation import mean_ci95, per_class_accuracy, with_interval
 from fedfew.interface.algorithm import Algorithm, ClientData, EvalData
-from fedfew.interface.protocol import init_generator
+from fedfew.interface.protocol import init_generator, initial_client_state, initial_server_state
 from fedfew.interface.serialize import named_parts
 from fedfew.interface.state_store import ClientStates, Entry
 
@@ -102,12 +102,12 @@ class Simulator:
         by_id = {c.client_id: c for c in clients}
 
         def init_state(cid: int) -> object:
-            return algorithm.init_client_state(by_id[cid], init_generator(seed, cid))
+            return initial_client_state(algorithm, by_id[cid], init_generator(seed, cid))
 
         self.states = states if states is not None else ClientStates([c.client_id for c in clients], init_state)
         self.engine = engine if engine is not None else InProcessEngine(algorithm, by_id, seed, self.states, faults)
         with self.engine.compute.device_scope(), initial_model_seed(init_seed):
-            self.state = RunState(0, algorithm.init_server(torch_generator(seed, "server-init")))
+            self.state = RunState(0, initial_server_state(algorithm, torch_generator(seed, "server-init")))
         if privacy is not None:  # the clip of round 1 joins the server state (checkpoints carry it)
             self.state.server = privacy.init_server(named_parts(self.state.server, "a private run's server state"))
             if privacy.nested:  # it plays its own rounds (FRL's episodes): it runs each through DP itself

@@ -116,8 +116,10 @@ class Algorithm(Generic[OptionsT]):
     * **Randomness only from the generator passed in.** Each hook gets a ``torch.Generator`` seeded
       from (run seed, what the hook is, round, client id), so results do not depend on the order or
       place clients run in. torch's global RNG is also seeded from the same key before each client
-      update, aggregation and evaluation (dropout reads it), and :func:`seed_torch_init` seeds it
-      from the generator for building a model (``torch.nn`` initialisers read only the global RNG).
+      update, aggregation and evaluation (dropout reads it), and from the generator of
+      :meth:`init_server` just before it is called (:attr:`seeds_init_server`; ``torch.nn`` initialisers
+      read only the global RNG), so the initial model follows from the seed; :func:`seed_torch_init`
+      seeds it from a generator where a hook builds another model.
       Name the generator's device in a draw (``torch.randperm(n, generator=g, device=g.device)``):
       on a GPU run a draw without it is made on the GPU, where a CPU generator is an error.
 
@@ -133,7 +135,7 @@ class Algorithm(Generic[OptionsT]):
         from pydantic import Field
 
         from fedfew import (Algorithm, ClientResult, Options, evaluate_model, get_state, load_state_,
-                            register, seed_torch_init, weighted_average)
+                            register, weighted_average)
 
 
         class SGDOptions(Options):
@@ -148,7 +150,7 @@ class Algorithm(Generic[OptionsT]):
                 self.model = context.make_model(context.num_classes)  # workspace, reused every call
 
             def init_server(self, generator):
-                seed_torch_init(generator)  # the initial weights follow from the run's seed
+                # fedfew has seeded torch's RNG from the run's seed: the initial weights follow from it
                 return {"model": get_state(self.context.make_model(self.context.num_classes))}
 
             def client_update(self, payload, state, data, generator):
@@ -240,6 +242,22 @@ class Algorithm(Generic[OptionsT]):
             return vars(cls).get("secure_sum_refused", Algorithm.secure_sum_refused)
         return None
 
+    @property
+    def seeds_init_server(self) -> bool:
+        """Whether the framework seeds torch's global RNG from :meth:`init_server`'s generator just before
+        it calls the hook (:func:`seed_torch_init`), so that the models it builds follow from the run's
+        seed (and ``model.init_seed`` can replace them): True, the default. A class sets it False
+        (``seeds_init_server = False``) for an initial server state that builds no model, or a hook that
+        draws from its generator before building one (and calls :func:`seed_torch_init` itself)."""
+        return True
+
+    @property
+    def seeds_init_client_state(self) -> bool:
+        """The same before :meth:`init_client_state` (its generator seeded by the run's seed and the
+        client's id): False, the default; a class whose clients build their own initial models sets it
+        True (a property where the options decide)."""
+        return False
+
     def dp_advance(self, server: Any) -> object:
         """The server state after a private round, from the one DP's noised average made (which
         replaced :meth:`aggregate` and set only the model): what else a round moves in the state
@@ -278,9 +296,9 @@ class Algorithm(Generic[OptionsT]):
     def init_server(self, generator: torch.Generator) -> object:
         """The server's state before round 1, e.g. ``{"model": get_state(model)}``.
 
-        ``generator`` is seeded by the run's seed alone; call :func:`seed_torch_init` with it before
-        building a model, so that the initial weights follow from the seed (and ``model.init_seed``
-        can replace them). Called on the server when the run starts (a resumed run then replaces the
+        ``generator`` is seeded by the run's seed alone, and torch's global RNG from it just before the
+        call (:attr:`seeds_init_server`): build the model right away, and its initial weights follow
+        from the seed (and ``model.init_seed`` can replace them). Called on the server when the run starts (a resumed run then replaces the
         result with its checkpoint). The state is what :meth:`broadcast`, :meth:`aggregate` and
         :meth:`evaluate` receive; it is checkpointed after every round."""
         raise self._missing("init_server(generator)", "return the server's initial state")
@@ -313,9 +331,10 @@ class Algorithm(Generic[OptionsT]):
         """A client's private state before its first update (default None: a stateless client).
 
         Made when the client's state is first needed, where its states are kept, from a generator
-        seeded by (seed, client id); the state never leaves the client (it is not counted as bytes)
-        and comes back to it as ``state`` in :meth:`client_update` and :meth:`evaluate_client`: a
-        private model, optimiser moments."""
+        seeded by (seed, client id) (and torch's global RNG from it first, where
+        :attr:`seeds_init_client_state` says the clients build their models here); the state never
+        leaves the client (it is not counted as bytes) and comes back to it as ``state`` in
+        :meth:`client_update` and :meth:`evaluate_client`: a private model, optimiser moments."""
         return None
 
 

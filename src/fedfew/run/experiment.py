@@ -41,7 +41,7 @@ from fedfew.fewshot.episodes import (
 from fedfew.fewshot.partition import PARTITIONS, PartitionError, partition
 from fedfew.interface.algorithm import ALGORITHMS, Algorithm, ClientData, Context, EpisodeShape, EvalData
 from fedfew.interface.compute import Compute
-from fedfew.interface.protocol import init_generator
+from fedfew.interface.protocol import init_generator, initial_client_state
 from fedfew.interface.state_store import ClientStates, RemoteClientStates
 from fedfew.interface.static import static_tensors
 from fedfew.models import FewShotModel, build_model
@@ -81,7 +81,7 @@ class Experiment:
         run_states_dir = states_dir  # the run folder's (an engine's logs go beside it), before any spill folder
 
         def init_state(cid: int) -> object:
-            return self.algorithm.init_client_state(by_id[cid], init_generator(seed, cid))
+            return initial_client_state(self.algorithm, by_id[cid], init_generator(seed, cid))
 
         policy = config.runtime.client_states
         spill = policy == "disk" or (policy == "auto" and len(self.clients) > 100)

@@ -18,7 +18,6 @@ from pydantic import Field, model_validator
 from fedfew.algorithms.parts.batched_episodic import episodic_update_batch, why_not_batched
 from fedfew.algorithms.parts.common import local_sampler, make_optimizer
 from fedfew.algorithms.parts.optimizers import Adam
-from fedfew.core.seeding import seed_torch_init
 from fedfew.fewshot.episodes import Episode
 from fedfew.fewshot.evaluation import accuracy
 from fedfew.fewshot.learners import MAML, EpisodicLearner, ProtoNet, proximal_term
@@ -111,7 +110,6 @@ class EpisodicFedAvg(Algorithm[EpisodicOptionsT]):
         return self.context.make_model(n_out)
 
     def init_server(self, generator: torch.Generator) -> Parts:
-        seed_torch_init(generator)
         return {"model": get_state(self.new_model())}
 
     # -- client ---------------------------------------------------------------------------
