@@ -376,7 +376,7 @@ def test_f2l_sends_only_its_clipped_server_model_and_fml_keeps_counting_rounds()
     assert l2_norm(sent.upload[DELTA]) <= CENTRAL["clip"] and "client" in sent.state
     fml = build_experiment(load_config(private("fml", federation={"rounds": 2, "clients_per_round": 2})))
     assert fml.privacy is not None
-    start = fml.privacy.init_server(fml.initial_server_state(algorithm, generator))
+    start = fml.privacy.init_server(initial_server_state(fml.algorithm, generator))
     after, _ = fml.privacy.aggregate(start, {}, 0, "0")
     assert (start["round"], after["round"]) == (0, 1)
 

@@ -124,9 +124,9 @@ class Algorithm(Generic[OptionsT]):
       on a GPU run a draw without it is made on the GPU, where a CPU generator is an error.
 
     ``self.options`` is the validated :attr:`Options` (``algorithm.options`` of the config; typed as the
-    class's options class) and ``self.context`` the :class:`Context` (model factory, episode shape, classes; never a client's
-    data). Workspace models built in ``__init__`` are a cache whose contents are overwritten at the
-    start of every use.
+    class's options class) and ``self.context`` the :class:`Context` (model factory, episode shape,
+    classes; never a client's data). Workspace models built in ``__init__`` are a cache whose contents
+    are overwritten at the start of every use.
 
     A complete algorithm, FedAvg with one epoch of SGD per round on a classification task::
 
@@ -298,8 +298,8 @@ class Algorithm(Generic[OptionsT]):
 
         ``generator`` is seeded by the run's seed alone, and torch's global RNG from it just before the
         call (:attr:`seeds_init_server`): build the model right away, and its initial weights follow
-        from the seed (and ``model.init_seed`` can replace them). Called on the server when the run starts (a resumed run then replaces the
-        result with its checkpoint). The state is what :meth:`broadcast`, :meth:`aggregate` and
+        from the seed (and ``model.init_seed`` can replace them). Called on the server when the run
+        starts (a resumed run then replaces the result with its checkpoint). The state is what :meth:`broadcast`, :meth:`aggregate` and
         :meth:`evaluate` receive; it is checkpointed after every round."""
         raise self._missing("init_server(generator)", "return the server's initial state")
 
