@@ -21,6 +21,7 @@ from fedfew.data import LabelledDataset
 from fedfew.engine.round import simulate_round
 from fedfew.fewshot.adversarial import mi_fgsm
 from fedfew.interface.algorithm import ClientResult, EvalData
+from fedfew.interface.protocol import initial_server_state
 from fedfew.interface.state import get_state
 from fedfew.run.experiment import build_experiment
 
@@ -237,7 +238,7 @@ def tiny_config(**algorithm: object) -> dict:
 def one_round(config: dict, cv_folds: int = 0):
     experiment = build_experiment(load_config(config))
     alg = experiment.algorithm
-    server = alg.init_server(torch_generator(1, "server-init"))
+    server = initial_server_state(alg, torch_generator(1, "server-init"))
     outcome = simulate_round(alg, server, experiment.clients, {}, list(range(5)), 1, 0)
     return experiment, outcome
 
@@ -288,7 +289,7 @@ def test_data_size_selection_takes_the_largest_clients() -> None:
     alg = experiment.algorithm
     state = get_state(alg.model)
     results = {cid: ClientResult(upload={"model": state}, num_samples=n) for cid, n in enumerate([5, 50, 7, 40, 9])}
-    server = alg.aggregate(alg.init_server(torch.Generator()), results, torch.Generator().manual_seed(0))
+    server = alg.aggregate(initial_server_state(alg, torch.Generator()), results, torch.Generator().manual_seed(0))
     assert server["member_ids"] == [1, 3]
 
 
@@ -398,7 +399,7 @@ def test_adfl_reports_scores_ranks_and_each_clients_accuracy_without_changing_it
     assert alg.evaluate(plain.server, test, torch.Generator())["accuracy"] == metrics["accuracy"]
     assert "client_accuracy" not in alg.evaluate(plain.server, test, torch.Generator())
     # the untrained control (nothing returned yet) reports nothing of the selection
-    control = alg.evaluate(alg.init_server(torch_generator(1, "server-init")), test, torch.Generator())
+    control = alg.evaluate(initial_server_state(alg, torch_generator(1, "server-init")), test, torch.Generator())
     assert not {"client_scores", "corrupt_selected", "own_success"} & set(control)
 
 

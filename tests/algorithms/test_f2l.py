@@ -35,6 +35,7 @@ from fedfew.engine.round import simulate_round
 from fedfew.engine.simulator import Simulator
 from fedfew.fewshot.episodes import EpisodeSampler, fixed_episodes
 from fedfew.interface.algorithm import EvalData
+from fedfew.interface.protocol import initial_client_state, initial_server_state
 from fedfew.interface.state import get_state, load_state_
 from tests.helpers import blob_dataset, clients_from, context_for
 
@@ -185,8 +186,8 @@ def test_mi_normaliser_option_reaches_the_local_step() -> None:
     losses = {}
     for normaliser in ("support", "class"):
         _, _, clients, algorithm = setup(mi_normaliser=normaliser)
-        server = algorithm.init_server(torch.Generator().manual_seed(0))
-        state = algorithm.init_client_state(clients[0], torch.Generator().manual_seed(1))
+        server = initial_server_state(algorithm, torch.Generator().manual_seed(0))
+        state = initial_client_state(algorithm, clients[0], torch.Generator().manual_seed(1))
         result = algorithm.client_update(algorithm.broadcast(server, 0), state, clients[0], torch.Generator().manual_seed(2))
         losses[normaliser] = result.metrics["l_mi"]
     assert losses["class"] < losses["support"]  # fewer candidates in the softmax: a smaller -log p
@@ -325,8 +326,8 @@ def test_server_cross_entropy_covers_the_configured_samples(server_ce: str) -> N
 # -- what is uploaded, and what stays on the client --------------------------------------------------
 def test_client_model_is_never_uploaded() -> None:
     data, ctx, clients, alg = setup()
-    server = alg.init_server(torch_generator(0, "s"))
-    states = {c.client_id: alg.init_client_state(c, torch_generator(0, "c", c.client_id)) for c in clients}
+    server = initial_server_state(alg, torch_generator(0, "s"))
+    states = {c.client_id: initial_client_state(alg, c, torch_generator(0, "c", c.client_id)) for c in clients}
     outcome = simulate_round(alg, server, clients, states, [0, 1, 2], seed=0, round_key=0)
     server_bytes = sum(t.numel() * t.element_size() for t in server["server"].values())
     for result in outcome.results.values():
@@ -342,8 +343,8 @@ def test_client_model_is_never_uploaded() -> None:
 
 def test_ablation_m_uploads_and_averages_the_client_model() -> None:
     data, ctx, clients, alg = setup(decoupled=False)
-    server = alg.init_server(torch_generator(0, "s"))
-    assert alg.init_client_state(clients[0], torch_generator(0, "c")) is None
+    server = initial_server_state(alg, torch_generator(0, "s"))
+    assert initial_client_state(alg, clients[0], torch_generator(0, "c")) is None
     states: dict[int, Any] = {c.client_id: None for c in clients}
     outcome = simulate_round(alg, server, clients, states, [0, 1, 2], seed=0, round_key=0)
     uploads = [r.upload["client"] for r in outcome.results.values()]
@@ -386,7 +387,7 @@ def get_state_copy(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 def test_batched_head_evaluation_matches_one_task_at_a_time() -> None:
     data, ctx, clients, alg = setup(finetune="head")
     episodes = fixed_episodes(data, data.splits["novel"], 3, 2, 3, num=6, seed=0, tag="t")
-    state = alg.init_client_state(clients[0], torch_generator(0, "c"))["client"]
+    state = initial_client_state(alg, clients[0], torch_generator(0, "c"))["client"]
     load_state_(alg.server_model, get_state(alg.server_model)).eval()
     support, query = alg.encode_episodes(list(episodes))
     s_labels = torch.stack([ep.support_labels for ep in episodes])
@@ -510,8 +511,8 @@ def test_second_order_training_without_dropout() -> None:
     """The paper's eq. 3-4 (all of psi, second order) with client_dropout 0 trains: PyTorch's fused CPU
     attention, chosen without dropout, has no double backward (twice_differentiable)."""
     _, _, clients, alg = setup(finetune="all", finetune_steps=1, first_order=False, client_dropout=0.0)
-    server = alg.init_server(torch.Generator().manual_seed(0))
-    state = alg.init_client_state(clients[0], torch.Generator().manual_seed(1))
+    server = initial_server_state(alg, torch.Generator().manual_seed(0))
+    state = initial_client_state(alg, clients[0], torch.Generator().manual_seed(1))
     result = alg.client_update(alg.broadcast(server, 0), state, clients[0], torch.Generator().manual_seed(2))
     assert not states_equal(result.state["client"], state["client"])
 
@@ -521,8 +522,8 @@ def test_client_optimizer_state_persists_across_rounds_only_when_asked(persist: 
     """``persist_client_optimizer``: psi's Adam moments and step count carry over to the next round
     (after two rounds of tau = 2 local steps Adam has taken 4 steps), or every round starts a fresh Adam."""
     _, _, clients, alg = setup(persist_client_optimizer=persist)
-    server = alg.init_server(torch.Generator().manual_seed(0))
-    state = alg.init_client_state(clients[0], torch.Generator().manual_seed(1))
+    server = initial_server_state(alg, torch.Generator().manual_seed(0))
+    state = initial_client_state(alg, clients[0], torch.Generator().manual_seed(1))
     first = alg.client_update(alg.broadcast(server, 0), state, clients[0], torch.Generator().manual_seed(2))
     second = alg.client_update(alg.broadcast(server, 0), first.state, clients[0], torch.Generator().manual_seed(3))
     if not persist:

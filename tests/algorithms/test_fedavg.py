@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from fedfew.algorithms.fedavg import FedAvg, FedAvgOptions, FedProx, FedProxOptions
 from fedfew.engine.round import simulate_round
 from fedfew.engine.simulator import Simulator
+from fedfew.interface.protocol import initial_server_state
 from fedfew.interface.state import get_state, load_state_, payload_bytes
 from fedfew.models import count_parameters
 from tests.helpers import blob_dataset, clients_from, context_for
@@ -25,7 +26,7 @@ def test_fedavg_one_client_one_step_equals_centralised_sgd() -> None:
     data, ctx, clients = classification_setup(1)
     options = FedAvgOptions(local_epochs=1, batch_size=len(data), lr=0.1)
     algorithm = FedAvg(options, ctx)
-    server = algorithm.init_server(torch.Generator().manual_seed(0))
+    server = initial_server_state(algorithm, torch.Generator().manual_seed(0))
     outcome = simulate_round(algorithm, server, clients, {}, [0], seed=0, round_key=0)
 
     central = ctx.make_model(data.num_classes)

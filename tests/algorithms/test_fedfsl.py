@@ -28,6 +28,7 @@ from fedfew.core.seeding import torch_generator
 from fedfew.engine.simulator import Simulator
 from fedfew.fewshot.episodes import EpisodeSampler, fixed_episodes
 from fedfew.interface.algorithm import ClientResult, EvalData
+from fedfew.interface.protocol import initial_server_state
 from fedfew.interface.state import get_state, load_state_
 from tests.helpers import blob_dataset, clients_from, context_for
 
@@ -72,7 +73,7 @@ def test_prediction_kl_matches_hand_computed_values() -> None:
 def test_mi_term_is_zero_at_the_global_model_and_positive_elsewhere() -> None:
     _, ctx, pool, _, _ = setup()
     algorithm = FedFSLMI(FedFSLMIOptions(**MAML, gamma=0.2), ctx)
-    global_state = algorithm.init_server(torch_generator(0, "init"))["model"]
+    global_state = initial_server_state(algorithm, torch_generator(0, "init"))["model"]
     ep = episode(pool)
     load_state_(algorithm.reference_model, global_state)
     load_state_(algorithm.model, global_state)
@@ -114,7 +115,7 @@ def test_exclusive_average_excludes_exactly_client_k() -> None:
 def test_server_sends_each_client_the_average_of_the_others() -> None:
     _, ctx, _, clients, _ = setup()
     algorithm = FedFSLMI(FedFSLMIOptions(**MAML, reference="exclusive"), ctx)
-    server = algorithm.init_server(torch_generator(0, "init"))
+    server = initial_server_state(algorithm, torch_generator(0, "init"))
     assert "reference" not in algorithm.broadcast(server, 0)  # nothing uploaded yet: w^t is used
     template = server["model"]
     results = {cid: ClientResult(upload={"model": constant_state(template, float(cid + 1))}, num_episodes=2 + cid,
@@ -147,7 +148,7 @@ def test_exclusive_reference_costs_one_more_model_down_after_round_one() -> None
 def adv_algorithm(**options: Any) -> tuple[FedFSLMIAdv, Any, dict[str, torch.Tensor]]:
     _, ctx, pool, _, _ = setup()
     algorithm = FedFSLMIAdv(FedFSLAdvOptions(**MAML, **options), ctx)
-    global_state = algorithm.init_server(torch_generator(0, "init"))["model"]
+    global_state = initial_server_state(algorithm, torch_generator(0, "init"))["model"]
     load_state_(algorithm.model, global_state)
     load_state_(algorithm.reference_model, global_state)
     algorithm.init_second_classifier(torch_generator(0, "theta-prime"))
@@ -250,7 +251,7 @@ def test_only_generator_and_classifier_are_uploaded_and_averaged() -> None:
 def test_adv_local_update_is_reproducible() -> None:
     _, ctx, _, clients, _ = setup()
     algorithm = FedFSLMIAdv(FedFSLAdvOptions(**MAML, generator_steps=2), ctx)
-    payload = {"model": algorithm.init_server(torch_generator(0, "init"))["model"]}
+    payload = {"model": initial_server_state(algorithm, torch_generator(0, "init"))["model"]}
     a = algorithm.client_update(payload, None, clients[0], torch_generator(3, "c")).upload["model"]
     b = algorithm.client_update(payload, None, clients[0], torch_generator(3, "c")).upload["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -264,7 +265,7 @@ def test_adv_update_leaves_frozen_encoder_parameters_alone() -> None:
     frozen = next(algorithm.model.encoder.parameters())
     frozen.requires_grad_(False)
     name = next(n for n, p in algorithm.model.named_parameters() if p is frozen)
-    payload = {"model": algorithm.init_server(torch_generator(0, "init"))["model"]}
+    payload = {"model": initial_server_state(algorithm, torch_generator(0, "init"))["model"]}
     upload = algorithm.client_update(payload, None, clients[0], torch_generator(3, "c")).upload["model"]
     assert torch.equal(upload[name], payload["model"][name])
     assert any(not torch.equal(upload[k], payload["model"][k]) for k in upload if k != name)

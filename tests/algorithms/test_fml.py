@@ -13,6 +13,7 @@ import torch
 from fedfew.algorithms.fml import FML, DynamicWeights, FMLOptions, dml_losses, kl_batchmean
 from fedfew.config.validation import ConfigError, load_config
 from fedfew.core.seeding import torch_generator
+from fedfew.interface.protocol import initial_client_state, initial_server_state
 from fedfew.interface.state import payload_bytes
 from fedfew.run.experiment import build_experiment
 
@@ -117,7 +118,7 @@ def test_beta_one_gives_fedavg_global_model_exactly():
 def test_aggregation_is_the_plain_average_of_memes():
     experiment = build_experiment(config("fml", TRAIN))
     fml: FML = experiment.algorithm
-    server = fml.init_server(torch_generator(0, "s"))
+    server = initial_server_state(fml, torch_generator(0, "s"))
     from fedfew.interface.algorithm import ClientResult
 
     a = {k: torch.ones_like(v) for k, v in server["model"].items()}
@@ -139,8 +140,8 @@ def test_local_model_never_in_the_upload():
     experiment = build_experiment(config("fml", TRAIN))
     fml = experiment.algorithm
     client = experiment.clients[0]
-    server = fml.init_server(torch_generator(1, "s"))
-    state = fml.init_client_state(client, torch_generator(1, "c"))
+    server = initial_server_state(fml, torch_generator(1, "s"))
+    state = initial_client_state(fml, client, torch_generator(1, "c"))
     result = fml.client_update(fml.broadcast(server, 0), state, client, torch_generator(1, "u"))
     assert set(result.upload) == {"model"}
     local = result.state["model"]
@@ -225,7 +226,7 @@ def test_newcomer_sits_out_then_adapts():
 def test_newcomer_with_other_architecture_cannot_start_from_global():
     experiment = build_experiment(config("fml", {**TRAIN, "local_models": {1: "cnn1"}}))
     fml: FML = experiment.algorithm
-    server = fml.init_server(torch_generator(0, "s"))
+    server = initial_server_state(fml, torch_generator(0, "s"))
     with pytest.raises(ValueError, match="init='fresh'"):
         fml.adapt_newcomer(server, experiment.clients[1], torch_generator(0, "n"), init="global", epochs=1)
 

@@ -57,6 +57,7 @@ from fedfew.engine.base import InProcessEngine
 from fedfew.engine.simulator import Simulator
 from fedfew.fewshot.episodes import fixed_episodes
 from fedfew.interface.algorithm import ClientData, ClientResult, Context, EpisodeShape, EvalData
+from fedfew.interface.protocol import initial_server_state
 from fedfew.interface.state import payload_bytes
 from fedfew.models import FewShotModel
 from fedfew.privacy.accounting import epsilon
@@ -267,7 +268,7 @@ def test_an_episode_is_R_plus_one_rounds_of_bytes_and_changes_phi() -> None:
     rounds = 3
     frl = FRL(frl_options(rounds=rounds), ctx)
     clients = shard_clients(data, [[0, 1], [2, 3]])
-    server = frl.init_server(torch.Generator().manual_seed(0))
+    server = initial_server_state(frl, torch.Generator().manual_seed(0))
     outcome = frl.play_round(server, InProcessEngine(frl, clients, 0), [0, 1], 0)
     model = payload_bytes(server["model"])
     d, c = 6, 4  # feature size; classes in the episode
@@ -543,7 +544,7 @@ def test_distance_based_per_fedavg_deploys_with_global_prototypes() -> None:
     data, ctx, test = deployment_setup()
     options = PerFedAvgOptions(alpha=1e-9, beta=1e-9, deployment=DeploymentOptions(groups=3, samples_per_class=20))
     algorithm = FRLPerFedAvgDistance(options, ctx)
-    server = algorithm.init_server(torch.Generator().manual_seed(0))
+    server = initial_server_state(algorithm, torch.Generator().manual_seed(0))
     assert "head.weight" not in server["model"]  # a head-less encoder: prototypes classify
     result = algorithm.evaluate(server, test, torch.Generator())
     assert result["accuracy"] == 1.0 and result["groups"] == 3  # separated clusters, identity encoder
@@ -606,7 +607,7 @@ def test_meta_learned_head_is_part_of_phi_and_moves_in_the_meta_update() -> None
     fresh = torch.Generator().manual_seed(7)
     # head_init: meta: phi has a |C_b| = 4-row head, an episode moves it.
     frl = linear_frl("meta", ctx)
-    server = frl.init_server(torch.Generator().manual_seed(0))
+    server = initial_server_state(frl, torch.Generator().manual_seed(0))
     assert server["model"]["head.weight"].shape[0] == 4
     outcome = frl.play_round(server, InProcessEngine(frl, clients, 0), [0, 1, 2], 0)
     after = outcome.server["model"]
@@ -618,7 +619,7 @@ def test_meta_learned_head_is_part_of_phi_and_moves_in_the_meta_update() -> None
     # head_init: xavier: phi has no head; the group's head is the same fresh Xavier draw before and
     # after preparation: nothing the episode learnt reaches it.
     old = linear_frl("xavier", ctx)
-    server = old.init_server(torch.Generator().manual_seed(0))
+    server = initial_server_state(old, torch.Generator().manual_seed(0))
     assert "head.weight" not in server["model"]
     outcome = old.play_round(server, InProcessEngine(old, clients, 0), [0, 1, 2], 0)
     assert "head.weight" not in outcome.server["model"]
@@ -676,7 +677,7 @@ def test_per_fedavg_meta_head_step_matches_the_formula_on_maml_rows() -> None:
     options = PerFedAvgOptions(variant="fo", alpha=0.1, beta=0.2, batch_size=5, local_steps=1,
                                deployment=DeploymentOptions(groups=1, clients=2, classes=3))
     algorithm = FRLPerFedAvg(options, ctx)
-    server = algorithm.init_server(torch.Generator().manual_seed(0))
+    server = initial_server_state(algorithm, torch.Generator().manual_seed(0))
     client = ClientData(0, data.subset(data.indices_of_classes([1, 3])))
     result = algorithm.client_update(algorithm.broadcast(server, 0), None, client, torch.Generator().manual_seed(5))
 
@@ -715,7 +716,7 @@ def test_per_fedavg_deployment_head(head_init: str) -> None:
     ctx = tiny_context(data)
     options = PerFedAvgOptions(head_init=head_init, deployment=DeploymentOptions(groups=1, clients=2, classes=3))
     algorithm = FRLPerFedAvg(options, ctx)
-    prepared = {k: v + 1.0 for k, v in algorithm.init_server(torch.Generator().manual_seed(0))["model"].items()}
+    prepared = {k: v + 1.0 for k, v in initial_server_state(algorithm, torch.Generator().manual_seed(0))["model"].items()}
     start = algorithm.deployment(3).start(prepared, 3, torch.Generator().manual_seed(1))["model"]
     if head_init == "meta":
         assert torch.equal(start["head.weight"], prepared["head.weight"][:3])
@@ -756,7 +757,7 @@ def test_frl_and_per_fedavg_leave_a_frozen_parameter_alone() -> None:
 
     per_fedavg = FRLPerFedAvg(PerFedAvgOptions(variant="fo", alpha=0.1, beta=0.2, batch_size=5, local_steps=2,
                                                deployment=deployment), ctx)
-    server = per_fedavg.init_server(torch.Generator().manual_seed(0))
+    server = initial_server_state(per_fedavg, torch.Generator().manual_seed(0))
     client = ClientData(0, data.subset(data.indices_of_classes([1, 3])))
     result = per_fedavg.client_update(per_fedavg.broadcast(server, 0), None, client, torch.Generator().manual_seed(1))
     moved = {k for k, v in result.upload["model"].items() if not torch.equal(v, server["model"][k])}

@@ -30,7 +30,7 @@ from fedfew.core.seeding import derive_seed, torch_generator
 from fedfew.engine.schedule import client_schedule
 from fedfew.engine.tasks import ClientTask, run_client_task
 from fedfew.interface.algorithm import ALGORITHMS, Algorithm, ClientResult
-from fedfew.interface.protocol import init_generator
+from fedfew.interface.protocol import init_generator, initial_client_state, initial_server_state
 from fedfew.interface.static import static_tensors
 from fedfew.privacy.secure_sum import (
     SecureAggregationError,
@@ -70,7 +70,7 @@ def one_round(config: dict[str, Any], clip: float | None = None) -> dict[str, An
     cfg = load_config(config)
     experiment = build_experiment(cfg)  # nothing started: the engine is built by a simulator only
     algorithm, seed = experiment.algorithm, cfg.seed
-    server, privacy = algorithm.init_server(torch_generator(seed, "server-init")), experiment.privacy
+    server, privacy = initial_server_state(algorithm, torch_generator(seed, "server-init")), experiment.privacy
     if privacy is not None:
         server = privacy.init_server(server)
     spec = privacy.client_spec(server).to_json() if privacy is not None else None
@@ -81,7 +81,7 @@ def one_round(config: dict[str, Any], clip: float | None = None) -> dict[str, An
     results = {}
     for cid in selected:
         client = experiment.clients[cid]
-        state = algorithm.init_client_state(client, init_generator(seed, cid))
+        state = initial_client_state(algorithm, client, init_generator(seed, cid))
         results[cid] = run_client_task(algorithm, task, client, algorithm.broadcast(server, cid), state, seed)
     return {"config": cfg, "experiment": experiment, "server": server, "results": results,
             "aggregate": aggregate(experiment, server, results)}
@@ -257,6 +257,57 @@ def test_the_cover_is_declared_by_each_class_and_a_plugin_can_opt_in() -> None:
         kind = ALGORITHMS.get(name)
         if name not in COVERED:
             assert kind.secure_sum_refusal(None) == vars(kind)["secure_sum_refused"], name
+
+
+#: Every refusal a covered algorithm makes for options of its own (the options, the words of the refusal).
+OPTION_REFUSALS = {
+    "fedavg": ({"score_uploads": True}, "with score_uploads each client's own model is scored on its own data"),
+    "fedprox": ({"score_uploads": True}, "with score_uploads each client's own model is scored on its own data"),
+    "frl-finetune": ({"score_uploads": True}, "with score_uploads each client's own model is scored on its own data"),
+    "frl-oneshot": ({"stage": "preparation"},
+                    "stage: preparation keeps the best individual uploads by their cross-validation scores"),
+    "fedfsl-mi": ({"reference": "exclusive"},
+                  "reference: exclusive broadcasts w_{-k}, an average of the other clients' individual uploads"),
+    "fedfsl-mi-adv": ({"reference": "exclusive"},
+                      "reference: exclusive broadcasts w_{-k}, an average of the other clients' individual uploads"),
+}
+
+
+def test_the_options_secure_summation_needs_are_declared() -> None:
+    """``secure_sum_requires`` replaces the classes' own ``secure_sum_refusal``: the refusal of each option
+    that breaks the sum is the class's ``secure_sum_refused``, a subclass keeps its parents' requirements and
+    adds its own, and the cover itself (``secure_sum``) stays each class's own."""
+    for name in ALGORITHMS.names():
+        assert "secure_sum_refusal" not in vars(ALGORITHMS.get(name)), name  # declared, not written
+    for name, (options, message) in OPTION_REFUSALS.items():
+        kind = ALGORITHMS.get(name)
+        default = kind.Options()
+        assert kind.secure_sum_refusal(default) is None, name
+        assert kind.secure_sum_refusal(default.model_copy(update=options)) == message, name
+        assert kind.secure_sum_refusal({**default.model_dump(), **options}) is None, name  # a mapping has no attributes
+
+    class Mean(Algorithm):
+        secure_sum = "with weighting: samples"
+        secure_sum_requires = {"weighting": "samples"}
+        secure_sum_refused = "weighting: median is no mean"
+
+    class Sub(Mean):  # keeps Mean's requirement, adds one, declares no cover of its own
+        secure_sum_requires = {"bits": 32}
+
+    class Covered(Sub):
+        secure_sum = ""
+
+    class Options:
+        def __init__(self, **values: object) -> None:
+            self.__dict__.update(values)
+
+    assert Mean.secure_sum_refusal(Options(weighting="samples")) is None
+    assert Mean.secure_sum_refusal(Options(weighting="median")) == "weighting: median is no mean"
+    assert Mean.secure_sum_refusal(Options()) is None  # an option the options lack counts as asked
+    assert Covered.secure_sum_refusal(Options(weighting="samples", bits=32)) is None
+    assert Covered.secure_sum_refusal(Options(weighting="median", bits=32)) == "weighting: median is no mean"
+    assert Covered.secure_sum_refusal(Options(weighting="samples", bits=16)) == "weighting: median is no mean"
+    assert Sub.secure_sum_refusal(Options(weighting="samples", bits=32)) == Algorithm.secure_sum_refused  # no cover
 
 
 def test_fedfew_list_secure_aggregation(capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,6 +13,7 @@ from fedfew.algorithms.parts.episodic import EpisodicOptions
 from fedfew.core.seeding import torch_generator
 from fedfew.data import LabelledDataset
 from fedfew.engine.simulator import Simulator
+from fedfew.interface.protocol import initial_server_state
 from fedfew.interface.static import StaticMismatchError, crossing_bytes, static_tensors
 from tests.helpers import clients_from, context_for
 
@@ -52,7 +53,7 @@ TABLE = "encoder.embedding.weight"
 def test_a_frozen_word_table_does_not_cross(model: str, options: dict, freeze: bool) -> None:
     pretrained = torch.randn(VOCAB, DIM, generator=torch.Generator().manual_seed(2))
     algorithm, clients = setup(model, pretrained=pretrained, freeze_embedding=freeze, **options)
-    state = algorithm.init_server(torch_generator(0, "init"))["model"]
+    state = initial_server_state(algorithm, torch_generator(0, "init"))["model"]
     assert TABLE in state and torch.equal(state[TABLE], pretrained)
     simulator = Simulator(algorithm, clients, seed=3)
     simulator.run(rounds=2, clients_per_round=2)
@@ -90,7 +91,7 @@ def test_flower_records_carry_the_counted_bytes_and_restore_the_table(model: str
 
     pretrained = torch.randn(VOCAB, DIM, generator=torch.Generator().manual_seed(2))
     algorithm, _ = setup(model, pretrained=pretrained, freeze_embedding=True, hidden=4)
-    payload = {"model": algorithm.init_server(torch_generator(0, "init"))["model"]}
+    payload = {"model": initial_server_state(algorithm, torch_generator(0, "init"))["model"]}
     static = static_tensors(algorithm)
     arrays, meta = to_records(payload, static)
     assert array_bytes(arrays) == crossing_bytes(payload, static) == bytes_of(payload["model"], TABLE)

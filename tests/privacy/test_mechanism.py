@@ -23,6 +23,7 @@ import yaml
 from fedfew.cli.main import main
 from fedfew.config.validation import load_config
 from fedfew.interface.algorithm import ClientResult
+from fedfew.interface.protocol import initial_client_state, initial_server_state
 from fedfew.privacy import (
     epsilon,
     l2_norm,
@@ -159,8 +160,8 @@ def test_f2l_sends_only_its_clipped_server_model_and_fml_keeps_counting_rounds()
     experiment = build_experiment(load_config(private("f2l", federation={"rounds": 1, "clients_per_round": 2})))
     algorithm, client = experiment.algorithm, experiment.clients[0]
     generator = torch.Generator().manual_seed(0)
-    server = algorithm.init_server(generator)
-    state = algorithm.init_client_state(client, generator)
+    server = initial_server_state(algorithm, generator)
+    state = initial_client_state(algorithm, client, generator)
     payload = algorithm.broadcast(server, 0)
     result = algorithm.client_update(payload, state, client, generator)
     assert experiment.privacy is not None
@@ -169,7 +170,7 @@ def test_f2l_sends_only_its_clipped_server_model_and_fml_keeps_counting_rounds()
     assert l2_norm(sent.upload[DELTA]) <= CENTRAL["clip"] and "client" in sent.state
     fml = build_experiment(load_config(private("fml", federation={"rounds": 2, "clients_per_round": 2})))
     assert fml.privacy is not None
-    start = fml.privacy.init_server(fml.algorithm.init_server(generator))
+    start = fml.privacy.init_server(initial_server_state(fml.algorithm, generator))
     after, _ = fml.privacy.aggregate(start, {}, 0, "0")
     assert (start["round"], after["round"]) == (0, 1)
 

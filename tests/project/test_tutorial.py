@@ -34,6 +34,7 @@ import fedfew.interface.algorithm as algorithm_module
 from fedfew.algorithms import register_all
 from fedfew.core.registry import Registry
 from fedfew.engine.round import simulate_round
+from fedfew.interface.protocol import initial_server_state
 from tests.helpers import blob_dataset, clients_from, context_for
 
 register_all()  # the built-ins register now, before any test swaps the registry
@@ -234,7 +235,7 @@ def test_the_client_update_is_pure_and_seeded(reptile: dict[str, Any]) -> None:
     data = blob_dataset(classes=6, per_class=10)
     context = context_for(data, n_way=3, k_shot=1, q_query=2)
     algorithm = reptile["Reptile"](reptile["ReptileOptions"](inner_steps=3, inner_lr=0.1), context)
-    server = algorithm.init_server(torch.Generator().manual_seed(0))
+    server = initial_server_state(algorithm, torch.Generator().manual_seed(0))
     payload = algorithm.broadcast(server, 0)
     sent = {k: v.clone() for k, v in payload["model"].items()}
     (client,) = clients_from(data.split("base"), [torch.arange(len(data.split("base")))])
@@ -417,7 +418,7 @@ def test_the_algorithm_docstring_example_is_complete(monkeypatch: pytest.MonkeyP
     algorithm = cls(cls.Options(), context_for(data, task="classification"))
     clients = clients_from(data, list(torch.randperm(len(data), generator=torch.Generator().manual_seed(0))
                                       .split([30, 50])))
-    server = algorithm.init_server(torch.Generator().manual_seed(0))
+    server = initial_server_state(algorithm, torch.Generator().manual_seed(0))
     test = fedfew.EvalData("test", dataset=data)
     before = algorithm.evaluate(server, test, torch.Generator())["accuracy"]
     for r in range(10):
@@ -472,6 +473,130 @@ def test_which_hooks_a_class_must_write(made: type[fedfew.Algorithm], missing: l
 def test_every_registered_algorithm_writes_the_hooks_it_needs() -> None:
     for name in fedfew.ALGORITHMS.names():
         assert algorithm_module.missing_hooks(fedfew.ALGORITHMS.get(name)) == [], name
+
+
+class _AOptions(fedfew.Options):
+    a: int = 1
+
+
+class _BOptions(_AOptions):
+    b: int = 2
+
+
+def test_the_options_class_is_named_once_in_the_generic_base() -> None:
+    """``class A(Algorithm[X])`` makes ``A.Options`` X (what a config is validated by and ``fedfew list``
+    prints); a subclass that names none inherits it; a subclass of a generic class names its own; a
+    class generic in a type variable takes the variable's bound; the older ``Options = X`` still works,
+    and a class that names two options classes is an error when it is defined."""
+    from typing import TypeVar
+
+    class A(fedfew.Algorithm[_AOptions]):
+        pass
+
+    class SubA(A):
+        pass
+
+    assert A.Options is _AOptions and SubA.Options is _AOptions and fedfew.Algorithm.Options is fedfew.Options
+    assert "Options" in vars(A) and "Options" not in vars(SubA)  # inherited, not set again
+
+    T = TypeVar("T", bound=_AOptions)
+
+    class Generic(fedfew.Algorithm[T]):  # a base for algorithms of several options classes
+        pass
+
+    class B(Generic[_BOptions]):
+        pass
+
+    class SubB(B):
+        pass
+
+    assert Generic.Options is _AOptions and B.Options is _BOptions and SubB.Options is _BOptions
+
+    class Old(fedfew.Algorithm):  # before Algorithm was generic
+        Options = _BOptions
+
+    class SubOld(Old):
+        pass
+
+    class Both(fedfew.Algorithm[_AOptions]):  # the same class twice is no conflict
+        Options = _AOptions
+
+    assert Old.Options is _BOptions and SubOld.Options is _BOptions and Both.Options is _AOptions
+    built = B(_BOptions(), context_for(blob_dataset()))
+    assert built.options.b == 2
+    with pytest.raises(algorithm_module.AlgorithmDefinitionError, match="assigns Options = _BOptions but its base "
+                                                                        "names _AOptions"):
+        class Clash(fedfew.Algorithm[_AOptions]):
+            Options = _BOptions
+    with pytest.raises(algorithm_module.AlgorithmDefinitionError, match="not an options class"):
+        class NotOptions(fedfew.Algorithm[int]):
+            pass
+
+
+def test_the_framework_seeds_the_initial_model() -> None:
+    """``initial_server_state`` seeds torch's global RNG from ``init_server``'s generator just before the
+    call (``seeds_init_server``, the default), so a hook builds its model without seeding: the same model
+    as a hook written to seed itself first (whose own first call is then that seeding, not a second
+    draw); a hook that seeds twice draws twice as before; ``seeds_init_server = False`` leaves the
+    generator and torch's RNG alone; ``seeds_init_client_state`` does the same for the clients."""
+    from fedfew.core.seeding import seed_torch_init
+    from fedfew.interface.protocol import initial_client_state, initial_server_state
+
+    context = context_for(blob_dataset())
+
+    class Plain(fedfew.Algorithm):
+        def init_server(self, generator):
+            return {"model": fedfew.get_state(self.context.make_model(None))}
+
+    class SeedsItself(Plain):  # written before fedfew seeded: the first hook call is the framework's seeding
+        def init_server(self, generator):
+            seed_torch_init(generator)
+            return super().init_server(generator)
+
+    class SeedsTwice(Plain):
+        def init_server(self, generator):
+            seed_torch_init(generator)
+            seed_torch_init(generator)
+            return super().init_server(generator)
+
+    class NoModel(Plain):
+        seeds_init_server = False
+
+        def init_server(self, generator):
+            return {"draw": torch.randint(0, 2**62, (1,), generator=generator)}
+
+    class OwnModels(Plain):
+        seeds_init_client_state = True
+
+        def init_client_state(self, client, generator):
+            return {"model": fedfew.get_state(self.context.make_model(None))}
+
+    def server(cls: type[fedfew.Algorithm]) -> dict[str, torch.Tensor]:
+        torch.manual_seed(99)  # what ran before: it must not matter
+        return initial_server_state(cls(fedfew.Options(), context), torch.Generator().manual_seed(5))["model"]
+
+    by_hand = torch.Generator().manual_seed(5)  # what the hook did itself before the framework seeded
+    seed_torch_init(by_hand)
+    expected = fedfew.get_state(context.make_model(None))
+    twice = torch.Generator().manual_seed(5)
+    seed_torch_init(twice)
+    seed_torch_init(twice)
+    expected_twice = fedfew.get_state(context.make_model(None))
+    for cls, want in ((Plain, expected), (SeedsItself, expected), (SeedsTwice, expected_twice)):
+        got = server(cls)
+        assert all(torch.equal(got[k], want[k]) for k in want), cls.__name__
+    assert not all(torch.equal(expected[k], expected_twice[k]) for k in expected)
+
+    torch.manual_seed(99)
+    before = torch.random.get_rng_state()
+    drawn = initial_server_state(NoModel(fedfew.Options(), context), torch.Generator().manual_seed(5))["draw"]
+    assert torch.equal(drawn, torch.randint(0, 2**62, (1,), generator=torch.Generator().manual_seed(5)))
+    assert torch.equal(torch.random.get_rng_state(), before)  # not seeded: torch's RNG as it was
+
+    client = fedfew.ClientData(0, blob_dataset())
+    own = initial_client_state(OwnModels(fedfew.Options(), context), client, torch.Generator().manual_seed(5))
+    assert all(torch.equal(own["model"][k], expected[k]) for k in expected)
+    assert initial_client_state(Plain(fedfew.Options(), context), client, torch.Generator()) is None
 
 
 def test_a_plugin_missing_a_hook_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

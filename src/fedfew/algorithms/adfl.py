@@ -122,16 +122,13 @@ def coherence_scores(judgements: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
 
 
 @register("adfl", help="AdFL: one-shot FL, ensemble of the top models by adversarial coherence score")
-class AdFL(OneShot):
+class AdFL(OneShot[AdFLOptions]):
     """Algorithm 1 of AdFL (module docstring)."""
     secure_sum = None
     secure_sum_refused = ("the server scores and ensembles individual uploads: it needs each client's "
                           "model, not their sum")
     dp_refused = ("AdFL's one round uploads whole models and the server ranks and ensembles individual "
                   "models: DP-FedAvg's noised average does not apply")
-
-    Options = AdFLOptions
-    options: AdFLOptions
 
     def aggregate(self, server: OneShotServer, results: dict[int, ClientResult],
                   generator: torch.Generator) -> OneShotServer:

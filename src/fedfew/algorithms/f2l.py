@@ -230,7 +230,7 @@ class F2LClientState(_ClientModel, total=False):
 
 
 @register("f2l", help="F2L: shared server-model + private client-models, L_MI transfer and partial KD")
-class F2L(Algorithm):
+class F2L(Algorithm[F2LOptions]):
     secure_sum = None
     secure_sum_refused = ("the server aggregates the shared server-model phi (and, in F2L\\M, the client-"
                           "model) and its scores come from the private client-models: not a weighted sum of"
@@ -239,9 +239,6 @@ class F2L(Algorithm):
                   "alone) unless test_client_model: average, which sends every private client-model to "
                   "the server to be averaged for evaluation; decoupled: false (F2L\\M) uploads the "
                   "client-model too under its own aggregation")
-
-    Options = F2LOptions
-    options: F2LOptions
 
     def __init__(self, options: F2LOptions, context: Context) -> None:
         super().__init__(options, context)
@@ -276,7 +273,6 @@ class F2L(Algorithm):
 
     # -- server ---------------------------------------------------------------------------
     def init_server(self, generator: torch.Generator) -> F2LServer:
-        seed_torch_init(generator)
         server: F2LServer = {"server": get_state(self.context.make_model(len(self.context.train_classes)))}
         if not self.options.decoupled:  # F2L\M: one client-model, aggregated like phi
             server["client"] = get_state(self.new_client_model())
@@ -300,10 +296,14 @@ class F2L(Algorithm):
         return new
 
     # -- client ---------------------------------------------------------------------------
+    @property
+    def seeds_init_client_state(self) -> bool:
+        """Decoupled (F2L): each client builds its own client-model, from its own seed."""
+        return self.options.decoupled
+
     def init_client_state(self, client: ClientData, generator: torch.Generator) -> F2LClientState | None:
         if not self.options.decoupled:
             return None
-        seed_torch_init(generator)
         return {"client": get_state(self.new_client_model())}
 
     def finetune(self, params: Params, support_features: torch.Tensor, support_labels: torch.Tensor,

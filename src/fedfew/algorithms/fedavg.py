@@ -12,7 +12,7 @@ with ``score_uploads`` each client also scores its last upload on its private va
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import torch
 from pydantic import Field
@@ -26,7 +26,6 @@ from fedfew.algorithms.parts.common import (
     model_update,
     train_epochs,
 )
-from fedfew.core.seeding import seed_torch_init
 from fedfew.fewshot.evaluation import dataset_accuracy
 from fedfew.fewshot.learners import proximal_term
 from fedfew.interface.aggregation import weighted_average, weights_for
@@ -39,7 +38,6 @@ from fedfew.interface.algorithm import (
     EvalData,
     Parts,
     Payload,
-    State,
     register,
 )
 from fedfew.interface.state import get_state, load_state_
@@ -63,24 +61,19 @@ class FedProxOptions(FedAvgOptions):
                       "(0: FedAvg)")
 
 
+#: The options of a :class:`FedAvg` subclass.
+FedAvgOptionsT = TypeVar("FedAvgOptionsT", bound=FedAvgOptions)
+
 
 @register("fedavg", help="FedAvg: local minibatch SGD, sample-weighted model averaging")
-class FedAvg(Algorithm):
+class FedAvg(Algorithm[FedAvgOptionsT]):
     secure_sum = "with score_uploads: false"
+    secure_sum_requires = {"score_uploads": False}
     secure_sum_refused = "with score_uploads each client's own model is scored on its own data"
     dp_refused = ("fedavg with score_uploads scores each client's own model on its private validation "
                   "set and reports the scores (score_uploads: false is covered)")
 
-    @classmethod
-    def secure_sum_refusal(cls, options: Any) -> str | None:
-        if getattr(options, "score_uploads", False):
-            return cls.secure_sum_refused
-        return super().secure_sum_refusal(options)
-
-    Options = FedAvgOptions
-    options: FedAvgOptions
-
-    def __init__(self, options: FedAvgOptions, context: Context) -> None:
+    def __init__(self, options: FedAvgOptionsT, context: Context) -> None:
         super().__init__(options, context)
         fewshot = context.task == "fewshot"
         self.num_outputs = len(context.train_classes) if fewshot else context.num_classes
@@ -108,13 +101,12 @@ class FedAvg(Algorithm):
         return self.context.make_model(self.num_outputs)
 
     def init_server(self, generator: torch.Generator) -> Parts:
-        seed_torch_init(generator)
         return {"model": get_state(self.new_model())}
 
     def targets(self, labels: torch.Tensor) -> torch.Tensor:
         return labels if self.targets_of is None else self.targets_of[labels]
 
-    def client_update(self, payload: Payload, state: State, data: ClientData,
+    def client_update(self, payload: Payload, state: object, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         mu = self.options.mu
 
@@ -138,7 +130,7 @@ class FedAvg(Algorithm):
         return evaluate_model(load_state_(self.model, server["model"]), data)
 
     # -- score_uploads: each client's last upload on its private validation set -------------------
-    def evaluate_client(self, payload: Payload, state: State, client: ClientData, data: EvalData,
+    def evaluate_client(self, payload: Payload, state: object, client: ClientData, data: EvalData,
                         generator: torch.Generator) -> ClientScores:
         if not isinstance(state, dict) or "upload" not in state or client.val is None or len(client.val) == 0:
             return {}  # not yet trained (round 0), or nothing to score on
@@ -154,11 +146,9 @@ class FedAvg(Algorithm):
 
 
 @register("fedprox", help="FedProx: FedAvg with a proximal term mu/2 ||w - w_global||^2")
-class FedProx(FedAvg):
+class FedProx(FedAvg[FedProxOptions]):
     secure_sum = "with score_uploads: false"
     secure_sum_refused = "with score_uploads each client's own model is scored on its own data"
     dp_refused = ("fedprox with score_uploads scores each client's own model on its private validation "
                   "set and reports the scores (score_uploads: false is covered)")
 
-    Options = FedProxOptions
-    options: FedProxOptions

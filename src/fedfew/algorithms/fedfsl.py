@@ -30,7 +30,7 @@ paper's network is ``fedfsl-prox`` with ``mu: 0`` (bit for bit ``fl-maml`` on th
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -38,11 +38,11 @@ from pydantic import Field
 from torch import nn
 from torch.func import functional_call
 
-from fedfew.algorithms.parts.episodic import EpisodicFedAvg, MAMLOptions
+from fedfew.algorithms.parts.episodic import EpisodicClientState, EpisodicFedAvg, MAMLOptions
 from fedfew.fewshot.episodes import Episode
 from fedfew.fewshot.learners import MAML
 from fedfew.interface.aggregation import weighted_average
-from fedfew.interface.algorithm import ClientData, ClientResult, Context, Parts, Payload, State, register
+from fedfew.interface.algorithm import ClientData, ClientResult, Context, Parts, Payload, register
 from fedfew.interface.state import StateDict, load_state_
 from fedfew.models.base import FewShotModel
 
@@ -106,11 +106,14 @@ def exclusive_average(models: dict[int, StateDict], weights: dict[int, float], c
     return weighted_average([models[cid] for cid in others], [weights[cid] for cid in others])
 
 
-class FedFSLBase(EpisodicFedAvg):
-    """fl-maml with the FedFSL model options (the two-layer classifier)."""
+#: The options of a :class:`FedFSLBase` subclass.
+FedFSLOptionsT = TypeVar("FedFSLOptionsT", bound=FedFSLOptions)
+#: The options of a :class:`FedFSLMI` subclass.
+FedFSLMIOptionsT = TypeVar("FedFSLMIOptionsT", bound=FedFSLMIOptions)
 
-    Options = FedFSLOptions
-    options: FedFSLOptions
+
+class FedFSLBase(EpisodicFedAvg[FedFSLOptionsT]):
+    """fl-maml with the FedFSL model options (the two-layer classifier)."""
 
     def new_model(self) -> FewShotModel:
         opts = self.options
@@ -125,32 +128,21 @@ class FedFSLBase(EpisodicFedAvg):
 
 
 @register("fedfsl-prox", help="FedFSL-prox: FedFSL-naive (fl-maml) plus FedProx's mu/2 ||w - w^t||^2")
-class FedFSLProx(FedFSLBase):
+class FedFSLProx(FedFSLBase[FedFSLProxOptions]):
     """FedFSL-naive with a FedProx term; the proximal term itself is EpisodicFedAvg's ``mu``."""
     secure_sum = ""
 
-    Options = FedFSLProxOptions
-    options: FedFSLProxOptions
-
 
 @register("fedfsl-mi", help="FedFSL-MI: MAML loss + gamma KL(p(w_global) || p(w_k)) (eq. 11-13)")
-class FedFSLMI(FedFSLBase):
+class FedFSLMI(FedFSLBase[FedFSLMIOptionsT]):
     """FedFSL-MI (section 4.1)."""
     secure_sum = "with reference: global"
+    secure_sum_requires = {"reference": "global"}
     secure_sum_refused = "reference: exclusive broadcasts w_{-k}, an average of the other clients' individual uploads"
     dp_refused = ("fedfsl-mi with reference: exclusive broadcasts w_{-k}, an average of the other "
                   "clients' un-noised uploads (reference: global is covered)")
 
-    @classmethod
-    def secure_sum_refusal(cls, options: Any) -> str | None:
-        if getattr(options, "reference", "global") != "global":
-            return cls.secure_sum_refused
-        return super().secure_sum_refusal(options)
-
-    Options = FedFSLMIOptions
-    options: FedFSLMIOptions
-
-    def __init__(self, options: FedFSLMIOptions, context: Context) -> None:
+    def __init__(self, options: FedFSLMIOptionsT, context: Context) -> None:
         super().__init__(options, context)
         self.reference_model = self.new_model()  # workspace for w_g, reloaded every client update
 
@@ -197,7 +189,7 @@ class FedFSLMI(FedFSLBase):
         model = payload["model"]
         return payload["reference"] if "reference" in payload else model
 
-    def client_update(self, payload: Payload, state: State, data: ClientData,
+    def client_update(self, payload: Payload, state: EpisodicClientState | None, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         load_state_(self.reference_model, self.reference_state(payload)).train()
         return super().client_update(payload, state, data, generator)

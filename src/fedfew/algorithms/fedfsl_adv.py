@@ -48,11 +48,12 @@ from torch import nn
 
 from fedfew.algorithms.fedfsl import FedFSLMI, FedFSLMIOptions, prediction_kl
 from fedfew.algorithms.parts.common import local_sampler, make_optimizer
+from fedfew.algorithms.parts.episodic import EpisodicClientState
 from fedfew.algorithms.parts.optimizers import LocalOptimizer
 from fedfew.core.seeding import seed_torch_init
 from fedfew.fewshot.episodes import Episode
 from fedfew.fewshot.learners import proximal_term
-from fedfew.interface.algorithm import ClientData, ClientResult, Context, Payload, State, register
+from fedfew.interface.algorithm import ClientData, ClientResult, Context, Payload, register
 from fedfew.interface.state import get_state, load_state_
 from fedfew.models.base import FewShotModel
 
@@ -87,15 +88,12 @@ class FedFSLAdvOptions(FedFSLMIOptions):
 
 
 @register("fedfsl-mi-adv", help="FedFSL-MI-Adv: MI term + two-stage classifier-discrepancy training (Alg. 2)")
-class FedFSLMIAdv(FedFSLMI):
+class FedFSLMIAdv(FedFSLMI[FedFSLAdvOptions]):
     """FedFSL-MI-Adv (section 4.2, Algorithm 2)."""
     secure_sum = "with reference: global"
     secure_sum_refused = "reference: exclusive broadcasts w_{-k}, an average of the other clients' individual uploads"
     dp_refused = ("fedfsl-mi-adv with reference: exclusive broadcasts w_{-k}, an average of the other "
                   "clients' un-noised uploads (reference: global is covered)")
-
-    Options = FedFSLAdvOptions
-    options: FedFSLAdvOptions
 
     def __init__(self, options: FedFSLAdvOptions, context: Context) -> None:
         super().__init__(options, context)
@@ -179,7 +177,7 @@ class FedFSLMIAdv(FedFSLMI):
         self.step_on(objective, self.generator_parameters(), optimizer)
         return metrics
 
-    def client_update(self, payload: Payload, state: State, data: ClientData,
+    def client_update(self, payload: Payload, state: EpisodicClientState | None, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         """Algorithm 2's client side: theta' anew, then per local step stage 1 and stage 2."""
         opts = self.options

@@ -13,8 +13,5 @@ from fedfew.interface.algorithm import register
 
 
 @register("fl-maml", help="FedFSL-naive: FedAvg over MAML episodes (second or first order)")
-class FLMAML(EpisodicFedAvg):
+class FLMAML(EpisodicFedAvg[MAMLOptions]):
     secure_sum = ""
-
-    Options = MAMLOptions
-    options: MAMLOptions

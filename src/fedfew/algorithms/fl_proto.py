@@ -11,10 +11,7 @@ from fedfew.interface.algorithm import register
 
 
 @register("fl-proto", help="FedAvg over Prototypical-Network episodes")
-class FLProto(EpisodicFedAvg):
+class FLProto(EpisodicFedAvg[EpisodicOptions]):
     secure_sum = ""
-
-    Options = EpisodicOptions
-    options: EpisodicOptions
     #: The model is a head-less encoder: it trains on episodes of any way (``episodes.train_way``).
     takes_training_way = True

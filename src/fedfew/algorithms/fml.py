@@ -50,7 +50,7 @@ epoch, mean over newcomers) and ``newcomer_{init}_{by}_by_epoch`` ({"0": on join
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypedDict, get_args
 
 import torch
@@ -74,7 +74,6 @@ from fedfew.interface.algorithm import (
     Options,
     Parts,
     Payload,
-    State,
     register,
 )
 from fedfew.interface.state import StateDict, get_state, load_state_
@@ -309,19 +308,15 @@ class FMLClientState(TypedDict):
 
 
 @register("fml", help="FML: deep mutual learning between a private local model and a meme of the global model")
-class FML(Algorithm):
+class FML(Algorithm[FMLOptions]):
     secure_sum = None
     secure_sum_refused = ("its evaluation scores the private local models on the clients, and its server "
                           "counts rounds (not covered yet)")
-
-    Options = FMLOptions
-    options: FMLOptions
 
     def __init__(self, options: FMLOptions, context: Context) -> None:
         super().__init__(options, context)
         if context.task != "classification":
             raise ValueError("fml is a classification method: set task: classification in the config")
-        self.options: FMLOptions = options
         chosen = options.local_models
         if isinstance(chosen, list) and len(chosen) < context.num_clients:
             raise ValueError(
@@ -367,7 +362,6 @@ class FML(Algorithm):
     # -- server ---------------------------------------------------------------------------------
     def init_server(self, generator: torch.Generator) -> FMLServer:
         # Same construction as fedavg's init_server: identical global initialisation for one seed.
-        seed_torch_init(generator)
         return {"model": get_state(self.new_global_model()), "round": 0}
 
     def broadcast(self, server: FMLServer, client_id: int) -> Payload:
@@ -394,9 +388,10 @@ class FML(Algorithm):
         return {**server, "model": model, "round": server["round"] + 1}
 
     # -- client ---------------------------------------------------------------------------------
+    seeds_init_client_state = True  # each client's private model from its own seed (the framework seeds it)
+
     def init_client_state(self, client: ClientData, generator: torch.Generator) -> FMLClientState:
         architecture = self.local_architecture(client.client_id)
-        seed_torch_init(generator)
         return {"model": get_state(self.new_local_model(architecture)), "architecture": architecture, "rounds": 0}
 
     def client_update(self, payload: Payload, state: FMLClientState, data: ClientData,
@@ -421,7 +416,7 @@ class FML(Algorithm):
         model = load_state_(self.local_workspace(state["architecture"]), state["model"])
         return dataset_accuracy(model, client.val.inputs, client.val.labels, client.val.lengths)
 
-    def local_accuracies(self, client_states: dict[int, State], clients: list[ClientData]) -> dict[int, float]:
+    def local_accuracies(self, client_states: Mapping[int, FMLClientState], clients: list[ClientData]) -> dict[int, float]:
         """Each trained client's local model on its own private validation set."""
         scores = {c.client_id: self.local_accuracy(client_states.get(c.client_id), c) for c in clients}
         return {cid: score for cid, score in scores.items() if score is not None}

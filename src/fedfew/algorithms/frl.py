@@ -126,11 +126,19 @@ from fedfew.algorithms.parts.frl_tasks import (
     task_label_rows,
     with_prepared_head,
 )
-from fedfew.core.seeding import seed_torch_init, torch_generator
+from fedfew.core.seeding import torch_generator
 from fedfew.data.dataset import LabelledDataset
 from fedfew.engine.round import RoundOutcome, run_round
 from fedfew.interface.aggregation import weighted_average, weights_for
-from fedfew.interface.algorithm import Algorithm, ClientData, ClientResult, Context, EvalData, register
+from fedfew.interface.algorithm import (
+    Algorithm,
+    ClientData,
+    ClientResult,
+    Context,
+    EvalData,
+    Payload,
+    register,
+)
 from fedfew.interface.state import StateDict, get_state, load_state_
 from fedfew.models.base import FewShotModel
 from fedfew.privacy.clipping import REFERENCE
@@ -181,7 +189,7 @@ class EpisodeMemory(TypedDict):
 
 # -- the outer algorithm: T meta-training episodes -----------------------------------------------
 @register("frl", help="FRL: meta-train an initial model for R-round FL (prototype loss + GPAL, Alg. 1)")
-class FRL(Algorithm):
+class FRL(Algorithm[FRLOptions]):
     """One simulator round = one meta-training episode of R + 1 rounds (module docstring)."""
     secure_sum = None
     secure_sum_refused = ("its rounds nest R rounds of FL and a meta-update, and GPAL aggregates "
@@ -191,9 +199,6 @@ class FRL(Algorithm):
                   "update, one joint clip per release, R + 1 releases an episode accounted, deployment "
                   "groups outside the federation; classifier: linear first asks the participants which "
                   "classes they hold and releases their union un-noised")
-
-    Options = FRLOptions
-    options: FRLOptions
 
     def __init__(self, options: FRLOptions, context: Context) -> None:
         super().__init__(options, context)
@@ -230,7 +235,6 @@ class FRL(Algorithm):
         return self.prototype_fl if self.options.classifier == "distance" else self.linear_fl(num_classes)
 
     def init_server(self, generator: torch.Generator) -> FRLServer:
-        seed_torch_init(generator)
         return {"model": get_state(self.context.make_model(self.head_rows))}
 
     def client_part(self, name: str, **args: Any) -> Algorithm:
@@ -259,7 +263,7 @@ class FRL(Algorithm):
             if not classes:  # nobody answered: the episode cannot start
                 return RoundOutcome(server, {}, down, up, asked.asked, asked.failed, asked.late)
         num_classes = len(classes) if classes is not None else 0
-        split: dict[str, Any] = {"episode": episode, "fraction": opts.support_fraction, "classes": classes}
+        split: dict[str, object] = {"episode": episode, "fraction": opts.support_fraction, "classes": classes}
         if classes is not None and self.head_rows is not None:  # MAML-style labels on phi's head rows
             tau = opts.deployment.classes
             rows = task_label_rows(len(classes), tau, torch_generator(engine.seed, "frl-labels", episode))
@@ -299,8 +303,8 @@ class FRL(Algorithm):
                             outcome.failed, outcome.late, outcome.privacy)
 
     # -- the meta-update round (lines 15-20) -------------------------------------------------
-    def broadcast(self, server: MetaRoundServer, client_id: int) -> dict[str, Any]:
-        payload: dict[str, Any] = {"model": server["adapted"]}
+    def broadcast(self, server: MetaRoundServer, client_id: int) -> Payload:
+        payload: Payload = {"model": server["adapted"]}
         prototypes = server.get("prototypes")
         if prototypes is not None:
             payload["prototypes"] = {k: prototypes[k] for k in ("classes", "prototypes")}
@@ -341,7 +345,7 @@ class FRL(Algorithm):
         loss = gpal_objective(loss, gpal, self.options.gamma, self.options.gpal_form)
         return loss, float((logits.argmax(-1) == targets).float().mean())
 
-    def client_update(self, payload: dict[str, Any], state: EpisodeMemory | None, data: ClientData,
+    def client_update(self, payload: Payload, state: EpisodeMemory | None, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         """phi_k = phi^t - beta (grad L_Q(theta^R) + weight_decay phi^t) (line 19); with
         ``extra_query_steps``, further SGD steps on the remaining query minibatches (authors' code)."""

@@ -32,7 +32,7 @@ Per-FedAvg (Fallah et al. 2020) is in :mod:`fedfew.algorithms.per_fedavg`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Literal, TypeVar
 
 import torch
 from pydantic import Field
@@ -46,8 +46,8 @@ from fedfew.algorithms.parts.frl_deployment import (
     LinearFL,
     evaluate_deployment,
 )
-from fedfew.core.seeding import seed_torch_init
 from fedfew.data.dataset import LabelledDataset
+from fedfew.engine.base import Engine
 from fedfew.engine.round import RoundOutcome
 from fedfew.interface.aggregation import weighted_average
 from fedfew.interface.algorithm import (
@@ -59,7 +59,6 @@ from fedfew.interface.algorithm import (
     Options,
     Parts,
     Payload,
-    State,
     register,
 )
 from fedfew.interface.state import StateDict, get_state, load_state_
@@ -129,14 +128,12 @@ def keep_best(results: dict[int, ClientResult], keep: int, generator: torch.Gene
     return chosen, weighted_average([results[i].upload["model"] for i in chosen], [results[i].num_samples for i in chosen])
 
 
-class OneShotFL(LinearFL):
+class OneShotFL(LinearFL[OneShotTrainOptions]):
     """One deployment round of fine-tuning via one-shot FL: each client trains the group's model (a
     fresh tau-way head at the start) on its support set and reports a cross-validation accuracy;
     the server averages the ``keep`` best."""
 
-    options: OneShotTrainOptions
-
-    def client_update(self, payload: Payload, state: State, data: ClientData,
+    def client_update(self, payload: Payload, state: object, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         model = load_state_(self.model, payload["model"])
         metrics = train_epochs(model, data.train, data.train.labels, self.options, generator)
@@ -178,7 +175,7 @@ def evaluate_fine_tuning(options: DeployFedAvgOptions, deployment: LinearDeploym
 
 
 @register("frl-scratch", help="FRL baseline: R rounds of FedAvg at deployment from a random initialisation")
-class FRLScratch(Algorithm):
+class FRLScratch(Algorithm[DeployFedAvgOptions]):
     """No preparation: one simulator round that exchanges nothing, then deployment from the random
     initialisation."""
     secure_sum = None
@@ -187,33 +184,30 @@ class FRLScratch(Algorithm):
 
     trains = False  # all its learning happens at deployment
 
-    Options = DeployFedAvgOptions
-    options: DeployFedAvgOptions
-
     def __init__(self, options: DeployFedAvgOptions, context: Context) -> None:
         super().__init__(options, context)
         self.deployment = LinearDeployment(options.deploy_train_options(), context)
 
     def init_server(self, generator: torch.Generator) -> Parts:
-        seed_torch_init(generator)
         return {"model": get_state(self.context.make_model(None))}
 
-    def play_round(self, server: Parts, engine: Any, selected: Sequence[int], round_index: int) -> RoundOutcome:
+    def play_round(self, server: Parts, engine: Engine, selected: Sequence[int], round_index: int) -> RoundOutcome:
         return RoundOutcome(server, {}, 0, 0)
 
     def evaluate(self, server: Parts, data: EvalData, generator: torch.Generator) -> dict[str, float]:
         return evaluate_fine_tuning(self.options, self.deployment, server, data, self.context)
 
 
+#: The options of a :class:`FRLFineTune` subclass.
+FineTuneOptionsT = TypeVar("FineTuneOptionsT", bound=FineTuneOptions)
+
+
 @register("frl-finetune", help="FRL baseline: FedAvg-pretrained |C_b|-way classifier, fine-tuned R rounds")
-class FRLFineTune(FedAvg):
+class FRLFineTune(FedAvg[FineTuneOptionsT]):
     """Preparation is :class:`~fedfew.algorithms.fedavg.FedAvg` over the base classes."""
     secure_sum = ""
 
-    Options = FineTuneOptions
-    options: FineTuneOptions
-
-    def __init__(self, options: FineTuneOptions, context: Context) -> None:
+    def __init__(self, options: FineTuneOptionsT, context: Context) -> None:
         if context.task != "fewshot":
             raise ValueError(f"{type(self).__name__} deploys on unseen classes: set task: fewshot")
         super().__init__(options, context)
@@ -224,23 +218,15 @@ class FRLFineTune(FedAvg):
 
 
 @register("frl-oneshot", help="FRL baseline: FedAvg pretraining, one-shot FL (Guha et al., CV selection) at deployment")
-class FRLOneShot(FRLFineTune):
+class FRLOneShot(FRLFineTune[OneShotFineTuneOptions]):
     """``stage: deployment``: FedAvg preparation, R rounds of :class:`OneShotFL` at deployment.
     ``stage: preparation``: one round of local training, cross-validation scores and the best
     ``keep`` averaged, then FedAvg fine-tuning at deployment."""
     secure_sum = "with stage: deployment"
+    secure_sum_requires = {"stage": "deployment"}
     secure_sum_refused = "stage: preparation keeps the best individual uploads by their cross-validation scores"
     dp_refused = ("frl-oneshot with stage: preparation keeps the best individual uploads by their "
                   "cross-validation scores (stage: deployment is covered)")
-
-    @classmethod
-    def secure_sum_refusal(cls, options: Any) -> str | None:
-        if getattr(options, "stage", "deployment") != "deployment":
-            return cls.secure_sum_refused
-        return super().secure_sum_refusal(options)
-
-    Options = OneShotFineTuneOptions
-    options: OneShotFineTuneOptions
 
     def __init__(self, options: OneShotFineTuneOptions, context: Context) -> None:
         super().__init__(options, context)
@@ -258,7 +244,7 @@ class FRLOneShot(FRLFineTune):
         return LabelledDataset(inputs=data.inputs, labels=self.targets(data.labels), class_names=names,
                                name=data.name, lengths=data.lengths)
 
-    def client_update(self, payload: Payload, state: State, data: ClientData,
+    def client_update(self, payload: Payload, state: object, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         if self.options.stage == "deployment":  # preparation is FedAvg
             return super().client_update(payload, state, data, generator)

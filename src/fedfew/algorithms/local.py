@@ -13,8 +13,7 @@ import torch
 from pydantic import Field
 
 from fedfew.algorithms.parts.common import per_client_table
-from fedfew.algorithms.parts.episodic import EpisodicFedAvg, MAMLOptions
-from fedfew.core.seeding import seed_torch_init
+from fedfew.algorithms.parts.episodic import EpisodicClientState, EpisodicFedAvg, MAMLOptions
 from fedfew.fewshot.evaluation import accuracy
 from fedfew.fewshot.learners import ProtoNet
 from fedfew.interface.algorithm import (
@@ -37,14 +36,14 @@ class LocalOptions(MAMLOptions):
 
 
 @register("local", help="FSL-local: every client meta-trains alone; scores averaged over clients")
-class Local(EpisodicFedAvg):
+class Local(EpisodicFedAvg[LocalOptions]):
     secure_sum = None
     secure_sum_refused = "its clients upload nothing: nothing to sum"
     dp_refused = "local's clients train alone and upload nothing; its score comes from their private models"
 
-    Options = LocalOptions
-    options: LocalOptions
     dp_upload: str | None = None  # nothing is averaged: the clients' models are their own (fedfew.privacy.coverage)
+    seeds_init_server = False  # its server state is empty: no model, no seeding (nothing drawn)
+    seeds_init_client_state = True  # each client builds its own model from its own seed
 
     def __init__(self, options: LocalOptions, context: Context) -> None:
         super().__init__(options, context)
@@ -55,16 +54,17 @@ class Local(EpisodicFedAvg):
     def init_server(self, generator: torch.Generator) -> Parts:
         return {}
 
-    def init_client_state(self, client: ClientData, generator: torch.Generator) -> Parts:
-        seed_torch_init(generator)
+    def init_client_state(self, client: ClientData, generator: torch.Generator) -> EpisodicClientState:
         return {"model": get_state(self.new_model())}
 
     def broadcast(self, server: Parts, client_id: int) -> Payload:
         return {}
 
-    def client_update(self, payload: Payload, state: Parts, data: ClientData,
+    def client_update(self, payload: Payload, state: EpisodicClientState | None, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
+        assert state is not None  # init_client_state gave the client its model
         result = super().client_update({"model": state["model"]}, state, data, generator)
+        assert isinstance(result.state, dict)  # the state given, or EpisodicFedAvg's update of it
         new_state = {**result.state, "model": result.upload["model"]} if "model" in result.upload else state
         return ClientResult(upload={}, state=new_state, metrics=result.metrics,
                             num_samples=result.num_samples, num_episodes=result.num_episodes, skipped=result.skipped)
@@ -75,7 +75,7 @@ class Local(EpisodicFedAvg):
 
     evaluates_clients = True
 
-    def evaluate_client(self, payload: Payload, state: Parts, client: ClientData, data: EvalData,
+    def evaluate_client(self, payload: Payload, state: EpisodicClientState, client: ClientData, data: EvalData,
                         generator: torch.Generator) -> ClientScores:
         if data.episodes is None:
             raise ValueError("local is a few-shot method: it needs evaluation episodes")

@@ -25,7 +25,7 @@ An ensemble is not one state dict: the server keeps its members' states (``serve
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, TypedDict, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -35,7 +35,6 @@ from torch import nn
 from fedfew.algorithms.parts.common import TrainOptions, evaluate_model, train_epochs
 from fedfew.algorithms.parts.oneshot_report import client_metrics, corruption_metrics
 from fedfew.core.jsontypes import JSONObject
-from fedfew.core.seeding import seed_torch_init
 from fedfew.data.dataset import LabelledDataset
 from fedfew.fewshot.evaluation import accuracy
 from fedfew.interface.aggregation import weighted_average
@@ -46,7 +45,6 @@ from fedfew.interface.algorithm import (
     Context,
     EvalData,
     Payload,
-    State,
     register,
 )
 from fedfew.interface.state import StateDict, get_state, load_state_
@@ -164,9 +162,12 @@ class OneShotServer(TypedDict, total=False):
     predicted_others: dict[int, float]
     own_success: float
 
+#: The options of a :class:`OneShot` subclass.
+OneShotOptionsT = TypeVar("OneShotOptionsT", bound=OneShotOptions)
+
 
 @register("oneshot", help="One-shot FL: one round; FedAvg, random / CV / data-size ensembles (Guha et al.)")
-class OneShot(Algorithm):
+class OneShot(Algorithm[OneShotOptionsT]):
     """One round of local training, then selection and combination on the server (module docstring)."""
     secure_sum = None
     secure_sum_refused = ("the server keeps, ranks or ensembles individual uploads: it needs each client's "
@@ -174,10 +175,7 @@ class OneShot(Algorithm):
     dp_refused = ("oneshot uploads whole models once and the server keeps or ensembles individual "
                   "models: DP-FedAvg's noised average does not apply")
 
-    Options = OneShotOptions
-    options: OneShotOptions
-
-    def __init__(self, options: OneShotOptions, context: Context) -> None:
+    def __init__(self, options: OneShotOptionsT, context: Context) -> None:
         super().__init__(options, context)
         if context.task != "classification":
             raise ValueError(f"{self.name} is a classification method: set task: classification "
@@ -189,7 +187,6 @@ class OneShot(Algorithm):
 
     # -- server ------------------------------------------------------------------------------
     def init_server(self, generator: torch.Generator) -> OneShotServer:
-        seed_torch_init(generator)
         return {"model": get_state(self.new_model()), "members": [], "member_ids": []}
 
     def selection_scores(self, ids: list[int], results: dict[int, ClientResult],
@@ -250,7 +247,7 @@ class OneShot(Algorithm):
         return {**server, **record, "members": states}
 
     # -- client ------------------------------------------------------------------------------
-    def client_update(self, payload: Payload, state: State, data: ClientData,
+    def client_update(self, payload: Payload, state: object, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         model = load_state_(self.model, payload["model"])
         metrics = train_epochs(model, data.train, data.train.labels, self.options, generator)

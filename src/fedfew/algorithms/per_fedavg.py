@@ -69,7 +69,6 @@ from fedfew.algorithms.parts.frl_deployment import (
     LinearFL,
     evaluate_deployment,
 )
-from fedfew.core.seeding import seed_torch_init
 from fedfew.data.dataset import LabelledDataset
 from fedfew.fewshot.learners import strided_like
 from fedfew.interface.aggregation import weighted_average, weights_for
@@ -82,7 +81,6 @@ from fedfew.interface.algorithm import (
     Options,
     Parts,
     Payload,
-    State,
     register,
 )
 from fedfew.interface.state import get_state
@@ -209,13 +207,13 @@ def per_fedavg_local(model: nn.Module, data: LabelledDataset, targets: torch.Ten
 class PerFedAvgFL(LinearFL):
     """Deployment: R rounds of Per-FedAvg training the group's global model (fresh tau-way head)."""
 
-    def client_update(self, payload: Payload, state: State, data: ClientData,
+    def client_update(self, payload: Payload, state: object, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
-        # LinearDeployment hands this group model FRLPerFedAvg's PerFedAvgOptions; LinearFL types its
-        # options as the TrainOptions most deployments get.
+        # LinearDeployment hands this group model FRLPerFedAvg's PerFedAvgOptions, not the TrainOptions
+        # that bound LinearFL's options: so the class names no options class (LinearFL's stand for any).
         return model_update(self.model, payload, state, data.num_samples,
                             lambda model: per_fedavg_local(model, data.train, data.train.labels,
-                                                           self.options, generator))  # type: ignore[arg-type]
+                                                           self.options, generator))
 
 
 # MetaHeadStart (algorithms/frl.py) types its model nn.Module, LinearFL a FewShotModel: the same object.
@@ -228,14 +226,15 @@ class FRLPerFedAvg(FedAvg):
     """Per-FedAvg preparation of a |C_b|-way classifier (FedAvg's model, targets and aggregation)."""
     secure_sum = ""
 
-    # FedAvg's model, targets and aggregation with Per-FedAvg's own options (not a FedAvgOptions).
-    Options = PerFedAvgOptions  # type: ignore[assignment]
-    options: PerFedAvgOptions  # type: ignore[assignment]
+    # FedAvg's model, targets and aggregation with Per-FedAvg's own options: not a FedAvgOptions, so
+    # FedAvg[...] cannot name them (its options are bound to FedAvgOptions) and the class assigns them.
+    Options = PerFedAvgOptions
+    options: PerFedAvgOptions
 
     def __init__(self, options: PerFedAvgOptions, context: Context) -> None:
         if context.task != "fewshot":
             raise ValueError("frl-per-fedavg deploys on unseen classes: set task: fewshot")
-        super().__init__(options, context)  # type: ignore[arg-type]
+        super().__init__(options, context)
         meta = options.head_init == "meta"
         if meta and options.deployment.classes > self.num_outputs:
             raise ValueError(
@@ -245,7 +244,7 @@ class FRLPerFedAvg(FedAvg):
         fl_class = PerFedAvgMetaHeadFL if meta else PerFedAvgFL
         self.deployment = LinearDeployment(options, context, fl_class)  # type: ignore[arg-type]
 
-    def client_update(self, payload: Payload, state: State, data: ClientData,
+    def client_update(self, payload: Payload, state: object, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         def train(model: nn.Module) -> dict[str, float]:
             if self.options.head_init == "meta":  # MAML-style labels, new for every local step
@@ -272,7 +271,7 @@ class PerFedAvgPrototypeFL(PrototypeFL):
                          context)
         self.per_options = options
 
-    def client_update(self, payload: Payload, state: State, data: ClientData,
+    def client_update(self, payload: Payload, state: object, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         result = model_update(self.model, payload, state, len(data.train),
                               lambda model: per_fedavg_local(model, data.train, data.train.labels, self.per_options,
@@ -283,12 +282,10 @@ class PerFedAvgPrototypeFL(PrototypeFL):
 
 @register("frl-per-fedavg-distance",
           help="FRL baseline: Per-FedAvg with a distance-based (prototype) classifier, forced global model")
-class FRLPerFedAvgDistance(Algorithm):
+class FRLPerFedAvgDistance(Algorithm[PerFedAvgOptions]):
     """Per-FedAvg preparation of a head-less encoder with the prototype loss (module docstring)."""
     secure_sum = ""
 
-    Options = PerFedAvgOptions
-    options: PerFedAvgOptions
     dp_upload = "model-delta"  # the encoder is averaged: differential privacy clips its change
 
     def __init__(self, options: PerFedAvgOptions, context: Context) -> None:
@@ -299,10 +296,9 @@ class FRLPerFedAvgDistance(Algorithm):
         self.deployment = PerFedAvgPrototypeFL(options, context)
 
     def init_server(self, generator: torch.Generator) -> Parts:
-        seed_torch_init(generator)
         return {"model": get_state(self.context.make_model(None))}
 
-    def client_update(self, payload: Payload, state: State, data: ClientData,
+    def client_update(self, payload: Payload, state: object, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         return model_update(self.model, payload, state, data.num_samples,
                             lambda model: per_fedavg_local(model, data.train, data.train.labels, self.options,

@@ -15,9 +15,9 @@ import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from fedfew.core.errors import UsageError
+from fedfew.core.jsontypes import JSONObject
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ _NOTED: set[str] = set()
 
 
 # -- the config -----------------------------------------------------------------------------------
-def config_digest(config_json: Mapping[str, Any]) -> str:
+def config_digest(config_json: Mapping[str, object]) -> str:
     """SHA-256 of a resolved config (``model_dump(mode="json")``) without what may change on resume
     (:data:`RESUME_CHANGEABLE`)."""
     data = json.loads(json.dumps(config_json))  # a deep copy
@@ -94,7 +94,7 @@ def config_digest(config_json: Mapping[str, Any]) -> str:
     return sha256_bytes(json.dumps(data, sort_keys=True).encode())
 
 
-def changed_keys(before: Mapping[str, Any], after: Mapping[str, Any], prefix: str = "") -> list[str]:
+def changed_keys(before: Mapping[str, object], after: Mapping[str, object], prefix: str = "") -> list[str]:
     """The dotted keys whose values differ between two config dumps (for the refusal's message)."""
     out: list[str] = []
     for key in sorted(set(before) | set(after), key=str):
@@ -107,7 +107,7 @@ def changed_keys(before: Mapping[str, Any], after: Mapping[str, Any], prefix: st
 
 
 # -- the data source ------------------------------------------------------------------------------
-def fingerprint(path: Path) -> dict[str, Any] | None:
+def fingerprint(path: Path) -> JSONObject | None:
     """What identifies a data source's content: ``{"kind": "sha256", ...}`` (a file hashed whole),
     ``"size+mtime+ends"`` (a large file: size, modification time and the hash of its first and last
     MiB) or ``"listing"`` (a folder: the hash of its files' relative paths and sizes). None when the
@@ -138,7 +138,7 @@ def fingerprint(path: Path) -> dict[str, Any] | None:
     return None
 
 
-def data_changed(recorded: Mapping[str, Any], now: Mapping[str, Any]) -> str | None:
+def data_changed(recorded: Mapping[str, object], now: Mapping[str, object]) -> str | None:
     """Why the data a run recorded (``data.json``) is not the data there now, or None when it is (or
     when the run recorded no fingerprint: an older folder, or a source not fingerprinted)."""
     before, after = recorded.get("fingerprint"), now.get("fingerprint")

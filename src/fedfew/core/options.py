@@ -16,7 +16,7 @@ from pydantic_core import PydanticCustomError
 _NUMBERS = (int, float, complex)
 
 
-def accepts_bool(annotation: Any) -> bool:
+def accepts_bool(annotation: object) -> bool:
     """Whether a field of this type may take a boolean: anything but a number, or a union of numbers
     with ``bool`` or ``Any`` (a union of numbers with other types, ``int | None``, refuses it)."""
     origin = typing.get_origin(annotation)
@@ -30,7 +30,7 @@ def accepts_bool(annotation: Any) -> bool:
     return not _is_number(annotation)
 
 
-def _is_number(annotation: Any) -> bool:
+def _is_number(annotation: object) -> bool:
     return isinstance(annotation, type) and issubclass(annotation, _NUMBERS) and not issubclass(annotation, bool)
 
 
@@ -39,7 +39,7 @@ class NoBoolNumbers(BaseModel):
 
     @field_validator("*", mode="before")
     @classmethod
-    def _booleans_are_not_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+    def _booleans_are_not_numbers(cls, value: object, info: ValidationInfo) -> object:
         if isinstance(value, bool) and info.field_name is not None:
             field = cls.model_fields.get(info.field_name)
             if field is not None and not accepts_bool(field.annotation):

@@ -21,7 +21,7 @@ class _OptionsBase(NoBoolNumbers):
 
 
 @cache
-def _schema(func: Callable[..., Any], skip: tuple[str, ...]) -> type[BaseModel]:
+def _schema(func: Callable[..., object], skip: tuple[str, ...]) -> type[BaseModel]:
     try:
         hints = typing.get_type_hints(func)
     except (NameError, TypeError):  # an annotation that cannot be resolved: accept any value there
@@ -35,7 +35,7 @@ def _schema(func: Callable[..., Any], skip: tuple[str, ...]) -> type[BaseModel]:
     return create_model(f"{getattr(func, '__name__', 'function')}_options", __base__=_OptionsBase, **fields)
 
 
-def options_schema(func: Callable[..., Any], skip: Iterable[str] = ()) -> type[BaseModel]:
+def options_schema(func: Callable[..., object], skip: Iterable[str] = ()) -> type[BaseModel]:
     """A pydantic model of ``func``'s keyword options, leaving out the parameters in ``skip`` (those
     the caller supplies) and ``*args``/``**kwargs``."""
     return _schema(func, tuple(sorted(skip)))

@@ -20,12 +20,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
 
 import numpy as np
 
 
-def _scipy_stats() -> Any:
+def _scipy_stats() -> ModuleType:
     """scipy.stats, imported on first use: a run that computes no t-interval never pays its second of
     import time (issue 42)."""
     from scipy import stats

@@ -168,7 +168,7 @@ def load_arrays(
         labels = label_values
     else:
         labels, class_names = encode_labels(label_values, f"{NAME}: {where['y']} {y_key!r}")
-    extras: dict[str, Any] = {"path": str(target)}
+    extras: dict[str, object] = {"path": str(target)}
     group_values = _values(arrays["groups"], where["groups"], groups_key, n) if "groups" in arrays else None
     groups = encode_groups(group_values, f"{NAME}: {where.get('groups')}", extras)
     return generic_dataset(inputs, labels, class_names, NAME, groups, extras)

@@ -11,8 +11,8 @@ official source (unpickling can run code).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -39,7 +39,7 @@ FC100_SUPERCLASSES = {
 }
 
 
-def unpickle(path: Path, dataset: str, how: str) -> dict[bytes, Any]:
+def unpickle(path: Path, dataset: str, how: str) -> dict[bytes, object]:
     """A CIFAR pickle as a dict with bytes keys; missing or unreadable files raise DataError."""
     if not path.is_file():
         raise DataNotFoundError(path, dataset, how)
@@ -53,14 +53,14 @@ def unpickle(path: Path, dataset: str, how: str) -> dict[bytes, Any]:
     return {k.encode() if isinstance(k, str) else k: v for k, v in content.items()}
 
 
-def _field(batch: dict[bytes, Any], key: bytes, path: Path, dataset: str) -> Any:
+def _field(batch: dict[bytes, object], key: bytes, path: Path, dataset: str) -> object:
     if key not in batch:
         found = ", ".join(k.decode(errors="replace") for k in batch if isinstance(k, bytes))
         raise DataError(f"{dataset}: {path} has no key {key.decode()!r} (found: {found})")
     return batch[key]
 
 
-def _images(batch: dict[bytes, Any], path: Path, dataset: str) -> np.ndarray:
+def _images(batch: dict[bytes, object], path: Path, dataset: str) -> np.ndarray:
     try:
         data = np.asarray(_field(batch, b"data", path, dataset), dtype=np.uint8)
     except (ValueError, TypeError) as err:
@@ -70,7 +70,7 @@ def _images(batch: dict[bytes, Any], path: Path, dataset: str) -> np.ndarray:
     return data.reshape(-1, 3, 32, 32)
 
 
-def _labels(batch: dict[bytes, Any], key: bytes, n: int, high: int, path: Path, dataset: str) -> np.ndarray:
+def _labels(batch: dict[bytes, object], key: bytes, n: int, high: int, path: Path, dataset: str) -> np.ndarray:
     try:
         labels = np.asarray(_field(batch, key, path, dataset), dtype=np.int64).reshape(-1)
     except (ValueError, TypeError) as err:
@@ -82,8 +82,10 @@ def _labels(batch: dict[bytes, Any], key: bytes, n: int, high: int, path: Path, 
     return labels
 
 
-def _names(meta: dict[bytes, Any], key: bytes, path: Path, dataset: str) -> list[str]:
+def _names(meta: dict[bytes, object], key: bytes, path: Path, dataset: str) -> list[str]:
     names = _field(meta, key, path, dataset)
+    if not isinstance(names, Iterable):
+        raise DataError(f"{dataset}: {path} {key.decode()!r} is not a list of names")
     return [n.decode("utf-8") if isinstance(n, bytes) else str(n) for n in names]
 
 

@@ -19,7 +19,7 @@ class DataError(UsageError):
 class DataNotFoundError(DataError, FileNotFoundError):
     """A dataset file is missing; the message names the file and where to get it."""
 
-    def __init__(self, path: Any, dataset: str, how_to_get: str) -> None:
+    def __init__(self, path: object, dataset: str, how_to_get: str) -> None:
         super().__init__(f"{dataset}: missing {path}. {how_to_get}")
 
 

@@ -85,7 +85,7 @@ def generic_dataset(inputs: torch.Tensor, labels: Sequence[int], class_names: li
                            name=name, groups=groups, splits=default_split(len(class_names)), extras=extras)
 
 
-def check_label_value(value: Any, where: str, field: str) -> int | str:
+def check_label_value(value: object, where: str, field: str) -> int | str:
     """A label or group read from a file: an integer or a non-empty string (bools and floats are errors)."""
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise DataError(f"{where}: field {field!r} must be an integer or a string, not {value!r}")

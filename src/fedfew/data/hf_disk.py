@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -26,14 +26,17 @@ from fedfew.data.image_folder import image_array, image_size_pair, stack_images
 from fedfew.data.offline import offline_environment
 from fedfew.data.registry import DATASETS
 from fedfew.data.splits import default_split
+
+if TYPE_CHECKING:  # an optional dependency (fedfew[hf]), imported where a dataset is read
+    from datasets import Dataset
 from fedfew.data.text import check_sentence_encoder, text_dataset
-from fedfew.data.text_options import text_options
+from fedfew.data.text_options import TextOptions, text_options
 
 NAME = "hf-disk"
 HOW = "`pip install 'fedfew[hf]'` (or `pip install datasets`)"
 
 
-def _open(folder: Path, splits: Sequence[str] | str | None) -> list[tuple[str, Any]]:
+def _open(folder: Path, splits: Sequence[str] | str | None) -> list[tuple[str, Dataset]]:
     """[(split name, Dataset)] of the saved dataset in ``folder``."""
     try:
         with offline_environment(HF_DATASETS_OFFLINE="1"):  # never reach for the network
@@ -56,7 +59,7 @@ def _open(folder: Path, splits: Sequence[str] | str | None) -> list[tuple[str, A
     return [(s, loaded[s]) for s in wanted]
 
 
-def _column(part: Any, field: str | None, folder: Path, split: str) -> list[Any]:
+def _column(part: Dataset, field: str | None, folder: Path, split: str) -> list[Any]:
     if field not in part.column_names:
         where = f"{folder} split {split!r}" if split else str(folder)
         raise DataError(
@@ -66,7 +69,7 @@ def _column(part: Any, field: str | None, folder: Path, split: str) -> list[Any]
     return list(part[field])
 
 
-def _class_label_names(parts: list[tuple[str, Any]], field: str) -> list[str] | None:
+def _class_label_names(parts: list[tuple[str, Dataset]], field: str) -> list[str] | None:
     """The names of a ClassLabel label column (the same in every split), else None."""
     from datasets import ClassLabel
 
@@ -79,7 +82,7 @@ def _class_label_names(parts: list[tuple[str, Any]], field: str) -> list[str] | 
     return None
 
 
-def _images(values: list[Any], folder: Path, field: str, size: tuple[int, int] | None, channels: int | None) -> torch.Tensor:
+def _images(values: list[object], folder: Path, field: str, size: tuple[int, int] | None, channels: int | None) -> torch.Tensor:
     from PIL import Image
 
     arrays = []
@@ -115,7 +118,7 @@ def load_hf_disk(
     image_size: int | list[int] | None = None,
     channels: int | None = None,
     *,
-    text_options: dict[str, Any],
+    text_options: TextOptions,
 ) -> LabelledDataset:
     """``path``: the folder ``save_to_disk`` wrote, relative to the data folder ``root``. Exactly one
     of ``text_field`` and ``image_field``; ``label_field`` (default "label"), optional
@@ -143,7 +146,7 @@ def load_hf_disk(
         labels, class_names = [int(v) for v in raw_labels], names
     else:
         labels, class_names = encode_labels(raw_labels, f"{NAME}: {folder}", numeric_strings=False)
-    extras: dict[str, Any] = {"path": str(folder), "parts": [s for s, _ in parts]}
+    extras: dict[str, object] = {"path": str(folder), "parts": [s for s, _ in parts]}
     if any(is_test) and not all(is_test):
         extras["is_test"] = torch.tensor(is_test, dtype=torch.bool)
     groups = encode_groups(raw_groups if group_field is not None else None, f"{NAME}: {folder}", extras)

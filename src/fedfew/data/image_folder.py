@@ -15,7 +15,7 @@ from __future__ import annotations
 import csv
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -24,6 +24,9 @@ from fedfew.data.dataset import DataError, LabelledDataset
 from fedfew.data.generic import encode_groups, encode_labels, generic_dataset, resolve_path
 from fedfew.data.omniglot import require_pillow
 from fedfew.data.registry import DATASETS
+
+if TYPE_CHECKING:  # pillow: an optional dependency (fedfew[images]), imported where an image is read
+    from PIL import Image
 
 EXTENSIONS = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
 LAYOUTS = ("class", "class/group", "group/class")
@@ -96,7 +99,7 @@ def _read_groups_csv(path: Path, folder: Path, files: Sequence[Path]) -> list[st
     return out
 
 
-def image_array(img: Any, size: tuple[int, int] | None, channels: int | None) -> np.ndarray:
+def image_array(img: Image.Image, size: tuple[int, int] | None, channels: int | None) -> np.ndarray:
     """One PIL image as uint8 [H, W] (grey) or [H, W, 3], resized to ``size`` (h, w) if given:
     box (area) averaging when shrinking, bilinear when growing."""
     from PIL import Image

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -33,7 +32,7 @@ FEMNIST_CLASSES = (
 FEMNIST_SPLITS = {"base": list(range(10, 62)), "val": [], "novel": list(range(10))}
 PARTS = ("train", "test", "all")
 
-LeafUser = tuple[str, list[Any], list[Any]]
+LeafUser = tuple[str, list[object], list[object]]
 
 
 def leaf_shard_files(folder: Path) -> list[Path]:

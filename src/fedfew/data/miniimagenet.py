@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -40,7 +39,7 @@ def _read_pickle(path: Path, how: str) -> tuple[np.ndarray, dict[str, list[int]]
         raise DataNotFoundError(path, "miniimagenet", how)
     try:
         with open(path, "rb") as f:
-            content: Any = load_data_pickle(f, encoding="latin1")
+            content: object = load_data_pickle(f, encoding="latin1")
     except Exception as err:  # unpickling can fail in many ways; all mean a corrupt file
         raise DataError(f"miniimagenet: cannot unpickle {path} ({type(err).__name__}: {err})") from err
     if isinstance(content, dict):

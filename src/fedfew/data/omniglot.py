@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import zipfile
 from pathlib import Path
-from typing import Any
+from types import ModuleType
 
 import numpy as np
 import torch
@@ -36,7 +36,7 @@ HALVES = ("background", "evaluation")
 BATCH = 256
 
 
-def require_pillow(dataset: str) -> Any:
+def require_pillow(dataset: str) -> ModuleType:
     """Import Pillow's ``Image`` module, or explain how to install it."""
     try:
         from PIL import Image

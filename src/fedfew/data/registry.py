@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from fedfew.core.registry import Registry
 from fedfew.data.dataset import DataError, DataNotFoundError, LabelledDataset
@@ -38,7 +37,7 @@ def data_root(root: str | Path | None) -> tuple[Path, str]:
     return folder, where
 
 
-def load_dataset(name: str, root: str | Path | None = None, **options: Any) -> LabelledDataset:
+def load_dataset(name: str, root: str | Path | None = None, **options: object) -> LabelledDataset:
     """Load dataset ``name`` from ``root`` (default: :func:`default_data_root`).
 
     ``options`` go to the loader (for example ``image_size=28`` for Omniglot); an option the loader

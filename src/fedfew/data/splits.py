@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import difflib
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
@@ -57,7 +57,7 @@ def default_split(num_classes: int) -> dict[str, list[int]]:
     return _draw({"base": n - val - novel, "val": val, "novel": novel}, n, seed=0)
 
 
-def class_id(item: Any, class_names: list[str], where: str) -> int:
+def class_id(item: object, class_names: list[str], where: str) -> int:
     if isinstance(item, bool) or not isinstance(item, (int, str)):
         raise DataError(f"{where}: {item!r} is neither a class name nor a class id")
     if isinstance(item, int):
@@ -73,7 +73,7 @@ def class_id(item: Any, class_names: list[str], where: str) -> int:
         raise DataError(f"{where}: unknown class {item!r}{hint}; classes: {shown}") from None
 
 
-def resolve_class_split(spec: Any, class_names: list[str], dataset: str) -> dict[str, list[int]]:
+def resolve_class_split(spec: object, class_names: list[str], dataset: str) -> dict[str, list[int]]:
     """The base/val/novel class ids that ``spec`` (see the module docstring) names."""
     where = f"{dataset}: class_split"
     if not isinstance(spec, dict):
@@ -116,7 +116,7 @@ def resolve_class_split(spec: Any, class_names: list[str], dataset: str) -> dict
     return {name: splits[name] for name in SPLITS}
 
 
-def _numeric_split(numbers: dict[str, int | float], seed: Any, n: int, where: str) -> dict[str, list[int]]:
+def _numeric_split(numbers: dict[str, int | float], seed: object, n: int, where: str) -> dict[str, list[int]]:
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise DataError(f"{where}.seed must be an integer, not {seed!r}")
     counts: dict[str, int] = {}
@@ -143,7 +143,7 @@ def _numeric_split(numbers: dict[str, int | float], seed: Any, n: int, where: st
     return _draw(counts, n, seed)
 
 
-def _explicit_split(lists: dict[str, Any], class_names: list[str], where: str) -> dict[str, list[int]]:
+def _explicit_split(lists: Mapping[str, Sequence[object]], class_names: list[str], where: str) -> dict[str, list[int]]:
     splits: dict[str, list[int]] = {}
     owner: dict[int, str] = {}
     for key, items in lists.items():
@@ -159,7 +159,7 @@ def _explicit_split(lists: dict[str, Any], class_names: list[str], where: str) -
     return splits
 
 
-def apply_class_split(dataset: LabelledDataset, spec: Any) -> LabelledDataset:
+def apply_class_split(dataset: LabelledDataset, spec: object) -> LabelledDataset:
     """A copy of ``dataset`` (sharing its tensors) with the splits ``spec`` names; the loader's own
     object is left alone, in case a loader hands out a cached one."""
     return replace(dataset, splits=resolve_class_split(spec, dataset.class_names, dataset.name))

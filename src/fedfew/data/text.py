@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -36,7 +35,7 @@ from fedfew.data.sentences import (
     sentence_embeddings,
 )
 from fedfew.data.text_datasets import build_text_dataset, refit_vocabulary, text_dataset
-from fedfew.data.text_options import text_options
+from fedfew.data.text_options import TextOptions, text_options
 from fedfew.data.vocabulary import PAD, PAD_TOKEN, UNK, UNK_TOKEN, Vocabulary, pad_sequences, tokenize
 
 # The tokenizer, word vectors, sentence encoders and dataset builders live in their own modules
@@ -108,7 +107,7 @@ def read_json_lines(path: Path, dataset: str, how: str, num_classes: int) -> tup
 def load_huffpost(
     root: Path,
     *,
-    text_options: dict[str, Any],
+    text_options: TextOptions,
 ) -> LabelledDataset:
     """HuffPost headlines, few-shot version (Bao et al. 2020): ``root/text/huffpost.json``, 41 classes.
 
@@ -135,7 +134,7 @@ def load_huffpost(
 def load_reuters(
     root: Path,
     *,
-    text_options: dict[str, Any],
+    text_options: TextOptions,
 ) -> LabelledDataset:
     """Reuters-21578, few-shot version (Bao et al. 2020): ``root/text/reuters.json``, 31 classes x 20.
 
@@ -167,7 +166,7 @@ def load_20newsgroups(
     part: str = "all",
     strip_headers: bool = False,
     *,
-    text_options: dict[str, Any],
+    text_options: TextOptions,
 ) -> LabelledDataset:
     """20 Newsgroups "bydate": ``root/20newsgroups/20news-bydate-{train,test}/<newsgroup>/<file>``.
 
@@ -227,7 +226,7 @@ def load_sent140(
     root: Path,
     part: str = "all",
     *,
-    text_options: dict[str, Any],
+    text_options: TextOptions,
 ) -> LabelledDataset:
     """Sent140 (LEAF): tweets labelled 0 = negative, 1 = positive, grouped by user.
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -25,7 +24,7 @@ def text_dataset(
     min_freq: int = 1,
     vocab_size: int | None = None,
     groups: torch.Tensor | None = None,
-    extras: dict[str, Any] | None = None,
+    extras: dict[str, object] | None = None,
     glove: str | Path | None = None,
     sentence_encoder: str | None = None,
     vocab_split: str | None = None,
@@ -80,7 +79,7 @@ def build_text_dataset(
     min_freq: int = 1,
     vocab_size: int | None = None,
     groups: torch.Tensor | None = None,
-    extras: dict[str, Any] | None = None,
+    extras: dict[str, object] | None = None,
     vocab_classes: Sequence[int] | None = None,
 ) -> LabelledDataset:
     """Tokenize ``texts``, build the vocabulary over them (over the texts of ``vocab_classes`` only,

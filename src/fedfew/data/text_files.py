@@ -16,30 +16,29 @@ from __future__ import annotations
 import csv
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
 
 from fedfew.data.dataset import DataError, LabelledDataset
 from fedfew.data.generic import check_label_value, encode_groups, encode_labels, resolve_path
 from fedfew.data.registry import DATASETS
 from fedfew.data.splits import default_split
 from fedfew.data.text import check_sentence_encoder, text_dataset
-from fedfew.data.text_options import text_options
+from fedfew.data.text_options import TextOptions, text_options
 
 logger = logging.getLogger(__name__)
 
-Row = tuple[str, Any, Any]  # (text, label, group or None)
+Row = tuple[str, int | str, int | str | None]  # (text, label, group or None)
 
 
-def _field(row: dict[str, Any], field: str, where: str) -> Any:
+def _field(row: Mapping[str, object], field: str, where: str) -> object:
     if field not in row:
         found = ", ".join(map(str, row)) or "none"
         raise DataError(f"{where} has no field {field!r} (fields: {found}); set the field name in dataset.options")
     return row[field]
 
 
-def _text(value: Any, where: str, field: str) -> str:
+def _text(value: object, where: str, field: str) -> str:
     if isinstance(value, list) and all(isinstance(t, str) for t in value):
         return " ".join(value)  # pre-tokenised text
     if not isinstance(value, str):
@@ -47,10 +46,10 @@ def _text(value: Any, where: str, field: str) -> str:
     return value
 
 
-def _unique_fields(where: str) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
+def _unique_fields(where: str) -> Callable[[list[tuple[str, object]]], dict[str, object]]:
     """A ``json.loads`` hook refusing a field given twice in one object (plain JSON keeps the last)."""
-    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def hook(pairs: list[tuple[str, object]]) -> dict[str, object]:
+        out: dict[str, object] = {}
         for key, value in pairs:
             if key in out:
                 raise DataError(f"{where} gives the field {key!r} twice; give it once")
@@ -121,14 +120,14 @@ def _csv_rows(path: Path, dataset: str, fields: tuple[str, str, str | None], del
 
 
 def _build(
-    rows: list[Row], path: Path, dataset: str, numeric_strings: bool, text_options: dict[str, Any]
+    rows: list[Row], path: Path, dataset: str, numeric_strings: bool, text_options: TextOptions
 ) -> LabelledDataset:
     if not rows:
         raise DataError(f"{dataset}: {path} holds no texts")
     texts = [r[0] for r in rows]
     _check_texts(texts, path, dataset)
     labels, class_names = encode_labels([r[1] for r in rows], f"{dataset}: {path}", numeric_strings)
-    extras: dict[str, Any] = {"path": str(path)}
+    extras: dict[str, object] = {"path": str(path)}
     groups = encode_groups([r[2] for r in rows] if rows[0][2] is not None else None, f"{dataset}: {path}", extras)
     return text_dataset(
         texts, labels, class_names, dataset, default_split(len(class_names)), groups=groups, extras=extras,
@@ -147,7 +146,7 @@ def load_text_jsonl(
     label_field: str = "label",
     group_field: str | None = None,
     *,
-    text_options: dict[str, Any],
+    text_options: TextOptions,
 ) -> LabelledDataset:
     """One JSON object per line. ``path``: the file, relative to the data folder ``root``.
     ``text_field`` holds a string (or a list of tokens, joined with spaces), ``label_field`` an
@@ -171,7 +170,7 @@ def load_text_csv(
     group_field: str | None = None,
     delimiter: str | None = None,
     *,
-    text_options: dict[str, Any],
+    text_options: TextOptions,
 ) -> LabelledDataset:
     """A CSV file with a header row naming its columns. ``delimiter``: "," by default, a tab for
     ``.tsv`` files. Labels that all read as integers are ordered as numbers. Other options as for

@@ -8,10 +8,10 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypedDict, TypeVar
 
 #: Each text option: (name, type, default), in the order a loader's signature lists them.
-TEXT_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
+TEXT_OPTIONS: tuple[tuple[str, object, object], ...] = (
     ("max_len", int, 64),  # tokens kept per text (padded to it)
     ("min_freq", int, 1),  # a word's count below which it is <unk>
     ("vocab_size", int | None, None),  # the most frequent words kept (None: all)
@@ -21,7 +21,18 @@ TEXT_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
 #: The parameter through which a decorated loader receives them.
 PARAMETER = "text_options"
 
-Loader = TypeVar("Loader", bound=Callable[..., Any])
+Loader = TypeVar("Loader", bound=Callable[..., object])
+
+
+class TextOptions(TypedDict, total=False):
+    """The text options as a decorated loader receives them (its ``text_options``; ``glove`` only where
+    the loader takes word vectors)."""
+
+    max_len: int
+    min_freq: int
+    vocab_size: int | None
+    glove: str | None
+    sentence_encoder: str | None
 
 
 def text_options(glove: bool = True) -> Callable[[Loader], Loader]:
@@ -39,7 +50,7 @@ def text_options(glove: bool = True) -> Callable[[Loader], Loader]:
                  for name, kind, default in options]
 
         @functools.wraps(loader)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
+        def wrapper(*args: object, **kwargs: object) -> object:
             if PARAMETER in kwargs:  # not an option of the dataset: the loader's own error for it
                 raise TypeError(f"{loader.__name__}() got an unexpected keyword argument {PARAMETER!r}")
             given = {name: kwargs.pop(name, default) for name, _, default in options}

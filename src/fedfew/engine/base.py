@@ -44,7 +44,6 @@ from fedfew.interface.algorithm import (
     ClientScores,
     EvalData,
     Payload,
-    State,
 )
 from fedfew.interface.compute import CPU_FP32, Compute
 from fedfew.interface.protocol import MAIN, evaluate_generator
@@ -207,8 +206,8 @@ class Engine:
         self.algorithm, self.seed, self.states = algorithm, seed, states
         self.faults = faults or Faults()
         self.compute = compute
-        self._staged: dict[int, State] = {}
-        self._ephemeral: dict[str, dict[int, State]] = {}
+        self._staged: dict[int, object] = {}  # private states, each in its algorithm's own form
+        self._ephemeral: dict[str, dict[int, object]] = {}
         self._round = 0
 
     # -- choosing and building ------------------------------------------------------------------
@@ -260,7 +259,7 @@ class Engine:
         by :meth:`state_of` for the task's namespace)."""
         raise NotImplementedError(f"engine {self.name!r} does not deliver tasks")
 
-    def evaluate_clients(self, server: State, client_states: Mapping[int, State], clients: list[ClientData],
+    def evaluate_clients(self, server: object, client_states: Mapping[int, object], clients: list[ClientData],
                          data: EvalData) -> dict[int, ClientScores]:
         """Every client's :meth:`~fedfew.engine.Algorithm.evaluate_client` of its own model (clients
         whose state is None have none and are left out), keyed by client id in ascending order. Here
@@ -276,7 +275,7 @@ class Engine:
                 scores[client.client_id] = self.algorithm.evaluate_client(payload, state, client, data, generator)
         return scores
 
-    def episode_scores(self, server: State, data: EvalData) -> list[float]:
+    def episode_scores(self, server: object, data: EvalData) -> list[float]:
         """Every evaluation episode's score of the server's model (``splits_evaluation`` algorithms)."""
         assert data.episodes is not None
         with self.compute.scope():
@@ -306,14 +305,14 @@ class Engine:
         self.close()
 
     # -- helpers for engines that hold states on the server side ----------------------------
-    def state_of(self, namespace: str, cid: int) -> State:
+    def state_of(self, namespace: str, cid: int) -> object:
         if namespace == MAIN:
             if cid in self._staged:
                 return self._staged[cid]
             return None if self.states is None else self.states.get_state(cid)
         return self._ephemeral.get(namespace, {}).get(cid)
 
-    def keep_state(self, namespace: str, cid: int, state: State) -> None:
+    def keep_state(self, namespace: str, cid: int, state: object) -> None:
         if namespace == MAIN:
             self._staged[cid] = state
         else:

@@ -14,12 +14,11 @@ as in :class:`~fedfew.engine.base.InProcessEngine`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from fedfew.core.errors import UsageError
 from fedfew.engine.base import Delivery, Faults, InProcessEngine
 from fedfew.engine.tasks import ClientTask, private_result
-from fedfew.interface.algorithm import Algorithm, ClientData, ClientResult
+from fedfew.interface.algorithm import Algorithm, ClientData, ClientResult, Payload
 from fedfew.interface.compute import CPU_FP32, Compute, compile_mode
 from fedfew.interface.protocol import update_generator
 from fedfew.interface.state_store import ClientStates
@@ -44,7 +43,7 @@ class BatchedEngine(InProcessEngine):
         #: runtime.compile: the stacked loss through torch.compile (algorithms/parts/batched_episodic.py)
         self.compile_mode = compile_mode
 
-    def deliver(self, task: ClientTask, payloads: Mapping[int, dict[str, Any]]) -> Delivery:
+    def deliver(self, task: ClientTask, payloads: Mapping[int, Payload]) -> Delivery:
         # The base engine has drawn the faults and keeps the states; the clients of ``payloads`` all run.
         # Rows used are recorded per client (the membership check): one client at a time, with the same
         # numbers as the batched form (tests/engine/test_batched.py).

@@ -18,7 +18,7 @@ class DivergedError(RunFailedError):
     """A round produced a non-finite loss or parameter: the model diverged, so the run stops (status
     failed) rather than report the accuracy of a broken model. ``record`` is that round's metrics."""
 
-    def __init__(self, message: str, record: dict[str, Any]) -> None:
+    def __init__(self, message: str, record: dict[str, object]) -> None:
         super().__init__(message)
         self.record = record
 

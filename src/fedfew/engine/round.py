@@ -15,6 +15,7 @@ from fedfew.core.seeding import derive_seed, torch_generator
 from fedfew.engine.base import Engine, InProcessEngine, Replies
 from fedfew.engine.tasks import MAIN, ClientTask, resolve_part
 from fedfew.interface.algorithm import Algorithm, ClientData, ClientResult
+from fedfew.interface.serialize import named_parts
 from fedfew.interface.state import payload_bytes
 from fedfew.interface.static import crossing_bytes, static_tensors
 
@@ -36,7 +37,7 @@ class CommLog:
 
 @dataclass
 class RoundOutcome:
-    server: Any
+    server: Any  # the next server state, in the algorithm's own form (its hooks read it)
     results: dict[int, ClientResult]
     bytes_down: int
     bytes_up: int
@@ -58,15 +59,15 @@ class RoundOutcome:
 def run_round(
     engine: Engine,
     algorithm: Algorithm,
-    server: Any,
+    server: object,
     selected: Sequence[int],
     round_index: int,
     round_key: int | str,
     *,
     part: str = "",
-    part_args: dict[str, Any] | None = None,
+    part_args: Mapping[str, object] | None = None,
     view: str = "",
-    view_args: dict[str, Any] | None = None,
+    view_args: Mapping[str, object] | None = None,
     namespace: str = MAIN,
     privacy: PrivateAggregation | None = None,
     record_rows: bool = False,
@@ -78,7 +79,7 @@ def run_round(
     With ``privacy`` the clients clip their updates where they run and the server's noised average
     (:meth:`fedfew.privacy.PrivateAggregation.aggregate`) replaces the algorithm's aggregation.
     ``record_rows``: each client returns the dataset rows its episodes used (``ClientResult.rows_used``)."""
-    spec = privacy.client_spec(server).to_json() if privacy is not None else None
+    spec = privacy.client_spec(named_parts(server, "a private run's server state")).to_json() if privacy is not None else None
     task = ClientTask(round_index, str(round_key), part, dict(part_args or {}), view, dict(view_args or {}),
                       namespace, spec, record_rows)
     actor = resolve_part(algorithm, task)
@@ -97,15 +98,16 @@ def run_round(
     if privacy is not None:
         # Every private round releases a noised model, whoever replied: skipping the noise when no one
         # did would tell an observer that the sample (or every reply) was empty.
-        server, record = privacy.aggregate(server, replies.results, engine.seed, task.round_key)
+        server, record = privacy.aggregate(named_parts(server, "a private run's server state"), replies.results,
+                                           engine.seed, task.round_key)
     elif replies.results:
         torch.manual_seed(derive_seed(engine.seed, "aggregate-global", task.round_key))
         server = actor.aggregate(server, replies.results, torch_generator(engine.seed, "aggregate", task.round_key))
     return RoundOutcome(server, replies.results, down, up, sorted(payloads), replies.failed, replies.late, record)
 
 
-def simulate_round(algorithm: Algorithm, server: Any, clients: Sequence[ClientData] | Mapping[int, ClientData],
-                   client_states: dict[int, Any], selected: Sequence[int], seed: int,
+def simulate_round(algorithm: Algorithm, server: object, clients: Sequence[ClientData] | Mapping[int, ClientData],
+                   client_states: dict[int, object], selected: Sequence[int], seed: int,
                    round_key: int | str) -> RoundOutcome:
     """One round in this process on plain data (a library and test convenience): ``clients`` indexed
     by client id, ``client_states`` a dict updated in place with the selected clients' new states."""

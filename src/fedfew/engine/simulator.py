@@ -26,7 +26,8 @@ from fedfew.engine.round import CommLog, RoundOutcome, mean_metrics, run_round
 from fedfew.engine.schedule import client_schedule
 from fedfew.fewshot.evaluation import mean_ci95, per_class_accuracy, with_interval
 from fedfew.interface.algorithm import Algorithm, ClientData, EvalData
-from fedfew.interface.protocol import init_generator
+from fedfew.interface.protocol import init_generator, initial_client_state, initial_server_state
+from fedfew.interface.serialize import named_parts
 from fedfew.interface.state_store import ClientStates, Entry
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ class Best:
 
     accuracy: float
     round: int
-    server: Any
+    server: object  # in the algorithm's own form
     states: dict[int, Entry]
 
 
@@ -59,7 +60,7 @@ class RunState:
     """Everything a run needs to continue after round ``round`` (besides the client states)."""
 
     round: int
-    server: Any
+    server: object  # in the algorithm's own form
     history: list[dict[str, Any]] = field(default_factory=list)
     comm: CommLog = field(default_factory=CommLog)
     best: Best | None = None
@@ -103,15 +104,15 @@ class Simulator:
         self.per_class = per_class
         by_id = {c.client_id: c for c in clients}
 
-        def init_state(cid: int) -> Any:
-            return algorithm.init_client_state(by_id[cid], init_generator(seed, cid))
+        def init_state(cid: int) -> object:
+            return initial_client_state(algorithm, by_id[cid], init_generator(seed, cid))
 
         self.states = states if states is not None else ClientStates([c.client_id for c in clients], init_state)
         self.engine = engine if engine is not None else InProcessEngine(algorithm, by_id, seed, self.states, faults)
         with self.engine.compute.device_scope(), initial_model_seed(init_seed):
-            self.state = RunState(0, algorithm.init_server(torch_generator(seed, "server-init")))
+            self.state = RunState(0, initial_server_state(algorithm, torch_generator(seed, "server-init")))
         if privacy is not None:  # the clip of round 1 joins the server state (checkpoints carry it)
-            self.state.server = privacy.init_server(self.state.server)
+            self.state.server = privacy.init_server(named_parts(self.state.server, "a private run's server state"))
             if privacy.nested:  # it plays its own rounds (FRL's episodes): it runs each through DP itself
                 cast("_PlaysPrivately", algorithm).privacy = privacy
         #: Record the dataset rows the clients' episodes use, round by round (``eval.membership_inference``:
@@ -123,11 +124,11 @@ class Simulator:
 
     # -- compatibility views ------------------------------------------------------------------
     @property
-    def server(self) -> Any:
+    def server(self) -> object:
         return self.state.server
 
     @server.setter
-    def server(self, value: Any) -> None:
+    def server(self, value: object) -> None:
         self.state.server = value
 
     @property
@@ -135,16 +136,16 @@ class Simulator:
         return self.state.comm
 
     @property
-    def client_states(self) -> Mapping[int, Any]:
+    def client_states(self) -> Mapping[int, object]:
         return self.states
 
-    def evaluate(self, data: EvalData, server: Any = None, client_states: Mapping[int, Any] | None = None) -> dict[str, float]:
+    def evaluate(self, data: EvalData, server: object = None, client_states: Mapping[int, object] | None = None) -> dict[str, float]:
         """The algorithm's scores on ``data``, with a 95% interval on the accuracy and how it was computed."""
         episodes = len(data.episodes) if data.episodes is not None else None
         samples = len(data.dataset) if data.dataset is not None else None
         return with_interval(self._evaluate(data, server, client_states), episodes, samples)  # type: ignore[return-value]
 
-    def _evaluate(self, data: EvalData, server: Any = None, client_states: Mapping[int, Any] | None = None) -> dict[str, float]:
+    def _evaluate(self, data: EvalData, server: object = None, client_states: Mapping[int, object] | None = None) -> dict[str, float]:
         torch.manual_seed(derive_seed(self.seed, "evaluate-global", data.split))
         server = self.state.server if server is None else server
         states = self.states if client_states is None else client_states
@@ -161,11 +162,14 @@ class Simulator:
 
     def play(self, selected: Sequence[int], round_index: int) -> RoundOutcome:
         with self.engine.compute.device_scope():
-            outcome = self.algorithm.play_round(self.state.server, self.engine, selected, round_index)
-            if outcome is None:  # the standard round (every algorithm but those that nest rounds)
-                outcome = run_round(self.engine, self.algorithm, self.state.server, selected, round_index,
-                                    round_index, privacy=self.privacy, record_rows=self.record_rows)
-        return outcome
+            played = self.algorithm.play_round(self.state.server, self.engine, selected, round_index)
+            if played is None:  # the standard round (every algorithm but those that nest rounds)
+                return run_round(self.engine, self.algorithm, self.state.server, selected, round_index,
+                                 round_index, privacy=self.privacy, record_rows=self.record_rows)
+        if not isinstance(played, RoundOutcome):
+            raise TypeError(f"{self.algorithm.name}: play_round returned a {type(played).__name__}, not a "
+                            "RoundOutcome (or None for the standard round)")
+        return played
 
     def run(
         self,
@@ -285,7 +289,7 @@ class Simulator:
         elif rounds == 0:
             st.last_test = scores  # the control's test score: no second pass over the test tasks
 
-    def per_class_accuracy(self, data: EvalData, server: Any) -> dict[str, float]:
+    def per_class_accuracy(self, data: EvalData, server: object) -> dict[str, float]:
         """{class name: accuracy over the queries of that true class} of ``server``'s model on ``data``'s
         episodes: a second pass over the episodes after the score is computed, with the global random
         state restored afterwards, so the scores and everything drawn after them stay as without it."""
@@ -312,7 +316,7 @@ class Simulator:
                 "accuracy is reported. Check the partition and episodes settings"
             )
         selected_round = st.round
-        states: Mapping[int, Any]
+        states: Mapping[int, object]
         server, states = st.server, self.states
         if st.best is not None:
             selected_round, server, states = st.best.round, st.best.server, self.states.view(st.best.states)
@@ -326,7 +330,8 @@ class Simulator:
         if self.per_class and self.test is not None:
             test["per_class"] = self.per_class_accuracy(self.test, server)
         self.best_server, self.best_client_states = server, states
-        privacy = {"privacy": self.privacy.report(st.round, st.server)} if self.privacy is not None else {}
+        privacy = ({"privacy": self.privacy.report(st.round, named_parts(st.server, "a private run's server state"))}
+                   if self.privacy is not None else {})
         return {"history": st.history, "selected_round": selected_round, "test": test, "comm": st.comm,
                 "initial": st.initial, **privacy, **self._scores_against_initial(final)}
 

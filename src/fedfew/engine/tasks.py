@@ -18,7 +18,7 @@ import torch
 
 from fedfew.core.registry import Registry
 from fedfew.fewshot.episodes import recording_rows
-from fedfew.interface.algorithm import Algorithm, ClientData, ClientResult, Payload, State
+from fedfew.interface.algorithm import Algorithm, ClientData, ClientResult, Payload
 from fedfew.interface.protocol import MAIN, update_generator, update_global_seed
 from fedfew.interface.static import static_tensors
 from fedfew.privacy.clipping import ClientSpec, privatize
@@ -36,9 +36,9 @@ class ClientTask:
     round: int  # the top-level (simulator) round this task belongs to
     round_key: str  # what the client's generator is derived from, with the seed and its id
     part: str = ""
-    part_args: dict[str, Any] = field(default_factory=dict)
+    part_args: dict[str, object] = field(default_factory=dict)
     view: str = ""
-    view_args: dict[str, Any] = field(default_factory=dict)
+    view_args: dict[str, object] = field(default_factory=dict)
     namespace: str = MAIN
     #: Differential privacy's instructions to the client (a :class:`fedfew.privacy.ClientSpec` as
     #: JSON): clip the update where it is made. None: no privacy.
@@ -47,7 +47,7 @@ class ClientTask:
     #: ``ClientResult.rows_used``. Left out of the wire form when False.
     record_rows: bool = False
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         data = asdict(self)
         if not self.record_rows:
             del data["record_rows"]
@@ -69,7 +69,7 @@ def client_view(data: ClientData, task: ClientTask, seed: int) -> ClientData:
 
 
 def run_client_task(algorithm: Algorithm, task: ClientTask, data: ClientData, payload: Payload,
-                    state: State, seed: int) -> ClientResult:
+                    state: object, seed: int) -> ClientResult:
     """One client update: the task's part of ``algorithm`` on the task's view of ``data``, with the
     client's generator for (seed, round key, client id); with ``task.privacy``, its upload clipped
     (and noised, local-dp) here, where the client is, before it is returned."""

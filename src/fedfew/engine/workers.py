@@ -32,9 +32,10 @@ from fedfew.core.errors import UsageError
 from fedfew.engine.base import ENGINES, Delivery, Engine, EngineError, EngineSetup, Faults
 from fedfew.engine.tasks import ClientTask, run_client_task
 from fedfew.interface import serialize
-from fedfew.interface.algorithm import Algorithm, ClientData, ClientResult, EvalData, Payload, State
+from fedfew.interface.algorithm import Algorithm, ClientData, ClientResult, EvalData, Payload
 from fedfew.interface.compute import CPU_FP32, Compute
 from fedfew.interface.protocol import from_wire, to_wire
+from fedfew.interface.serialize import named_parts
 from fedfew.interface.state_store import ClientStates
 
 logger = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ def _worker_main(conn: Connection, algorithm: Algorithm, clients: Mapping[int, C
         other.close()       # open here would hide the parent's death from recv()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops the workers
     torch.set_num_threads(1)
-    payload_cache: dict[bytes, Any] = {}
+    payload_cache: dict[bytes, Payload] = {}
     while True:
         try:
             message = conn.recv()
@@ -89,7 +90,7 @@ def _worker_main(conn: Connection, algorithm: Algorithm, clients: Mapping[int, C
         _, task_json, cid, payload_key, payload_bytes, state_bytes = message
         try:
             if payload_bytes is not None:
-                payload_cache = {payload_key: serialize.from_bytes(payload_bytes)[0]}
+                payload_cache = {payload_key: named_parts(serialize.from_bytes(payload_bytes)[0], "a payload")}
             payload = payload_cache[payload_key]
             state = None if state_bytes is None else serialize.from_bytes(state_bytes)[0]
             with compute.scope():
@@ -132,7 +133,7 @@ class WorkersEngine(Engine):
         by_id = clients if isinstance(clients, Mapping) else {c.client_id: c for c in clients}
         context = mp.get_context("fork")
         self._connections: list[Connection] = []
-        self._processes: list[Any] = []
+        self._processes: list[Any] = []  # started processes (their pid set)
         for _ in range(workers):
             parent, child = context.Pipe()
             not_mine = (*self._connections, parent)
@@ -192,7 +193,7 @@ class WorkersEngine(Engine):
             raise
         return Delivery(results)
 
-    def episode_scores(self, server: State, data: EvalData) -> list[float]:
+    def episode_scores(self, server: object, data: EvalData) -> list[float]:
         """The evaluation episodes split into one contiguous share per worker, scored in parallel and
         put back in order (each episode's score does not depend on which process computes it)."""
         assert data.episodes is not None

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -92,13 +91,13 @@ class CorruptOptions(BaseModel):
         return value
 
 
-def split_options(options: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
+def split_options(options: Mapping[str, object]) -> tuple[dict[str, object], object]:
     """(the partitioner's own options, the raw ``corrupt`` value or None)."""
     own = {k: v for k, v in options.items() if k != KEY}
     return own, options.get(KEY)
 
 
-def parse(raw: Any, num_clients: int) -> CorruptOptions | None:
+def parse(raw: object, num_clients: int) -> CorruptOptions | None:
     """The validated ``corrupt`` option (None when absent); a bad one is a one-line
     :class:`ConfigError` naming the key."""
     if raw is None:
@@ -122,7 +121,7 @@ def parse(raw: Any, num_clients: int) -> CorruptOptions | None:
     return parsed
 
 
-def corrupted_ids(partition_options: Mapping[str, Any]) -> list[int]:
+def corrupted_ids(partition_options: Mapping[str, object]) -> list[int]:
     """The corrupted clients a (validated) config's partition options name, sorted ([] for none)."""
     raw = partition_options.get(KEY)
     return sorted(raw["clients"]) if isinstance(raw, dict) and isinstance(raw.get("clients"), list) else []

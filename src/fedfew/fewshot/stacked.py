@@ -21,12 +21,12 @@ sequential time for the Conv4 FO-MAML step, and vmap cannot keep the channels_la
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedfew.fewshot.episodes import Episode
 from fedfew.models.base import FewShotModel
 
 Params = dict[str, torch.Tensor]
@@ -162,7 +162,7 @@ def stack_states(states: list[dict[str, torch.Tensor]], names: list[str]) -> Par
     return {name: torch.stack([s[name].detach() for s in states]).contiguous() for name in names}
 
 
-def unstack(params: Params, client: int) -> dict[str, Any]:
+def unstack(params: Params, client: int) -> dict[str, torch.Tensor]:
     return {name: p[client].detach().clone() for name, p in params.items()}
 
 
@@ -170,7 +170,7 @@ class StackedEpisodes:
     """One episode per client, all of one shape, stacked: ``support [C, N*K, ...]``,
     ``support_labels [C, N*K]``, ``query [C, N*Q, ...]``, ``query_labels [C, N*Q]``."""
 
-    def __init__(self, episodes: list[Any]) -> None:
+    def __init__(self, episodes: list[Episode]) -> None:
         first = episodes[0]
         if any(e.support_lengths is not None for e in episodes):
             raise ValueError("stacked episodes of token sequences are not supported")

@@ -30,7 +30,7 @@ from fedfew.core.jsontypes import JSONObject, JSONValue
 from fedfew.engine.base import Delivery, Engine, Faults
 from fedfew.engine.tasks import ClientTask
 from fedfew.flower.errors import FlowerRunError as FlowerRunError
-from fedfew.flower.records import array_bytes, from_records, record_int, to_records
+from fedfew.flower.records import array_bytes, parts_from_records, record_int, to_records
 from fedfew.interface.algorithm import (
     Algorithm,
     ClientData,
@@ -38,7 +38,6 @@ from fedfew.interface.algorithm import (
     ClientScores,
     EvalData,
     Payload,
-    State,
 )
 from fedfew.interface.compute import CPU_FP32, Compute
 from fedfew.interface.state_store import ClientStates, RemoteClientStates
@@ -174,12 +173,13 @@ class FlowerEngine(Engine):
             content = self._content(reply, doing)
             self._log("train", task.round_key, cid, content, sent)
             up[cid] = array_bytes(content["upload"])
-            upload = from_records(content["upload"], content["upload.meta"], static_tensors(self.algorithm))
+            upload = parts_from_records(content["upload"], content["upload.meta"], static_tensors(self.algorithm),
+                                        "an upload")
             results[cid] = ClientResult.from_summary(upload=upload, state=None,
                                                      summary=json.loads(str(content["result"]["json"])))
         return Delivery(results, bytes_up=up, bytes_down=down)
 
-    def evaluate_clients(self, server: State, client_states: Mapping[int, State], clients: list[ClientData],
+    def evaluate_clients(self, server: object, client_states: Mapping[int, object], clients: list[ClientData],
                          data: EvalData) -> dict[int, ClientScores]:
         messages = []
         for client in sorted(clients, key=lambda c: c.client_id):
@@ -195,7 +195,8 @@ class FlowerEngine(Engine):
                 continue
             content = self._content(reply, doing)
             self._log("evaluate", data.split, cid, content)
-            scores[cid] = from_records(content["scores"], content["scores.meta"], static_tensors(self.algorithm))
+            scores[cid] = parts_from_records(content["scores"], content["scores.meta"], static_tensors(self.algorithm),
+                                             "a client's scores")
         if not scores:
             raise FlowerRunError(f"no client returned its {data.split} scores within {self.round_timeout:.0f} s "
                                  "(flower.round_timeout)")

@@ -32,9 +32,9 @@ from fedfew.flower.node import (
     stored_config,
     write_state,
 )
-from fedfew.flower.records import from_records, to_records
+from fedfew.flower.records import parts_from_records, to_records
 from fedfew.flower.secagg import SECURE_KEY, secure_input
-from fedfew.interface.protocol import MAIN, evaluate_generator, init_generator
+from fedfew.interface.protocol import MAIN, evaluate_generator, init_generator, initial_client_state
 from fedfew.interface.static import static_tensors
 
 
@@ -103,10 +103,10 @@ def train(msg: Message, context: Context, builder: ExperimentBuilder) -> Message
         setup = node_setup(stored_config(context.state, builder), client_id, data_root, cache_dir, builder)
         task = ClientTask.from_json(json.loads(str(msg.content["task"]["task"])))
         static = static_tensors(setup.algorithm)  # frozen parameters: this node's own copy
-        payload = from_records(*_payload_records(msg), static)
-        state = read_state(context.state, task.namespace, task.round)
+        payload = parts_from_records(*_payload_records(msg), static)
+        state: object = read_state(context.state, task.namespace, task.round)
         if state is None and task.namespace == MAIN:  # first contact: the client's initial state
-            state = setup.algorithm.init_client_state(setup.client, init_generator(setup.config.seed, client_id))
+            state = initial_client_state(setup.algorithm, setup.client, init_generator(setup.config.seed, client_id))
         with setup.compute.scope():
             result = run_client_task(setup.algorithm, task, setup.client, payload, state, setup.config.seed)
         write_state(context.state, task.namespace, task.round, result.state)  # stays on this node
@@ -135,10 +135,10 @@ def evaluate(msg: Message, context: Context, builder: ExperimentBuilder) -> Mess
         setup = node_setup(stored_config(context.state, builder), client_id, data_root, cache_dir, builder)
         split = str(msg.content["task"]["split"])
         data = node_evaluation_data(setup.config, data_root, split, builder)
-        payload = from_records(*_payload_records(msg), static_tensors(setup.algorithm))
-        state = read_state(context.state, MAIN, -1)
+        payload = parts_from_records(*_payload_records(msg), static_tensors(setup.algorithm))
+        state: object = read_state(context.state, MAIN, -1)
         if state is None:  # never trained: its initial state, as the server side would create it
-            state = setup.algorithm.init_client_state(setup.client, init_generator(setup.config.seed, client_id))
+            state = initial_client_state(setup.algorithm, setup.client, init_generator(setup.config.seed, client_id))
             write_state(context.state, MAIN, -1, state)
         generator = evaluate_generator(setup.config.seed, split, client_id)
         with setup.compute.scope():

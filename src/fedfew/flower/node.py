@@ -26,7 +26,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TypedDict, overload
+from typing import Protocol, TypedDict, cast, overload
 
 import torch
 from flwr.app import ConfigRecord, RecordDict, UserConfig
@@ -91,7 +91,7 @@ def read_state(state: RecordDict, namespace: str, round_index: int) -> State:
     return from_records(state[arrays_key], state[meta_key])
 
 
-def write_state(state: RecordDict, namespace: str, round_index: int, value: State) -> None:
+def write_state(state: RecordDict, namespace: str, round_index: int, value: object) -> None:
     arrays_key, meta_key = _keys(namespace)
     if value is None:
         for key in (arrays_key, meta_key):
@@ -140,6 +140,25 @@ class CachedDataset(TypedDict):
     groups: torch.Tensor | None
     lengths: torch.Tensor | None
     splits: dict[str, list[int]]
+
+
+class CachedMeta(TypedDict):
+    """What the algorithm's inputs are built from on a node (:func:`cache_client`)."""
+
+    input_shape: list[int]
+    num_classes: int
+    train_classes: list[int]
+    dataset_name: str
+    model_options: JSONObject
+    num_clients: int
+
+
+class CachedNode(TypedDict):
+    """A node's cache file (:func:`cache_client` writes it, :func:`node_setup` reads it)."""
+
+    train: CachedDataset
+    val: CachedDataset | None
+    meta: CachedMeta
 
 
 class CachedExperiment(Protocol):
@@ -192,7 +211,8 @@ def node_setup(config: ExperimentSchema, client_id: int, data_root: str | None, 
     path = cache_dir / f"node-{_cache_key(config, client_id, data_root)}.safetensors"
     if path.is_file():
         try:
-            cached, _ = serialize.load(path)
+            # The file cache_client wrote (one of another form fails below, and is rebuilt).
+            cached = cast(CachedNode, serialize.load(path)[0])
             inputs = builder.algorithm_inputs(tuple(cached["meta"]["input_shape"]), cached["meta"]["num_classes"],
                                      list(cached["meta"]["train_classes"]), cached["meta"]["dataset_name"],
                                      cached["meta"]["model_options"], cached["meta"]["num_clients"])

@@ -16,8 +16,8 @@ from typing import TypeAlias
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord
 
-from fedfew.interface.algorithm import State
-from fedfew.interface.serialize import flatten, unflatten
+from fedfew.interface.algorithm import Parts, State
+from fedfew.interface.serialize import flatten, named_parts, unflatten
 from fedfew.interface.static import StaticMismatchError, digest, is_static, leaf_name
 
 #: What a RecordDict's item is typed as: fedfew's payloads use the ArrayRecord and ConfigRecord kinds.
@@ -74,6 +74,12 @@ def from_records(arrays: Record, meta: Record, static: Mapping[str, torch.Tensor
                                           "models from different files")
             tensors[key] = ref.clone()
     return unflatten(tensors, json.loads(str(meta["skeleton"])))
+
+
+def parts_from_records(arrays: Record, meta: Record, static: Mapping[str, torch.Tensor] | None = None,
+                       what: str = "a payload") -> Parts:
+    """:func:`from_records` of named parts: a payload, an upload, a client's scores."""
+    return named_parts(from_records(arrays, meta, static), what)
 
 
 def array_bytes(arrays: Record) -> int:

@@ -15,6 +15,8 @@ import platform
 from dataclasses import dataclass
 from pathlib import Path
 
+from fedfew.core.jsontypes import JSONObject
+
 logger = logging.getLogger(__name__)
 
 #: The CPU flags (Linux /proc/cpuinfo) that mean native bfloat16 arithmetic.
@@ -31,7 +33,7 @@ class Precision:
     asked: str
     why: str
 
-    def to_json(self) -> dict[str, str]:
+    def to_json(self) -> JSONObject:
         return {"ran": self.ran, "asked": self.asked, "why": self.why}
 
 

@@ -2,6 +2,8 @@
 
 * the keys each client's seeded generators are derived from (spelled here once): a client's initial
   state, its update in a round, the global generator of that update, its evaluation of its own model;
+* the call of the initial-state hooks (:func:`initial_server_state`, :func:`initial_client_state`): torch's
+  global RNG seeded from the hook's generator first where the algorithm builds its initial models there;
 * the namespace of a client's persistent private state (:data:`MAIN`);
 * a :class:`~fedfew.interface.algorithm.ClientResult` to and from its wire form: the tensors
   (``upload``, ``state``) travel in the state form of :mod:`fedfew.interface.serialize` (or Flower's
@@ -14,12 +16,11 @@ that a field added to ``ClientResult`` takes one edit.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
-from fedfew.core.seeding import derive_seed, torch_generator
-from fedfew.interface.algorithm import ClientResult
+from fedfew.core.seeding import derive_seed, seeded_for_init, torch_generator
+from fedfew.interface.algorithm import Algorithm, ClientData, ClientResult, State
+from fedfew.interface.serialize import named_parts
 
 #: The persistent private state of a client; other namespaces live for one top-level round only.
 MAIN = "main"
@@ -33,6 +34,26 @@ EVALUATE_KEY = "evaluate"
 def init_generator(seed: int, client_id: int) -> torch.Generator:
     """The generator a client's initial private state is drawn from (wherever it is created)."""
     return torch_generator(seed, INIT_KEY, client_id)
+
+
+def initial_server_state(algorithm: Algorithm, generator: torch.Generator) -> object:
+    """``algorithm.init_server(generator)``, with torch's global RNG seeded from ``generator`` first
+    (:func:`~fedfew.core.seeding.seed_torch_init`) where the algorithm builds its initial model there
+    (:attr:`~fedfew.interface.algorithm.Algorithm.seeds_init_server`): the framework's one call of it."""
+    if not algorithm.seeds_init_server:
+        return algorithm.init_server(generator)
+    with seeded_for_init(generator):
+        return algorithm.init_server(generator)
+
+
+def initial_client_state(algorithm: Algorithm, client: ClientData, generator: torch.Generator) -> object:
+    """``algorithm.init_client_state(client, generator)``, with torch's global RNG seeded from ``generator``
+    first where the clients build their initial models there
+    (:attr:`~fedfew.interface.algorithm.Algorithm.seeds_init_client_state`), wherever the state is made."""
+    if not algorithm.seeds_init_client_state:
+        return algorithm.init_client_state(client, generator)
+    with seeded_for_init(generator):
+        return algorithm.init_client_state(client, generator)
 
 
 def update_generator(seed: int, round_key: str, client_id: int) -> torch.Generator:
@@ -50,10 +71,12 @@ def evaluate_generator(seed: int, split: str, client_id: int) -> torch.Generator
     return torch_generator(seed, EVALUATE_KEY, split, client_id)
 
 
-def to_wire(result: ClientResult) -> dict[str, Any]:
+def to_wire(result: ClientResult) -> dict[str, object]:
     """The form a result crosses a process boundary in (a nested dict the state form can carry)."""
     return {"upload": result.upload, "state": result.state, "summary": result.summary()}
 
 
-def from_wire(wire: dict[str, Any]) -> ClientResult:
-    return ClientResult.from_summary(upload=wire["upload"], state=wire["state"], summary=wire["summary"])
+def from_wire(wire: State) -> ClientResult:
+    """The result back from :func:`to_wire`'s form (as the state form gives it back)."""
+    parts = named_parts(wire, "a client's result")
+    return ClientResult.from_summary(upload=parts["upload"], state=parts["state"], summary=parts["summary"])

@@ -4,7 +4,7 @@ receive and return them (and the :class:`~fedfew.interface.algorithm.Context` th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -13,14 +13,22 @@ from pydantic import ConfigDict
 from fedfew.core.options import NoBoolNumbers
 
 if TYPE_CHECKING:  # annotations only: the contract runs nothing of the data, few-shot or model packages
+    import torch
+
     from fedfew.data.dataset import LabelledDataset
     from fedfew.fewshot.episodes import FixedEpisodes
 
 
-#: A server state or a client's private state, whose form is the algorithm's own (see "States are
-#: data" in :class:`Algorithm`): a nesting of dicts, lists and tuples of tensors, numbers, strings and None
-#: (:mod:`fedfew.interface.serialize`), read by the algorithm's own hooks. The interface does not look inside.
-State: TypeAlias = Any
+#: What a server state, a client's private state, a payload or an upload is made of (see "States are
+#: data" in :class:`Algorithm`), exactly what :mod:`fedfew.interface.serialize` stores, sends and gives
+#: back: tensors, numbers, strings, booleans and None, nested in lists, tuples and mappings whose keys
+#: are strings, integers (an optimiser's ``state_dict``) or other hashable values of a state (tuples).
+#: (Numpy scalars and arrays are taken too, and come back as numbers and tensors.) Each algorithm's hooks
+#: read their own states in their own form (a ``TypedDict`` of theirs, :data:`Parts`), which the interface
+#: passes back without looking inside: so :class:`Algorithm`'s hooks type them ``Any``, and the framework
+#: holds them as ``object``.
+State: TypeAlias = ("torch.Tensor | int | float | str | None | list[State] | tuple[State, ...] | Mapping[str, State] "
+                    "| Mapping[int, State] | Mapping[Hashable, State]")
 #: A state made of named parts, ``{"model": state dict, ...}``, each part a :data:`State` (most
 #: algorithms' server states).
 Parts: TypeAlias = dict[str, Any]
@@ -67,10 +75,11 @@ class ClientData:
 @dataclass
 class ClientResult:
     """What a client update returns: ``upload`` (tensors, counted as bytes sent up), the client's new
-    private ``state`` (never sent), ``metrics``, and the counts the server may weight by."""
+    private ``state`` (never sent; in the algorithm's own form, a :data:`State`, which only its own
+    hooks read), ``metrics``, and the counts the server may weight by."""
 
     upload: Payload
-    state: State = None
+    state: object = None
     metrics: dict[str, float] = field(default_factory=dict)
     num_samples: int = 0
     num_episodes: int = 0
@@ -87,14 +96,14 @@ class ClientResult:
                 if f.name not in _TENSOR_FIELDS and not (f.name == "rows_used" and self.rows_used is None)}
 
     @classmethod
-    def from_summary(cls, *, upload: Payload, state: State, summary: Mapping[str, Any]) -> ClientResult:
+    def from_summary(cls, *, upload: Payload, state: object, summary: Mapping[str, Any]) -> ClientResult:
         """The result back from its tensors and :meth:`summary` (keys it does not know, such as a
         transport's timing, are ignored)."""
         known = {f.name for f in fields(cls)} - _TENSOR_FIELDS
         return cls(upload=upload, state=state, **{k: v for k, v in summary.items() if k in known})
 
     @classmethod
-    def sat_out(cls, state: State, num_samples: int = 0) -> ClientResult:
+    def sat_out(cls, state: object, num_samples: int = 0) -> ClientResult:
         """A client that had nothing to train on this round: no upload, its state unchanged."""
         return cls(upload={}, state=state, metrics={}, num_samples=num_samples, skipped=True)
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import numpy as np
 import torch
@@ -31,7 +31,8 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from fedfew.core.errors import UsageError
-from fedfew.core.jsontypes import JSONValue
+from fedfew.core.jsontypes import JSONObject, JSONValue
+from fedfew.interface.records import Parts, State
 
 _META_KEY = "fedfew"
 FORMAT = "fedfew-state/1"
@@ -97,22 +98,23 @@ def flatten(obj: object, dedup: bool = True) -> tuple[dict[str, torch.Tensor], J
     return tensors, skeleton
 
 
-def unflatten(tensors: Mapping[str, torch.Tensor], skeleton: JSONValue) -> Any:
+def unflatten(tensors: Mapping[str, torch.Tensor], skeleton: JSONValue) -> State:
     """The object :func:`flatten` was given, from its tensors and skeleton."""
 
-    def build(node: Any) -> Any:
+    def build(node: JSONValue) -> State:
+        # The markers' values are what flatten writes (a corrupt skeleton fails on them: from_bytes says so).
         if isinstance(node, dict):
             if "$t" in node and len(node) == 1:
                 try:
-                    return tensors[node["$t"]]
+                    return tensors[cast(str, node["$t"])]
                 except KeyError:
                     raise StateFormatError(f"state skeleton names a tensor {node['$t']!r} that is missing") from None
             if "$map" in node and len(node) == 1:
-                return {_hashable(build(k)): build(v) for k, v in node["$map"]}
+                return {_hashable(build(k)): build(v) for k, v in cast("list[list[JSONValue]]", node["$map"])}
             if "$tuple" in node and len(node) == 1:
-                return tuple(build(v) for v in node["$tuple"])
+                return tuple(build(v) for v in cast("list[JSONValue]", node["$tuple"]))
             if "$float" in node and len(node) == 1:
-                return float(node["$float"])
+                return float(cast(str, node["$float"]))
             return {k: build(v) for k, v in node.items()}
         if isinstance(node, list):
             return [build(v) for v in node]
@@ -121,7 +123,15 @@ def unflatten(tensors: Mapping[str, torch.Tensor], skeleton: JSONValue) -> Any:
     return build(skeleton)
 
 
-def _hashable(key: Any) -> Any:
+def named_parts(obj: object, what: str = "state") -> Parts:
+    """``obj`` as named parts (a dict with string keys: a payload, an upload, a server state of parts, a
+    result's wire form), or a :class:`StateFormatError` naming ``what``."""
+    if isinstance(obj, dict) and all(isinstance(key, str) for key in obj):
+        return cast(Parts, obj)
+    raise StateFormatError(f"{what} is not a mapping of named parts (got {type(obj).__name__})")
+
+
+def _hashable(key: State) -> Hashable:
     return tuple(_hashable(k) for k in key) if isinstance(key, (list, tuple)) else key
 
 
@@ -146,7 +156,7 @@ def to_bytes(obj: object, meta: Mapping[str, object] | None = None) -> bytes:
     return st_save(_storable(tensors), metadata={_META_KEY: json.dumps(header)})
 
 
-def from_bytes(data: bytes, what: str = "state") -> tuple[Any, dict[str, Any]]:
+def from_bytes(data: bytes, what: str = "state") -> tuple[State, JSONObject]:
     """(object, meta) from :func:`to_bytes`'s output; a :class:`StateFormatError` naming ``what`` if the
     bytes are not such a state."""
     try:
@@ -172,7 +182,7 @@ def save(path: str | Path, obj: object, meta: Mapping[str, object] | None = None
     atomic_write_bytes(path, to_bytes(obj, meta))
 
 
-def load(path: str | Path) -> tuple[Any, dict[str, Any]]:
+def load(path: str | Path) -> tuple[State, JSONObject]:
     """(object, meta) from a file written by :func:`save`."""
     path = Path(path)
     try:
@@ -225,7 +235,7 @@ def mismatch(saved: object, expected: object) -> str | None:
     return None
 
 
-def to_device(obj: Any, device: torch.device | str) -> Any:
+def to_device(obj: State, device: torch.device | str) -> State:
     """``obj`` with every tensor moved to ``device`` (states read from disk come to the CPU)."""
     if isinstance(obj, torch.Tensor):
         return obj.to(device)

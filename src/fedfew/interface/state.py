@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import torch
 from torch import nn
@@ -31,7 +31,7 @@ def load_state_(model: ModuleT, state: Mapping[str, torch.Tensor]) -> ModuleT:
     return model
 
 
-def payload_bytes(obj: Any) -> int:
+def payload_bytes(obj: object) -> int:
     """Bytes of every tensor inside ``obj`` (nested dicts, lists, tuples); other values count 0."""
     if isinstance(obj, torch.Tensor):
         return obj.numel() * obj.element_size()

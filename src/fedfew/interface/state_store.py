@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import torch
 
@@ -26,17 +26,18 @@ from fedfew.core.errors import RunFailedError
 from fedfew.interface import serialize
 from fedfew.interface.algorithm import State
 
-Init = Callable[[int], State]
+#: A client's initial private state from its id (the algorithm's ``init_client_state``, in its own form).
+Init = Callable[[int], object]
 
 
 @dataclass(frozen=True)
 class Entry:
     version: int
-    state: State = None  # the object, when held in memory
+    state: object = None  # the object (the algorithm's own form), when held in memory
     file: str | None = None  # the file name under the store's folder, when written
 
 
-class ClientStates(Mapping[int, State]):
+class ClientStates(Mapping[int, object]):
     """``{client id: private state}`` with lazy creation, versions and optional spilling to disk."""
 
     def __init__(self, client_ids: list[int], init: Init, folder: Path | None = None, spill: bool = False) -> None:
@@ -50,7 +51,7 @@ class ClientStates(Mapping[int, State]):
         self.entries: dict[int, Entry] = {}
 
     # -- the Mapping view (what evaluation reads) ---------------------------------------------
-    def __getitem__(self, cid: int) -> State:
+    def __getitem__(self, cid: int) -> object:
         if cid not in self._ids:
             raise KeyError(cid)
         return self.get_state(cid)
@@ -62,7 +63,7 @@ class ClientStates(Mapping[int, State]):
         return len(self.client_ids)
 
     # -- reading and writing --------------------------------------------------------------------
-    def get_state(self, cid: int) -> State:
+    def get_state(self, cid: int) -> object:
         entry = self.entries.get(cid)
         if entry is None:  # never updated: its initial state, made again when asked (nothing stored)
             return self.init(cid)
@@ -95,7 +96,7 @@ class ClientStates(Mapping[int, State]):
     def file_name(cid: int, version: int) -> str:
         return f"client-{cid}-v{version}.safetensors"
 
-    def read_file(self, name: str) -> Any:
+    def read_file(self, name: str) -> State:
         if self.folder is None:
             raise ValueError(f"client state file {name} named, but the store has no folder")
         state, _ = serialize.load(self.folder / name)
@@ -114,13 +115,13 @@ class ClientStates(Mapping[int, State]):
         return SnapshotView(self, entries)
 
 
-class SnapshotView(Mapping[int, State]):
+class SnapshotView(Mapping[int, object]):
     """The states of a snapshot; a client absent from it gets its initial state."""
 
     def __init__(self, store: ClientStates, entries: Mapping[int, Entry]) -> None:
         self.store, self.entries = store, entries
 
-    def __getitem__(self, cid: int) -> State:
+    def __getitem__(self, cid: int) -> object:
         if cid not in self.store._ids:
             raise KeyError(cid)
         entry = self.entries.get(cid)

@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from fedfew.interface.serialize import flatten
+
+if TYPE_CHECKING:
+    from fedfew.interface.algorithm import Algorithm
 
 _ATTRIBUTE = "_fedfew_static_tensors"
 
@@ -36,16 +39,16 @@ def digest(tensor: torch.Tensor) -> str:
     return hashlib.blake2b(t.reshape(-1).view(torch.uint8).numpy().tobytes(), digest_size=12).hexdigest()
 
 
-def static_tensors(algorithm: Any) -> dict[str, torch.Tensor]:
+def static_tensors(algorithm: Algorithm) -> dict[str, torch.Tensor]:
     """The frozen parameters of ``algorithm``'s model, by name (empty when it has none)."""
     return _static(algorithm)[0]
 
 
-def static_digests(algorithm: Any) -> dict[str, str]:
+def static_digests(algorithm: Algorithm) -> dict[str, str]:
     return _static(algorithm)[1]
 
 
-def _static(algorithm: Any) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+def _static(algorithm: Algorithm) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     memo = getattr(algorithm, _ATTRIBUTE, None)
     if memo is not None:
         return memo
@@ -74,7 +77,7 @@ def is_static(path: str, tensor: torch.Tensor, static: Mapping[str, torch.Tensor
     return torch.equal(ref, tensor.detach().cpu())
 
 
-def crossing_bytes(obj: Any, static: Mapping[str, torch.Tensor]) -> int:
+def crossing_bytes(obj: object, static: Mapping[str, torch.Tensor]) -> int:
     """Bytes of the tensors in ``obj`` that cross the wire: all but those equal to a static tensor."""
     tensors, _ = flatten(obj, dedup=False)
     return sum(t.numel() * t.element_size() for path, t in tensors.items()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -60,11 +60,11 @@ class ModelBuildError(UsageError):
     """A model cannot be built with the options given (``model.options.hidden: 0``); names the model."""
 
 
-def _shown(options: dict[str, Any]) -> dict[str, Any]:
+def _shown(options: Mapping[str, object]) -> dict[str, object]:
     return {k: v for k, v in options.items() if not isinstance(v, torch.Tensor)}  # not pretrained vectors
 
 
-def _cannot_build(name: str, input_shape: tuple[int, ...], options: dict[str, Any], err: BaseException) -> str:
+def _cannot_build(name: str, input_shape: tuple[int, ...], options: Mapping[str, object], err: BaseException) -> str:
     """The cause is the options or the data's shape, never the algorithm: both are named."""
     return (f"model {name!r} (model.options {_shown(options)}) cannot be built for the data's inputs of shape "
             f"{tuple(input_shape)}: {_describe(err)}")
@@ -95,7 +95,7 @@ def build_model(
     input_shape: tuple[int, ...],
     num_classes: int | None,
     channels_last: bool = True,
-    **options: Any,
+    **options: object,
 ) -> FewShotModel:
     """Build a registered model; ``num_classes=None`` gives a head-less encoder."""
     factory = MODELS.get(name)

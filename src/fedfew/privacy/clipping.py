@@ -33,7 +33,7 @@ from fedfew.privacy.coverage import UPLOAD_KEYS
 from fedfew.privacy.sampling import secure_generator
 
 if TYPE_CHECKING:  # fedfew.privacy sits below the engine, which calls it (fedfew.engine.tasks)
-    from fedfew.interface.algorithm import ClientResult
+    from fedfew.interface.algorithm import ClientResult, Payload
 
 __all__ = ["DELTA", "LOCAL_NOISE_KEY", "PROTOTYPES", "REFERENCE", "WITHIN", "ClientSpec", "clip_to", "l2_norm",
            "model_delta", "privatize"]
@@ -138,7 +138,7 @@ def privatize(result: ClientResult, payload: Mapping[str, Any], spec: ClientSpec
         for name in sorted(delta):  # a fixed order: every engine draws the same noise
             noise = torch.randn(delta[name].shape, generator=generator, device=generator.device, dtype=torch.float64)
             delta[name] = delta[name] + noise.to(delta[name].device) * spec.local_noise
-    upload: dict[str, Any] = {DELTA: {name: delta[name].to(model[name].dtype) for name in sorted(delta)}}
+    upload: Payload = {DELTA: {name: delta[name].to(model[name].dtype) for name in sorted(delta)}}
     if prototypes is not None and rows is not None:  # the classes, not their counts (the divisor is fixed)
         classes, rows = pad_to_classes(prototypes["classes"], rows, spec.classes)
         upload[PROTOTYPES] = {"classes": classes, "prototypes": rows.to(prototypes["prototypes"].dtype)}

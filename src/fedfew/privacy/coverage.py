@@ -18,6 +18,7 @@ never run with part of the upload unprotected.
 from __future__ import annotations
 
 from fedfew.core.errors import ConfigError
+from fedfew.core.jsontypes import JSONObject
 from fedfew.interface.algorithm import Algorithm
 
 __all__ = ["COVERED_UPLOADS", "NESTED", "PRIVATE_SCORES_OUTSIDE", "REPRODUCIBLE_NOISE", "SHARED_ONLY",
@@ -118,7 +119,7 @@ SHARED_ONLY = "epsilon covers the shared model only"
 
 
 def covers(mechanism: str, kind: str, accounting: str, noise: str, evaluates_clients: bool,
-           client_metrics: bool) -> dict[str, object]:
+           client_metrics: bool) -> JSONObject:
     """The summary's ``covers``: which model(s) the guarantee protects, whether the reported score comes
     from covered models, what the accounting assumes, the noise mode, and one line for tables
     (``short``)."""

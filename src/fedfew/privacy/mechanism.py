@@ -61,11 +61,13 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 import torch
 
+from fedfew.core.jsontypes import JSONObject
 from fedfew.core.seeding import torch_generator
+from fedfew.interface.serialize import named_parts
 from fedfew.privacy.accounting import ACCOUNTANTS, ACCOUNTING, accountant_name, accounted_epsilon, solve_for
 from fedfew.privacy.clipping import DELTA, PROTOTYPES, REFERENCE, WITHIN, ClientSpec
 from fedfew.privacy.coverage import NESTED, PrivacyConfigError, check_algorithm, covers, upload_key
@@ -73,7 +75,7 @@ from fedfew.privacy.sampling import ParticipantSampler, secure_generator
 
 if TYPE_CHECKING:
     from fedfew.core.config_schema import PrivacyConfig
-    from fedfew.interface.algorithm import Algorithm, ClientResult
+    from fedfew.interface.algorithm import Algorithm, ClientResult, Parts, Payload
 
 __all__ = ["COUNT_NOISE_KEY", "MEANINGLESS_EPSILON", "NOISE_KEY", "STATE_KEY", "PrivateAggregation"]
 
@@ -203,7 +205,7 @@ class PrivateAggregation:
             return ParticipantSampler(self.num_clients, self.per_round, True, seed) if poisson else None
         return ParticipantSampler(self.num_clients, self.per_round, poisson)
 
-    def count_participation(self, server: dict[str, Any], asked: Sequence[int]) -> dict[str, Any]:
+    def count_participation(self, server: Parts, asked: Sequence[int]) -> Parts:
         """Accounting "none": the server state with each asked client's rounds counted (a released
         round counts whether or not the client trained in it)."""
         if self.accounting != "none":
@@ -216,7 +218,7 @@ class PrivateAggregation:
         state["participated"] = counts
         return {**server, STATE_KEY: state}
 
-    def most_participated(self, server: Mapping[str, Any] | None, rounds: int) -> int:
+    def most_participated(self, server: Parts | None, rounds: int) -> int:
         """The most rounds any client took part in (accounting "none"), at most ``rounds``."""
         counts = None if server is None else server.get(STATE_KEY, {}).get("participated")
         if counts is None:
@@ -231,7 +233,7 @@ class PrivateAggregation:
         z = (self.noise_multiplier or 0.0) / math.sqrt(self.releases)
         return z if self.central else z / 2
 
-    def epsilon(self, rounds: int, server: Mapping[str, Any] | None = None) -> float:
+    def epsilon(self, rounds: int, server: Parts | None = None) -> float:
         """Epsilon at :attr:`delta` after ``rounds`` rounds under :attr:`accounting` (the accountant's own
         call); "none" composes the most rounds a client took part in (``server``'s count)."""
         if rounds <= 0 or not self.noise_multiplier:
@@ -240,7 +242,7 @@ class PrivateAggregation:
         return accounted_epsilon(self.accounting, self.accountant, self.accounted_noise, self.num_clients,
                                  self.per_round, count, self.delta)
 
-    def epsilon_no_amplification(self, rounds: int, server: Mapping[str, Any] | None = None) -> float:
+    def epsilon_no_amplification(self, rounds: int, server: Parts | None = None) -> float:
         """Epsilon with no amplification by sampling: for the most rounds a client took part in where
         they are counted, else for every round (a client in all of them)."""
         if rounds <= 0 or not self.noise_multiplier:
@@ -249,12 +251,12 @@ class PrivateAggregation:
         return accounted_epsilon("none", self.accountant, self.accounted_noise, self.num_clients, self.per_round,
                                  count, self.delta)
 
-    def report(self, rounds: int, server: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def report(self, rounds: int, server: Parts | None = None) -> JSONObject:
         """The ``privacy`` section of a run's summary after ``rounds`` rounds (``server``: the last server
         state, for the final clip of an adaptive clip)."""
         reached = self.epsilon(rounds, server)
         replace_one = not self.central or self.accounting == "without_replacement"
-        out: dict[str, Any] = {
+        out: JSONObject = {
             "mechanism": self.mechanism, "clip": self.clip, "noise_multiplier": self.noise_multiplier,
             "delta": self.delta, "epsilon": reached,
             "epsilon_no_amplification": self.epsilon_no_amplification(rounds, server),
@@ -304,14 +306,14 @@ class PrivateAggregation:
                 "(the history records counts of clients, not which)")
 
     # -- the rounds ----------------------------------------------------------------------------
-    def init_server(self, server: dict[str, Any]) -> dict[str, Any]:
+    def init_server(self, server: Parts) -> Parts:
         """The algorithm's initial server state with privacy's own: the clip of round 1."""
         return {**server, STATE_KEY: {"clip": float(self.clip)}}
 
-    def current_clip(self, server: Mapping[str, Any]) -> float:
+    def current_clip(self, server: Parts) -> float:
         return float(server[STATE_KEY]["clip"])
 
-    def client_spec(self, server: Mapping[str, Any]) -> ClientSpec:
+    def client_spec(self, server: Parts) -> ClientSpec:
         """What this round's clients are told (it travels in the task)."""
         clip = self.current_clip(server)
         local = 0.0 if self.central else (self.noise_multiplier or 0.0) * clip
@@ -323,8 +325,8 @@ class PrivateAggregation:
         from OS randomness (module docstring)."""
         return torch_generator(seed, key, round_key) if self.seeded else secure_generator()
 
-    def aggregate(self, server: dict[str, Any], results: Mapping[int, ClientResult], seed: int,
-                  round_key: str) -> tuple[dict[str, Any], dict[str, float]]:
+    def aggregate(self, server: Parts, results: Mapping[int, ClientResult], seed: int,
+                  round_key: str) -> tuple[Parts, dict[str, float]]:
         """(the next server state, this round's privacy record): the noised average of the clipped
         updates added to the global model, in place of the algorithm's aggregation, and the next clip."""
         clip = self.current_clip(server)
@@ -346,7 +348,7 @@ class PrivateAggregation:
                 noise = torch.randn(tensor.shape, generator=generator, device=generator.device, dtype=torch.float64)
                 total = total + noise.to(tensor.device) * std
             new[name] = (tensor.to(torch.float64) + total / denominator).to(tensor.dtype)
-        released: dict[str, Any] = {}
+        released: Parts = {}
         if self.prototype_classes and not server.get(REFERENCE):  # an FRL inner round: prototypes too
             prototypes = self.noised_prototypes(sent, std, generator, server.get("prototypes"))
             if prototypes is not None:
@@ -362,10 +364,10 @@ class PrivateAggregation:
             record["dp_within_clip"] = share
         next_server = {**server, self.key: {name: new[name] for name in model}, **released,
                        STATE_KEY: {**server[STATE_KEY], "clip": next_clip}}
-        return self.advance(next_server), record
+        return named_parts(self.advance(next_server), "the server state after a private round"), record
 
-    def noised_prototypes(self, sent: Sequence[Mapping[str, Any]], std: float, generator: torch.Generator,
-                          previous: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+    def noised_prototypes(self, sent: Sequence[Payload], std: float, generator: torch.Generator,
+                          previous: Payload | None = None) -> Payload | None:
         """FRL's global prototypes: for every preparation class, the sum of the clipped prototypes of the
         clients holding it plus N(0, std^2 I), divided by the clients per round (module docstring). When
         no participant sent any, the noise alone over the shape of the ``previous`` global prototypes

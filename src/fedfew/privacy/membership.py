@@ -64,7 +64,7 @@ from fedfew.core.errors import ConfigError
 from fedfew.core.seeding import numpy_generator
 from fedfew.data import LabelledDataset
 from fedfew.fewshot.episodes import Episode
-from fedfew.interface.algorithm import Algorithm
+from fedfew.interface.algorithm import Algorithm, Parts
 from fedfew.interface.state import load_state_
 
 #: How the numbers are computed, written into the summary beside them.
@@ -278,7 +278,7 @@ def check(algorithm: Algorithm, task: str) -> None:
                           "model, e.g. fl-proto, fl-maml, fedfsl-*); leave eval.membership_inference out")
 
 
-def query_losses(algorithm: Any, server: dict[str, Any], episodes: list[PairedEpisode]) -> tuple[np.ndarray, np.ndarray]:
+def query_losses(algorithm: Any, server: Parts, episodes: list[PairedEpisode]) -> tuple[np.ndarray, np.ndarray]:
     """(members' losses, non-members' losses): each query example's cross-entropy under the algorithm's
     own prediction for its episode (the logits its score takes the argmax of), from the server's model."""
     model = load_state_(algorithm.model, server["model"])
@@ -318,7 +318,7 @@ def member_pool(rows_used: list[int] | None, selected_round: int,
     return held, f"{POOL_HELD} ({why})"
 
 
-def membership_inference(algorithm: Algorithm, server: dict[str, Any], dataset: LabelledDataset,
+def membership_inference(algorithm: Algorithm, server: Parts, dataset: LabelledDataset,
                          member_rows: torch.Tensor | None, held_rows: torch.Tensor | None, n_way: int, k_shot: int,
                          draws: int, seed: int) -> dict[str, Any]:
     """The attack on ``server``'s model: ``held_rows`` (rows of ``dataset`` no client holds) against as

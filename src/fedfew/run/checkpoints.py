@@ -196,9 +196,10 @@ class CheckpointFiles:
         clients: dict[int, State] = {}
         for path in sorted((self.model_dir / "clients").glob("client-*.safetensors")):
             state, client_meta = serialize.load(path)
-            if not isinstance(client_meta.get("client"), int):
+            client = client_meta.get("client")
+            if not isinstance(client, int):
                 raise RunFolderError(f"{path} is not a client's model (its header names no client)")
-            clients[int(client_meta["client"])] = state
+            clients[int(client)] = state
         return server, clients, meta
 
     def verify_model(self) -> None:

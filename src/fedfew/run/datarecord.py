@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, TypedDict
 import torch
 
 from fedfew.core.integrity import fingerprint
+from fedfew.core.jsontypes import JSONObject
 from fedfew.data.registry import BUNDLED, data_root
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ class DataSource(TypedDict, total=False):
     source_bytes: int | None  # only when the source exists
     #: What identifies the source's content (fedfew.core.integrity.fingerprint): a resume or evaluate of the
     #: run refuses other data under the same name. Absent for bundled data and the whole data folder.
-    fingerprint: dict[str, object] | None
+    fingerprint: JSONObject | None
 
 #: A source folder larger than this many files is not walked to sum its size.
 MAX_FILES = 100_000

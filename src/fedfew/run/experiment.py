@@ -8,7 +8,7 @@ import json
 import logging
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +41,7 @@ from fedfew.fewshot.episodes import (
 from fedfew.fewshot.partition import PARTITIONS, PartitionError, partition
 from fedfew.interface.algorithm import ALGORITHMS, Algorithm, ClientData, Context, EpisodeShape, EvalData
 from fedfew.interface.compute import Compute
-from fedfew.interface.protocol import init_generator
+from fedfew.interface.protocol import init_generator, initial_client_state
 from fedfew.interface.state_store import ClientStates, RemoteClientStates
 from fedfew.interface.static import static_tensors
 from fedfew.models import FewShotModel, build_model
@@ -80,8 +80,8 @@ class Experiment:
         by_id = {c.client_id: c for c in self.clients}
         run_states_dir = states_dir  # the run folder's (an engine's logs go beside it), before any spill folder
 
-        def init_state(cid: int) -> Any:
-            return self.algorithm.init_client_state(by_id[cid], init_generator(seed, cid))
+        def init_state(cid: int) -> object:
+            return initial_client_state(self.algorithm, by_id[cid], init_generator(seed, cid))
 
         policy = config.runtime.client_states
         spill = policy == "disk" or (policy == "auto" and len(self.clients) > 100)
@@ -174,10 +174,10 @@ def training_episode(config: ExperimentConfig) -> EpisodeShape:
     return EpisodeShape(episodes.train_way or episodes.n_way, episodes.k_shot, episodes.train_query or episodes.q_query)
 
 
-def _model_factory(config: ExperimentConfig, input_shape: tuple[int, ...], extra: dict[str, Any]):
+def _model_factory(config: ExperimentConfig, input_shape: tuple[int, ...], extra: Mapping[str, object]):
     device = torch.get_default_device()
 
-    def make_named(name: str, num_classes: int | None, **options: Any) -> FewShotModel:
+    def make_named(name: str, num_classes: int | None, **options: object) -> FewShotModel:
         merged = {**extra, **(config.model.options if name == config.model.name else {}), **options}
         with torch.device("cpu"):  # initialised from the CPU generator: the same numbers on every device
             model = build_model(name, input_shape, num_classes, channels_last=config.model.channels_last, **merged)

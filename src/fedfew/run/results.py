@@ -14,7 +14,7 @@ from fedfew.core.jsontypes import JSONObject
 class AgainstInitial(TypedDict, total=False):
     """The initial model's score and the trained models' against it (:func:`against_initial`)."""
 
-    initial_score: dict[str, Any]
+    initial_score: JSONObject
     selected_score: float
     final_score: float
     below_initial: bool
@@ -51,19 +51,19 @@ class RunSummary(AgainstInitial, Participation, total=False):
     #: "untrained": a run of 0 rounds, a control by design.
     control: str
     #: A private run's guarantee (config ``privacy``).
-    privacy: dict[str, Any]
+    privacy: JSONObject
     #: The loading of the data set, with any text encoding.
     data_seconds: float
     #: Which precision ran and why, where fp32 was not asked for.
-    precision: dict[str, Any]
+    precision: JSONObject
     #: A resumed run: the seconds of the sittings before its last (``seconds`` counts each once).
     seconds_resumed_from: float
     #: The membership-inference attack on the selected model (``eval.membership_inference``).
-    membership: dict[str, Any]
+    membership: JSONObject
     #: False where ``eval.initial: auto`` left round 0 unscored.
     initial_scored: bool
     #: {written_by, resumed_by}: resumed with another version (--allow-other-version).
-    other_version: dict[str, Any]
+    other_version: JSONObject
     #: Not in summary.json: every round's metrics, the run folder, the run's label.
     history: list[dict[str, Any]]
     folder: str
@@ -93,9 +93,9 @@ def at_chance(test: dict[str, float], chance: float | None) -> bool:
 
 
 def summarise(config: ExperimentConfig, outcome: dict[str, Any], seconds: float, context: object = None, *,
-              data_seconds: float, participants: Participation, precision: dict[str, Any] | None = None,
-              seconds_resumed_from: float | None = None, membership: dict[str, Any] | None = None,
-              other_version: dict[str, Any] | None = None) -> RunSummary:
+              data_seconds: float, participants: Participation, precision: JSONObject | None = None,
+              seconds_resumed_from: float | None = None, membership: JSONObject | None = None,
+              other_version: JSONObject | None = None) -> RunSummary:
     """The summary of a finished run (summary.json), built here only: ``outcome`` of
     :meth:`~fedfew.engine.simulator.Simulator.run`, ``seconds`` of training and evaluation in all its
     sittings, ``data_seconds`` of loading the data, who trained (:func:`participation`); the precision
@@ -186,7 +186,7 @@ def privacy_line(summary: Mapping[str, Any]) -> str | None:
 
 
 def participation(history: list[dict[str, Any]], client_ids: list[int],
-                  personal_states: Any = None) -> Participation:
+                  personal_states: Mapping[int, object] | None = None) -> Participation:
     """Who trained: ``rounds_trained`` (client id -> rounds in which it trained), the clients that never
     did, and for personalised scores (``personal_states``: the private models scored, None for none)
     how many of the models averaged were ever trained."""
@@ -205,7 +205,7 @@ def participation(history: list[dict[str, Any]], client_ids: list[int],
     return result
 
 
-def _has_state(states: Any, cid: int) -> bool:
+def _has_state(states: Mapping[int, object], cid: int) -> bool:
     try:
         return states.get(cid) is not None
     except Exception:  # states held elsewhere (Flower nodes): every client has its model there

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -23,12 +24,14 @@ from fedfew.core.integrity import (
     note_not_recorded,
     sha256_bytes,
 )
+from fedfew.core.jsontypes import JSONObject
 from fedfew.core.progress import ProgressBar, progress_bar
 from fedfew.core.tracking import Trackers
 from fedfew.engine.base import Launch
 from fedfew.engine.guard import LossGuard
 from fedfew.engine.simulator import Simulator
 from fedfew.interface import serialize
+from fedfew.interface.serialize import named_parts
 from fedfew.privacy.membership import member_pool, membership_inference
 from fedfew.run.datarecord import data_record
 from fedfew.run.experiment import EngineFactory, Experiment, build_experiment, dataset_cache
@@ -116,7 +119,7 @@ def new_run(config: ExperimentConfig, out_base: str | Path | None = None, engine
     return folder
 
 
-def check_run_folder(folder: RunFolder, command: str) -> dict[str, Any]:
+def check_run_folder(folder: RunFolder, command: str) -> JSONObject:
     """The status of a run folder ``command`` may use: a config.yaml and a readable status.json with a
     known status (a folder without one is not a run, or has lost the record of its version and config)."""
     if not (folder.path / "config.yaml").is_file():
@@ -132,7 +135,7 @@ def check_run_folder(folder: RunFolder, command: str) -> dict[str, Any]:
     return recorded
 
 
-def check_config_unchanged(folder: RunFolder, recorded: dict[str, Any], command: str) -> None:
+def check_config_unchanged(folder: RunFolder, recorded: Mapping[str, object], command: str) -> None:
     """Refuse a run whose config.yaml was edited since the run started, beyond what may change
     (:data:`fedfew.core.integrity.RESUME_CHANGEABLE`); a folder older than the record is used unchecked."""
     expected = recorded.get("config_sha256")
@@ -182,11 +185,11 @@ def resume_run(path: str | Path, overrides: list[str] | None = None, progress: b
         return train_in_folder(folder, config, progress, None, resume=True)
 
 
-def other_version(status: dict[str, Any]) -> dict[str, Any] | None:
+def other_version(status: Mapping[str, object]) -> dict[str, dict[str, object]] | None:
     """{written_by, resumed_by} when the run of ``status`` was written by another fedfew version or other
     number code (:func:`fedfew.core.codeversion.numbers_version`) than this one; None when the same. A folder
     older than the code record (no ``code``) is judged by its package version alone."""
-    now = {"fedfew": package_version(), "code": numbers_version()}
+    now: dict[str, object] = {"fedfew": package_version(), "code": numbers_version()}
     then = {"fedfew": status.get("fedfew"), "code": status.get("code")}
     if then["fedfew"] is None:
         return None  # not written by a run (no status.json yet): nothing was computed to mix with
@@ -194,7 +197,7 @@ def other_version(status: dict[str, Any]) -> dict[str, Any] | None:
     return None if same else {"written_by": then, "resumed_by": now}
 
 
-def _described(version: dict[str, Any]) -> str:
+def _described(version: Mapping[str, object]) -> str:
     code = version.get("code")
     return f"fedfew {version.get('fedfew')}" + (f" (number code {code})" if code else " (number code not recorded)")
 
@@ -244,7 +247,7 @@ def train_in_folder(folder: RunFolder, config: ExperimentConfig, progress: bool 
     return {**summary, "history": outcome["history"], "folder": str(folder.path), "label": label or config.name}
 
 
-def check_same_data(folder: RunFolder, record: dict[str, Any]) -> None:
+def check_same_data(folder: RunFolder, record: Mapping[str, object]) -> None:
     """Refuse to go on with a run whose data source changed since it recorded it (data.json)."""
     path = folder.path / "data.json"
     try:
@@ -290,7 +293,7 @@ def _train_rounds(run: RunLife, config: ExperimentConfig, simulator: Simulator, 
 
 
 def _summary(config: ExperimentConfig, experiment: Experiment, simulator: Simulator, outcome: dict[str, Any],
-             seconds: float, seconds_before: float | None, other: dict[str, Any] | None) -> RunSummary:
+             seconds: float, seconds_before: float | None, other: JSONObject | None) -> RunSummary:
     """The run's summary (:func:`~fedfew.run.results.summarise`) from what ran: the precision (where fp32
     was not asked for), the membership attack (opt-in: the selected model against its members) and who
     trained; ``seconds_before``: a resumed run's earlier sittings; ``other``: the versions of a run
@@ -303,8 +306,9 @@ def _summary(config: ExperimentConfig, experiment: Experiment, simulator: Simula
         members, pool = member_pool(simulator.rows_used_until(selected), selected,
                                     experiment.context.participant_positions)
         membership = membership_inference(
-            simulator.algorithm, simulator.best_server, experiment.dataset, members, experiment.membership_rows,
-            config.episodes.n_way, config.episodes.k_shot, attack.bootstrap, config.seed)
+            simulator.algorithm, named_parts(simulator.best_server, "the selected server state"), experiment.dataset,
+            members, experiment.membership_rows, config.episodes.n_way, config.episodes.k_shot, attack.bootstrap,
+            config.seed)
         membership = {**membership, "member_pool": pool, "member_pool_size": 0 if members is None else len(members)}
     participants = participation(outcome["history"], [c.client_id for c in experiment.clients],
                                  simulator.best_client_states if simulator.algorithm.evaluates_clients else None)

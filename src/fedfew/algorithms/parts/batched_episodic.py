@@ -14,7 +14,7 @@ smaller N or Q, :func:`~fedfew.algorithms.parts.common.local_sampler`) run in se
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 
@@ -22,7 +22,7 @@ from fedfew.algorithms.parts.common import local_sampler, make_optimizer
 from fedfew.fewshot.episodes import EpisodeSampler
 from fedfew.fewshot.learners import EpisodicLearner
 from fedfew.fewshot.stacked import StackedEpisodes, stack_states, unstack, why_not_stackable
-from fedfew.interface.algorithm import ClientData, ClientResult, Context
+from fedfew.interface.algorithm import ClientData, ClientResult, Context, Payload
 from fedfew.interface.compute import COMPILE_MODE
 from fedfew.models.base import FewShotModel
 
@@ -71,7 +71,7 @@ def stacked_loss_fn(algorithm: EpisodicUpdater) -> Callable[..., tuple[torch.Ten
     mode = COMPILE_MODE.get()
     if mode == "off":
         return algorithm.learner.stacked_loss
-    cache: dict[str, Any] = algorithm.__dict__.setdefault("_compiled_stacked_loss", {})
+    cache: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = algorithm.__dict__.setdefault("_compiled_stacked_loss", {})
     if mode not in cache:
         cache[mode] = torch.compile(algorithm.learner.stacked_loss, mode=None if mode == "default" else mode)
     return cache[mode]  # type: ignore[no-any-return]
@@ -86,10 +86,10 @@ def why_not_batched(algorithm: EpisodicUpdater) -> str | None:
     return None if reason is None else f"{algorithm.name}'s model cannot be stacked: {reason}"
 
 
-def episodic_update_batch(algorithm: EpisodicUpdater, payloads: Sequence[dict[str, Any]], states: Sequence[Any],
+def episodic_update_batch(algorithm: EpisodicUpdater, payloads: Sequence[Payload], states: Sequence[object],
                           data: Sequence[ClientData], generators: Sequence[torch.Generator]) -> list[ClientResult]:
     results: list[ClientResult | None] = [None] * len(data)
-    groups: dict[tuple[Any, ...], list[tuple[int, EpisodeSampler]]] = {}
+    groups: dict[tuple[int, int, int, tuple[int, ...]], list[tuple[int, EpisodeSampler]]] = {}
     for i, client in enumerate(data):
         sampler = local_sampler(client.train, algorithm.context.episode)
         if sampler is None:  # too little data for any episode: sit this round out
@@ -108,7 +108,7 @@ def episodic_update_batch(algorithm: EpisodicUpdater, payloads: Sequence[dict[st
     return [r for r in results if r is not None]
 
 
-def _train_group(algorithm: EpisodicUpdater, payloads: list[dict[str, Any]], samplers: list[EpisodeSampler],
+def _train_group(algorithm: EpisodicUpdater, payloads: list[Payload], samplers: list[EpisodeSampler],
                  generators: list[torch.Generator]) -> list[tuple[dict[str, torch.Tensor], dict[str, float]]]:
     """The sequential update's loop (episodic.py, ``client_update``) over stacked clients of one
     episode shape: per outer step ``meta_batch`` episodes per client, Adam on the summed losses."""

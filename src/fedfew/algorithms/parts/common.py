@@ -3,8 +3,8 @@ update, evaluation."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Literal
+from collections.abc import Callable, Iterable
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -17,7 +17,7 @@ from fedfew.data.dataset import LabelledDataset
 from fedfew.fewshot.episodes import Episode, EpisodeError, EpisodeSampler
 from fedfew.fewshot.evaluation import dataset_accuracy, episode_scores, mean_ci95
 from fedfew.fewshot.learners import EpisodicLearner, ProtoNet
-from fedfew.interface.algorithm import ClientResult, EpisodeShape, EvalData, Options, Payload, State
+from fedfew.interface.algorithm import ClientResult, EpisodeShape, EvalData, Options, Payload
 from fedfew.interface.state import get_state, load_state_
 
 
@@ -42,7 +42,7 @@ def local_sampler(data: LabelledDataset, shape: EpisodeShape) -> EpisodeSampler 
         return None
 
 
-def make_optimizer(name: str, params: Any, lr: float, momentum: float = 0.0, weight_decay: float = 0.0) -> LocalOptimizer:
+def make_optimizer(name: str, params: Iterable[torch.Tensor], lr: float, momentum: float = 0.0, weight_decay: float = 0.0) -> LocalOptimizer:
     """A client's local optimiser: torch.optim's SGD or Adam step without its class (see
     fedfew.algorithms.parts.optimizers: the same arithmetic, without the 1.2 s import of torch._dynamo)."""
     if name == "sgd":
@@ -105,7 +105,7 @@ def train_epochs(
     return {"loss": total_loss / max(seen, 1), "accuracy": correct / max(seen, 1)}
 
 
-def model_update(model: nn.Module, payload: Payload, state: State, num_samples: int,
+def model_update(model: nn.Module, payload: Payload, state: object, num_samples: int,
                  train: Callable[[nn.Module], dict[str, float]]) -> ClientResult:
     """FedAvg's client update, shared by every algorithm whose clients train the one global model:
     w = w^t (the payload's ``model`` copied into ``model``, this process's workspace model), ``train(w)``

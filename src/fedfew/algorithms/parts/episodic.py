@@ -10,7 +10,7 @@ episodes each client trained on (eq. 10), or by samples or uniformly.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, TypedDict, TypeVar
 
 import torch
 from pydantic import Field, model_validator
@@ -18,7 +18,6 @@ from pydantic import Field, model_validator
 from fedfew.algorithms.parts.batched_episodic import episodic_update_batch, why_not_batched
 from fedfew.algorithms.parts.common import local_sampler, make_optimizer
 from fedfew.algorithms.parts.optimizers import Adam
-from fedfew.core.seeding import seed_torch_init
 from fedfew.fewshot.episodes import Episode
 from fedfew.fewshot.evaluation import accuracy
 from fedfew.fewshot.learners import MAML, EpisodicLearner, ProtoNet, proximal_term
@@ -32,9 +31,8 @@ from fedfew.interface.algorithm import (
     Options,
     Parts,
     Payload,
-    State,
 )
-from fedfew.interface.state import get_state, load_state_
+from fedfew.interface.state import StateDict, get_state, load_state_
 from fedfew.models.base import FewShotModel
 
 
@@ -81,18 +79,28 @@ def build_learner(options: Options) -> EpisodicLearner:
     return ProtoNet()
 
 
-class EpisodicFedAvg(Algorithm):
-    """FedAvg whose local update is episodic meta-training with ``self.learner``."""
+class EpisodicClientState(TypedDict, total=False):
+    """A client's private state in :class:`EpisodicFedAvg` (None until it carries something)."""
 
-    Options = EpisodicOptions
-    options: EpisodicOptions
+    episodes: int  # episodes trained so far (``lr_halving_episodes``)
+    optimizer: dict[str, list[torch.Tensor]]  # Adam's moments (``keep_optimizer``)
+    model: StateDict  # the client's own model (fsl-local)
+
+
+#: The options of an :class:`EpisodicFedAvg` subclass.
+EpisodicOptionsT = TypeVar("EpisodicOptionsT", bound=EpisodicOptions)
+
+
+class EpisodicFedAvg(Algorithm[EpisodicOptionsT]):
+    """FedAvg whose local update is episodic meta-training with ``self.learner`` (options: an
+    :class:`EpisodicOptions`; a subclass names its own, ``class FLMAML(EpisodicFedAvg[MAMLOptions])``)."""
     #: The model is averaged: differential privacy clips its change (fedfew.privacy).
     dp_upload: str | None = "model-delta"
     #: Training episodes are drawn from ``context.episode``, whose query count may differ from the
     #: evaluation's (``episodes.train_query``; MAML trains on K queries a class, Finn et al. 2017).
     takes_training_query = True
 
-    def __init__(self, options: EpisodicOptions, context: Context) -> None:
+    def __init__(self, options: EpisodicOptionsT, context: Context) -> None:
         super().__init__(options, context)
         self.learner = build_learner(options)
         self.model = self.new_model()  # the one workspace model of this process
@@ -102,7 +110,6 @@ class EpisodicFedAvg(Algorithm):
         return self.context.make_model(n_out)
 
     def init_server(self, generator: torch.Generator) -> Parts:
-        seed_torch_init(generator)
         return {"model": get_state(self.new_model())}
 
     # -- client ---------------------------------------------------------------------------
@@ -112,7 +119,7 @@ class EpisodicFedAvg(Algorithm):
         acc = float((logits.argmax(-1) == episode.query_labels).float().mean())
         return loss, {"loss": float(loss.detach()), "accuracy": acc}
 
-    def client_update(self, payload: Payload, state: State, data: ClientData,
+    def client_update(self, payload: Payload, state: EpisodicClientState | None, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         opts = self.options
         sampler = local_sampler(data.train, self.context.episode)
@@ -162,7 +169,7 @@ class EpisodicFedAvg(Algorithm):
             return f"{self.name} with keep_optimizer or lr_halving_episodes keeps a client state the batched form has not"
         return why_not_batched(self)
 
-    def client_update_batch(self, payloads: Sequence[Payload], states: Sequence[State],
+    def client_update_batch(self, payloads: Sequence[Payload], states: Sequence[EpisodicClientState | None],
                             data: Sequence[ClientData], generators: Sequence[torch.Generator]) -> list[ClientResult]:
         """:meth:`client_update` of many clients as one computation (``runtime.batch_clients``)."""
         return episodic_update_batch(self, payloads, states, data, generators)

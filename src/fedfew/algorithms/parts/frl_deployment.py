@@ -27,7 +27,7 @@ FedAvg, fine-tuning and one-shot baselines.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import torch
@@ -46,9 +46,9 @@ from fedfew.interface.algorithm import (
     Context,
     EvalData,
     Options,
+    OptionsT,
     Parts,
     Payload,
-    State,
 )
 from fedfew.interface.state import StateDict, get_state, load_state_
 
@@ -225,11 +225,11 @@ def relabelled(dataset: LabelledDataset, positions: torch.Tensor, classes: torch
 
 
 # -- the methods' side ----------------------------------------------------------------------------
-class DeploymentAlgorithm(Algorithm):
+class DeploymentAlgorithm(Algorithm[OptionsT]):
     """An FL algorithm run for R rounds by a deployment group, with the two extra steps the protocol
     needs. ``start`` may ignore parts of the prepared state (a baseline's |C_b|-way head)."""
 
-    def start(self, prepared: StateDict, num_classes: int, generator: torch.Generator) -> dict[str, Any]:
+    def start(self, prepared: StateDict, num_classes: int, generator: torch.Generator) -> Parts:
         raise NotImplementedError
 
     def classify(self, server: Parts, data: LabelledDataset) -> torch.Tensor:
@@ -314,23 +314,25 @@ def with_fresh_head(model: torch.nn.Module, prepared: StateDict, generator: torc
     return state
 
 
-class LinearFL(DeploymentAlgorithm):
+#: The options of a :class:`LinearFL` subclass.
+TrainOptionsT = TypeVar("TrainOptionsT", bound="TrainOptions")
+
+
+class LinearFL(DeploymentAlgorithm[TrainOptionsT]):
     """FedAvg (sample-weighted) with cross-entropy on a tau-way linear head, Xavier-initialised at
     the start of each group; the global model's head classifies."""
 
-    options: TrainOptions
-
-    def __init__(self, options: TrainOptions, context: Context, num_classes: int) -> None:
+    def __init__(self, options: TrainOptionsT, context: Context, num_classes: int) -> None:
         super().__init__(options, context)
         self.num_classes = num_classes
         self.model = context.make_model(num_classes)
 
-    def start(self, prepared: StateDict, num_classes: int, generator: torch.Generator) -> dict[str, Any]:
+    def start(self, prepared: StateDict, num_classes: int, generator: torch.Generator) -> Parts:
         if num_classes != self.num_classes:
             raise ValueError(f"this LinearFL has a {self.num_classes}-way head, the group has {num_classes} classes")
         return {"model": with_fresh_head(self.model, prepared, generator)}
 
-    def client_update(self, payload: Payload, state: State, data: ClientData,
+    def client_update(self, payload: Payload, state: object, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         from fedfew.algorithms.parts.common import model_update, train_epochs  # see the TYPE_CHECKING import
 

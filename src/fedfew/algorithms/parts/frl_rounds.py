@@ -3,8 +3,6 @@ linear variant's FedAvg from the meta-learned head, and the exchanges an episode
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from fedfew.algorithms.parts.common import make_optimizer, minibatches
@@ -25,7 +23,7 @@ from fedfew.algorithms.parts.frl_options import FRLOptions
 from fedfew.algorithms.parts.frl_tasks import with_prepared_head
 from fedfew.data.dataset import LabelledDataset
 from fedfew.interface.aggregation import weighted_average, weights_for
-from fedfew.interface.algorithm import Algorithm, ClientData, ClientResult, Context
+from fedfew.interface.algorithm import Algorithm, ClientData, ClientResult, Context, Parts, Payload
 from fedfew.interface.state import StateDict, get_state, load_state_
 from fedfew.models.base import FewShotModel
 
@@ -39,7 +37,7 @@ class MetaHeadStart:
     model: FewShotModel
     num_classes: int
 
-    def start(self, prepared: StateDict, num_classes: int, generator: torch.Generator) -> dict[str, Any]:
+    def start(self, prepared: StateDict, num_classes: int, generator: torch.Generator) -> Parts:
         if num_classes != self.num_classes:
             raise ValueError(f"this LinearFL has a {self.num_classes}-way head, the group has {num_classes} classes")
         return {"model": with_prepared_head(self.model, prepared)}
@@ -50,22 +48,19 @@ class MetaHeadLinearFL(MetaHeadStart, LinearFL):
 
 
 # -- the R rounds of FL inside an episode (and at deployment) ----------------------------------
-class PrototypeFL(DeploymentAlgorithm):
+class PrototypeFL(DeploymentAlgorithm[FRLOptions]):
     """One round of FRL's inner FL: prototype loss (eq. 2) and GPAL combined by eq. 3 locally; models and
     prototypes averaged on the server. Labels are class indices of the episode (or the group)."""
-
-    Options = FRLOptions
-    options: FRLOptions
 
     def __init__(self, options: FRLOptions, context: Context) -> None:
         super().__init__(options, context)
         self.model = context.make_model(None)
 
-    def start(self, prepared: StateDict, num_classes: int, generator: torch.Generator) -> dict[str, Any]:
+    def start(self, prepared: StateDict, num_classes: int, generator: torch.Generator) -> Parts:
         return {"model": prepared, "prototypes": None}
 
-    def broadcast(self, server: dict[str, Any], client_id: int) -> dict[str, Any]:
-        payload: dict[str, Any] = {"model": server["model"]}
+    def broadcast(self, server: Parts, client_id: int) -> Payload:
+        payload: Payload = {"model": server["model"]}
         if server.get("prototypes") is not None:
             payload["prototypes"] = {k: server["prototypes"][k] for k in ("classes", "prototypes")}
         return payload
@@ -91,7 +86,7 @@ class PrototypeFL(DeploymentAlgorithm):
         metrics["loss"] = float(loss.detach())
         return loss, metrics
 
-    def client_update(self, payload: dict[str, Any], state: Any, data: ClientData,
+    def client_update(self, payload: Payload, state: object, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         opts = self.options
         model = load_state_(self.model, payload["model"])
@@ -115,8 +110,8 @@ class PrototypeFL(DeploymentAlgorithm):
         return ClientResult(upload=upload, state=state, metrics={k: v / steps for k, v in sums.items()},
                             num_samples=len(support))
 
-    def aggregate(self, server: dict[str, Any], results: dict[int, ClientResult],
-                  generator: torch.Generator) -> dict[str, Any]:
+    def aggregate(self, server: Parts, results: dict[int, ClientResult],
+                  generator: torch.Generator) -> Parts:
         sent = [results[c] for c in sorted(results)]
         weights = weights_for(self.options.aggregation, [r.num_samples for r in sent], [0] * len(sent))
         uniform = torch.ones(len(sent)) if self.options.aggregation == "uniform" else None
@@ -124,7 +119,7 @@ class PrototypeFL(DeploymentAlgorithm):
                 "prototypes": aggregate_prototypes([r.upload["prototypes"] for r in sent], uniform)}
 
     @torch.no_grad()
-    def classify(self, server: dict[str, Any], data: LabelledDataset) -> torch.Tensor:
+    def classify(self, server: Parts, data: LabelledDataset) -> torch.Tensor:
         """Negative squared distance of each sample's features (global model) to the global
         prototypes; a class with no global prototype gets -inf."""
         if server.get("prototypes") is None:
@@ -145,10 +140,10 @@ class EpisodeRound(Algorithm):
         super().__init__(inner.options, inner.context)
         self.inner, self.phi_keys, self.keep_initial = inner, phi_keys, keep_initial
 
-    def broadcast(self, server: dict[str, Any], client_id: int) -> dict[str, Any]:
+    def broadcast(self, server: Parts, client_id: int) -> Payload:
         return self.inner.broadcast(server, client_id)
 
-    def client_update(self, payload: dict[str, Any], state: Any, data: ClientData,
+    def client_update(self, payload: Payload, state: object, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         result = self.inner.client_update(payload, None, data, generator)
         if self.keep_initial:
@@ -156,8 +151,8 @@ class EpisodeRound(Algorithm):
         result.state = state
         return result
 
-    def aggregate(self, server: dict[str, Any], results: dict[int, ClientResult],
-                  generator: torch.Generator) -> dict[str, Any]:
+    def aggregate(self, server: Parts, results: dict[int, ClientResult],
+                  generator: torch.Generator) -> object:
         return self.inner.aggregate(server, results, generator)
 
 
@@ -165,14 +160,14 @@ class ReportClasses(Algorithm):
     """The linear variant's first exchange of an episode: each participant reports the classes it
     holds, and the server takes their union (the width of the episode's head)."""
 
-    def broadcast(self, server: dict[str, Any], client_id: int) -> dict[str, Any]:
+    def broadcast(self, server: Parts, client_id: int) -> Payload:
         return {}
 
-    def client_update(self, payload: dict[str, Any], state: Any, data: ClientData,
+    def client_update(self, payload: Payload, state: object, data: ClientData,
                       generator: torch.Generator) -> ClientResult:
         return ClientResult(upload={"classes": torch.unique(data.train.labels)}, state=state,
                             num_samples=data.num_samples)
 
-    def aggregate(self, server: dict[str, Any], results: dict[int, ClientResult],
-                  generator: torch.Generator) -> dict[str, Any]:
+    def aggregate(self, server: Parts, results: dict[int, ClientResult],
+                  generator: torch.Generator) -> Parts:
         return {"classes": torch.unique(torch.cat([r.upload["classes"] for r in results.values()]))}
