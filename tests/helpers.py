@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -76,3 +78,22 @@ def cut_and_resumed(config: Any, algorithm_class: type, folder: Path, monkeypatc
                 for line in (run_folder / "metrics.jsonl").read_text().splitlines()]
 
     return whole, resumed, rows(cut.folder), rows(Path(whole["folder"]))
+
+
+def classification_setup(clients: int = 1) -> tuple[LabelledDataset, Context, list[ClientData]]:
+    """Four blob classes of 10, an MLP classification context, and the rows split into ``clients`` clients."""
+    data = blob_dataset(classes=4, per_class=10)
+    ctx = context_for(data, model="mlp", task="classification")
+    parts = list(torch.arange(len(data)).chunk(clients))
+    return data, ctx, clients_from(data, parts)
+
+
+def wait_for(predicate: Any, timeout: float, process: subprocess.Popen[str] | None = None) -> None:
+    """Poll ``predicate`` until true; fail if ``process`` ends first or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if process is not None and process.poll() is not None:
+            raise AssertionError(f"the run ended first: {process.communicate()}")
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.005)

@@ -12,14 +12,7 @@ from fedfew.engine.simulator import Simulator
 from fedfew.interface.protocol import initial_server_state
 from fedfew.interface.state import get_state, load_state_, payload_bytes
 from fedfew.models import count_parameters
-from tests.helpers import blob_dataset, clients_from, context_for
-
-
-def classification_setup(clients: int = 1):
-    data = blob_dataset(classes=4, per_class=10)
-    ctx = context_for(data, model="mlp", task="classification")
-    parts = list(torch.arange(len(data)).chunk(clients))
-    return data, ctx, clients_from(data, parts)
+from tests.helpers import classification_setup
 
 
 def test_fedavg_one_client_one_step_equals_centralised_sgd() -> None:

@@ -7,14 +7,7 @@ import torch
 from fedfew.algorithms.fedavg import FedAvg, FedAvgOptions
 from fedfew.engine.round import simulate_round
 from fedfew.interface.protocol import initial_server_state
-from tests.helpers import blob_dataset, clients_from, context_for
-
-
-def classification_setup(clients: int = 1):
-    data = blob_dataset(classes=4, per_class=10)
-    ctx = context_for(data, model="mlp", task="classification")
-    parts = list(torch.arange(len(data)).chunk(clients))
-    return data, ctx, clients_from(data, parts)
+from tests.helpers import classification_setup
 
 
 def test_client_updates_do_not_depend_on_order() -> None:

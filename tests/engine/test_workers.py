@@ -8,15 +8,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
 from fedfew.config.validation import load_config
 from fedfew.run.runner import run_experiment
+from tests.helpers import wait_for
 from tests.run.common import strict_metrics
 from tests.tiny import tiny_config
 
@@ -44,14 +43,6 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def wait_for(predicate: Any, timeout: float, process: subprocess.Popen[str] | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if process is not None and process.poll() is not None:
-            raise AssertionError(f"the run ended first: {process.communicate()}")
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        time.sleep(0.005)
 
 
 # -- kill -9 of a run with worker processes -----------------------------------------------------------

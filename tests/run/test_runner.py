@@ -28,6 +28,7 @@ from fedfew.run.folder import RunFolder
 from fedfew.run.runner import RunInterrupted, resume_run, run_experiment
 from fedfew.study.run_readback import run_seconds
 from tests.cli.common import cli_lines
+from tests.helpers import wait_for
 from tests.run.common import (
     config_dict,
     config_of,
@@ -294,14 +295,6 @@ def test_a_run_at_chance_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert summary["at_chance"] is True and summary["chance"] == pytest.approx(1 / 3)
 
 
-def wait_for(predicate: Any, timeout: float, process: subprocess.Popen[str] | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if process is not None and process.poll() is not None:
-            raise AssertionError(f"the run ended first: {process.communicate()}")
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        time.sleep(0.005)
 
 
 # -- interrupts during the write-up -------------------------------------------------------------------
