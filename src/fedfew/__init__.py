@@ -38,7 +38,7 @@ __version__ = package_version()
 
 #: Public name -> the module it lives in.
 _EXPORTS = {
-    "ALGORITHMS": "fedfew.interface.algorithm",
+    "ALGORITHMS": "fedfew.interface.registration",
     "Algorithm": "fedfew.interface.algorithm",
     "ClientData": "fedfew.interface.records",
     "ClientResult": "fedfew.interface.records",
@@ -68,7 +68,7 @@ _EXPORTS = {
     "load_config": "fedfew.config.validation",
     "load_state_": "fedfew.interface.state",
     "local_sampler": "fedfew.algorithms.parts.common",
-    "register": "fedfew.interface.algorithm",
+    "register": "fedfew.interface.registration",
     "resume_run": "fedfew.run.runner",
     "run_experiment": "fedfew.run.runner",
     "seed_torch_init": "fedfew.core.seeding",
@@ -144,16 +144,8 @@ if TYPE_CHECKING:
     from fedfew.fewshot.learners import MAML, ProtoNet
     from fedfew.fewshot.partition import PARTITIONS
     from fedfew.interface.aggregation import weighted_average, weights_for
-    from fedfew.interface.algorithm import (
-        ALGORITHMS,
-        Algorithm,
-        ClientData,
-        ClientResult,
-        Context,
-        EvalData,
-        Options,
-        register,
-    )
+    from fedfew.interface.algorithm import Algorithm, ClientData, ClientResult, Context, EvalData, Options
+    from fedfew.interface.registration import ALGORITHMS, register
     from fedfew.interface.state import get_state, load_state_
     from fedfew.models import MODELS
     from fedfew.run.experiment import Experiment, build_experiment

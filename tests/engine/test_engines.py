@@ -30,7 +30,7 @@ def test_every_registered_algorithm_has_a_small_config() -> None:
     """The engine, fault, resume and Flower tests run every algorithm through tests/tiny.py."""
     from fedfew.algorithms import register_all
     register_all()  # the built-in algorithms, registered
-    from fedfew.interface.algorithm import ALGORITHMS
+    from fedfew.interface.registration import ALGORITHMS
 
     assert set(ALGORITHMS.names()) == set(ALGORITHM_SETUPS)
 

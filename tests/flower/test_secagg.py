@@ -29,8 +29,9 @@ from fedfew.config.validation import ConfigError, SecureAggregationConfig, load_
 from fedfew.core.seeding import derive_seed, torch_generator
 from fedfew.engine.schedule import client_schedule
 from fedfew.engine.tasks import ClientTask, run_client_task
-from fedfew.interface.algorithm import ALGORITHMS, Algorithm, ClientResult
+from fedfew.interface.algorithm import Algorithm, ClientResult
 from fedfew.interface.protocol import init_generator, initial_client_state, initial_server_state
+from fedfew.interface.registration import ALGORITHMS
 from fedfew.interface.static import static_tensors
 from fedfew.privacy.secure_sum import (
     SecureAggregationError,

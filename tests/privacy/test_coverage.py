@@ -11,7 +11,8 @@ import yaml
 
 from fedfew.cli.main import main
 from fedfew.config.validation import load_config
-from fedfew.interface.algorithm import ALGORITHMS, Algorithm, register
+from fedfew.interface.algorithm import Algorithm
+from fedfew.interface.registration import ALGORITHMS, register
 from fedfew.privacy import (
     PrivacyConfigError,
 )
@@ -77,7 +78,7 @@ def test_options_that_leak_refuse_dp(name: str, options: dict[str, Any]) -> None
 
 def test_a_plugin_algorithm_that_says_nothing_is_refused() -> None:
     from fedfew.algorithms.fedavg import FedAvg
-    from fedfew.interface.algorithm import ALGORITHMS
+    from fedfew.interface.registration import ALGORITHMS
 
     @register("silent-upload-test")
     class Silent(FedAvg):

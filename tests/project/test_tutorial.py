@@ -31,6 +31,7 @@ import yaml
 
 import fedfew
 import fedfew.interface.algorithm as algorithm_module
+import fedfew.interface.registration as registration_module
 from fedfew.algorithms import register_all
 from fedfew.core.registry import Registry
 from fedfew.engine.round import simulate_round
@@ -82,7 +83,7 @@ def fedproto_code() -> str:
 def fresh_registry(monkeypatch: pytest.MonkeyPatch) -> Registry[Any]:
     """``register`` writes into a throwaway registry until the test ends."""
     registry: Registry[Any] = Registry("algorithm")
-    monkeypatch.setattr(algorithm_module, "ALGORITHMS", registry)
+    monkeypatch.setattr(registration_module, "ALGORITHMS", registry)
     return registry
 
 
@@ -288,7 +289,7 @@ def fedproto(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     registry = fresh_registry(monkeypatch)
     module = exec_module(fedproto_code(), "tutorial_fedproto")
     assert registry.get("fedproto") is module["FedProto"]
-    assert algorithm_module.missing_hooks(module["FedProto"]) == []
+    assert registration_module.missing_hooks(module["FedProto"]) == []
     return module
 
 
@@ -467,12 +468,12 @@ def hooks(*names: str, **flags: object) -> type[fedfew.Algorithm]:
 ])
 def test_which_hooks_a_class_must_write(made: type[fedfew.Algorithm], missing: list[str]) -> None:
     """The rules of Algorithm's docstring: a flag set by the options (a property) asks nothing of the class."""
-    assert algorithm_module.missing_hooks(made) == missing
+    assert registration_module.missing_hooks(made) == missing
 
 
 def test_every_registered_algorithm_writes_the_hooks_it_needs() -> None:
     for name in fedfew.ALGORITHMS.names():
-        assert algorithm_module.missing_hooks(fedfew.ALGORITHMS.get(name)) == [], name
+        assert registration_module.missing_hooks(fedfew.ALGORITHMS.get(name)) == [], name
 
 
 class _AOptions(fedfew.Options):

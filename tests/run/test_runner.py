@@ -22,7 +22,7 @@ import yaml
 
 from fedfew.cli.main import main
 from fedfew.config.validation import load_config
-from fedfew.interface.algorithm import ALGORITHMS
+from fedfew.interface.registration import ALGORITHMS
 from fedfew.run.experiment import build_experiment
 from fedfew.run.folder import RunFolder
 from fedfew.run.runner import RunInterrupted, resume_run, run_experiment

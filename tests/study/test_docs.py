@@ -34,7 +34,8 @@ def test_docs_blocks_are_what_the_store_gives(tmp_path: Path, capsys: pytest.Cap
     assert run_cli(["study", "docs", "--root", str(tmp_path)], capsys)[0] == 0
     rows = [line for line in compute.read_text().splitlines() if line.startswith("| ")]
     assert "typed by hand" not in compute.read_text()
-    assert rows[1:] == ["| `studies/digits.yaml` | cpu | 0/12 | — | 0.0 | — |", "| all | | | | 0.0 | |"]
+    assert rows[1:] == ["| `studies/digits.yaml` | cpu | 0/12 | — | 0.0 | — | — | — |",
+                       "| all | | | | 0.0 | 0.0 (runs that recorded it) | | |"]
     # a block at another budget than the docs budget, beside the docs budget's
     page.write_text(text + "<!-- study:digits-check@smoke begin -->\n<!-- study:digits-check@smoke end -->\n")
     assert run_cli(["study", "docs", "--root", str(tmp_path)], capsys)[0] == 0

@@ -50,7 +50,8 @@ from fedfew.algorithms.oneshot import OneShot, OneShotOptions, OneShotServer, me
 from fedfew.core.jsontypes import JSONObject
 from fedfew.fewshot.adversarial import mi_fgsm
 from fedfew.interface.aggregation import weighted_average
-from fedfew.interface.algorithm import ClientResult, EvalData, register
+from fedfew.interface.algorithm import ClientResult, EvalData
+from fedfew.interface.registration import register
 from fedfew.interface.state import StateDict, load_state_
 
 

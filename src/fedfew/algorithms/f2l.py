@@ -125,8 +125,8 @@ from fedfew.interface.algorithm import (
     EvalData,
     Options,
     Payload,
-    register,
 )
+from fedfew.interface.registration import register
 from fedfew.interface.state import StateDict, get_state, load_state_
 from fedfew.models.base import FewShotModel
 

@@ -38,8 +38,8 @@ from fedfew.interface.algorithm import (
     EvalData,
     Parts,
     Payload,
-    register,
 )
+from fedfew.interface.registration import register
 from fedfew.interface.state import get_state, load_state_
 from fedfew.models.base import FewShotModel
 

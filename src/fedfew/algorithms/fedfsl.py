@@ -42,7 +42,8 @@ from fedfew.algorithms.parts.episodic import EpisodicClientState, EpisodicFedAvg
 from fedfew.fewshot.episodes import Episode
 from fedfew.fewshot.learners import MAML
 from fedfew.interface.aggregation import weighted_average
-from fedfew.interface.algorithm import ClientData, ClientResult, Context, Parts, Payload, register
+from fedfew.interface.algorithm import ClientData, ClientResult, Context, Parts, Payload
+from fedfew.interface.registration import register
 from fedfew.interface.state import StateDict, load_state_
 from fedfew.models.base import FewShotModel
 

@@ -53,7 +53,8 @@ from fedfew.algorithms.parts.optimizers import LocalOptimizer
 from fedfew.core.seeding import seed_torch_init
 from fedfew.fewshot.episodes import Episode
 from fedfew.fewshot.learners import proximal_term
-from fedfew.interface.algorithm import ClientData, ClientResult, Context, Payload, register
+from fedfew.interface.algorithm import ClientData, ClientResult, Context, Payload
+from fedfew.interface.registration import register
 from fedfew.interface.state import get_state, load_state_
 from fedfew.models.base import FewShotModel
 

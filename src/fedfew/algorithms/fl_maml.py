@@ -9,7 +9,7 @@ Aggregation: weighted by the number of episodes |B_k| (eq. 10).
 from __future__ import annotations
 
 from fedfew.algorithms.parts.episodic import EpisodicFedAvg, MAMLOptions
-from fedfew.interface.algorithm import register
+from fedfew.interface.registration import register
 
 
 @register("fl-maml", help="FedFSL-naive: FedAvg over MAML episodes (second or first order)")

@@ -7,7 +7,7 @@ server averages the encoders. Meta-test classifies queries by distance to suppor
 from __future__ import annotations
 
 from fedfew.algorithms.parts.episodic import EpisodicFedAvg, EpisodicOptions
-from fedfew.interface.algorithm import register
+from fedfew.interface.registration import register
 
 
 @register("fl-proto", help="FedAvg over Prototypical-Network episodes")

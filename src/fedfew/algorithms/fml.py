@@ -74,8 +74,8 @@ from fedfew.interface.algorithm import (
     Options,
     Parts,
     Payload,
-    register,
 )
+from fedfew.interface.registration import register
 from fedfew.interface.state import StateDict, get_state, load_state_
 from fedfew.models import MODELS, FewShotModel
 

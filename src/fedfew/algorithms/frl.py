@@ -130,15 +130,8 @@ from fedfew.core.seeding import torch_generator
 from fedfew.data.dataset import LabelledDataset
 from fedfew.engine.round import RoundOutcome, run_round
 from fedfew.interface.aggregation import weighted_average, weights_for
-from fedfew.interface.algorithm import (
-    Algorithm,
-    ClientData,
-    ClientResult,
-    Context,
-    EvalData,
-    Payload,
-    register,
-)
+from fedfew.interface.algorithm import Algorithm, ClientData, ClientResult, Context, EvalData, Payload
+from fedfew.interface.registration import register
 from fedfew.interface.state import StateDict, get_state, load_state_
 from fedfew.models.base import FewShotModel
 from fedfew.privacy.clipping import REFERENCE

@@ -59,8 +59,8 @@ from fedfew.interface.algorithm import (
     Options,
     Parts,
     Payload,
-    register,
 )
+from fedfew.interface.registration import register
 from fedfew.interface.state import StateDict, get_state, load_state_
 
 #: R of the baselines' deployment when ``deployment.rounds`` is not set (the paper's R).

@@ -24,8 +24,8 @@ from fedfew.interface.algorithm import (
     EvalData,
     Parts,
     Payload,
-    register,
 )
+from fedfew.interface.registration import register
 from fedfew.interface.state import get_state, load_state_
 
 

@@ -38,15 +38,8 @@ from fedfew.core.jsontypes import JSONObject
 from fedfew.data.dataset import LabelledDataset
 from fedfew.fewshot.evaluation import accuracy
 from fedfew.interface.aggregation import weighted_average
-from fedfew.interface.algorithm import (
-    Algorithm,
-    ClientData,
-    ClientResult,
-    Context,
-    EvalData,
-    Payload,
-    register,
-)
+from fedfew.interface.algorithm import Algorithm, ClientData, ClientResult, Context, EvalData, Payload
+from fedfew.interface.registration import register
 from fedfew.interface.state import StateDict, get_state, load_state_
 from fedfew.models.base import FewShotModel
 

@@ -81,8 +81,8 @@ from fedfew.interface.algorithm import (
     Options,
     Parts,
     Payload,
-    register,
 )
+from fedfew.interface.registration import register
 from fedfew.interface.state import get_state
 
 Params = dict[str, torch.Tensor]

@@ -78,7 +78,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     from fedfew.core.registry import Registry
     from fedfew.data import DATASETS
     from fedfew.fewshot.partition import PARTITIONS
-    from fedfew.interface.algorithm import ALGORITHMS
+    from fedfew.interface.registration import ALGORITHMS
     from fedfew.models import MODELS
 
     if args.name is not None:  # one algorithm and its options (what a config's algorithm.options may set)

@@ -95,7 +95,7 @@ def check_secure_aggregation(config: ExperimentSchema) -> None:
     from fedfew.config.engines import ENGINES
     from fedfew.engine.base import Faults
     from fedfew.engine.schedule import round_size
-    from fedfew.interface.algorithm import ALGORITHMS
+    from fedfew.interface.registration import ALGORITHMS
     from fedfew.privacy.secure_sum import protocol_sizes, refusal
 
     key = "flower.secure_aggregation"

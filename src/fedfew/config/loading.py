@@ -184,7 +184,7 @@ def _accepted_options(section: str, name: str) -> set[str] | None:
     from fedfew.core.registry import RegistryError
     from fedfew.core.signature_options import options_schema
     from fedfew.fewshot.partition import PARTITIONS
-    from fedfew.interface.algorithm import ALGORITHMS
+    from fedfew.interface.registration import ALGORITHMS
     from fedfew.models import MODELS
 
     try:

@@ -78,7 +78,7 @@ class ExperimentConfig(ExperimentSchema):
         from fedfew.core.signature_options import options_schema
         from fedfew.data import DATASETS
         from fedfew.fewshot.partition import PARTITIONS
-        from fedfew.interface.algorithm import ALGORITHMS
+        from fedfew.interface.registration import ALGORITHMS
         from fedfew.models import MODELS
 
         for key, registry, name in (
@@ -133,7 +133,7 @@ class ExperimentConfig(ExperimentSchema):
         return ENGINES.get(self.runtime.engine).Options.model_validate(self.runtime.engine_options)
 
     def algorithm_options(self) -> BaseOptions:
-        from fedfew.interface.algorithm import ALGORITHMS
+        from fedfew.interface.registration import ALGORITHMS
 
         return ALGORITHMS.get(self.algorithm.name).Options.model_validate(self.algorithm.options)
 

@@ -39,9 +39,10 @@ from fedfew.fewshot.episodes import (
     load_tasks,
 )
 from fedfew.fewshot.partition import PARTITIONS, PartitionError, partition
-from fedfew.interface.algorithm import ALGORITHMS, Algorithm, ClientData, Context, EpisodeShape, EvalData
+from fedfew.interface.algorithm import Algorithm, ClientData, Context, EpisodeShape, EvalData
 from fedfew.interface.compute import Compute
 from fedfew.interface.protocol import init_generator, initial_client_state
+from fedfew.interface.registration import ALGORITHMS
 from fedfew.interface.state_store import ClientStates, RemoteClientStates
 from fedfew.interface.static import static_tensors
 from fedfew.models import FewShotModel, build_model

@@ -21,6 +21,7 @@ from pathlib import Path
 from fedfew.study.aggregate import aggregate_markdown, profile_figure
 from fedfew.study.choose import choice_markdown, make_choice
 from fedfew.study.collect import StudyResults, collect
+from fedfew.study.compute import compute_table
 from fedfew.study.epsilon import epsilon_figure, epsilon_markdown
 from fedfew.study.figures import figure
 from fedfew.study.intervals import interval_figure
@@ -173,27 +174,6 @@ def intervals_markdown(results: StudyResults, study_path: str, store_option: str
     return (f"[![{alt}]({figure_link})]({figure_link})\n\n<details markdown=\"1\">\n<summary>The full table: "
             f"{len(results.methods)} rows x {len(results.settings)} settings, with the claims "
             f"(<code>{study_path}</code>, {results.budget} budget)</summary>\n\n{table}\n</details>\n")
-
-
-def compute_table(studies: dict[str, tuple[Study, Path]], root: Path,
-                  results_of: Callable[[str], StudyResults]) -> str:
-    """Per study, at its docs budget: cells in the store of all, seeds, the runs' summed wall time
-    (one process each, as `fedfew study run` runs them; a run copied from another study's store counts
-    there only) and the code version."""
-    lines = ["| study | budget | cells in the store | seeds | compute (run wall time, min) | code |",
-             "|---|---|---|---|---|---|"]
-    total = 0.0
-    for name, (_, path) in sorted(studies.items(), key=lambda item: str(item[1][1])):
-        results = results_of(name)
-        total += results.wall_seconds
-        code = results.code.source if results.code else "—"
-        older = sorted(src for src in results.sources if results.code and src != results.code.source)
-        if older:
-            code += f" ({sum(results.sources[src] for src in older)} records of {', '.join(older)}, verified equal)"
-        lines.append(f"| `{path.relative_to(root)}` | {results.budget} | {results.cells_found}/{results.cells_total} | "
-                     f"{', '.join(map(str, results.seeds)) or '—'} | {results.wall_seconds / 60:.1f} | {code} |")
-    lines.append(f"| all | | | | {total / 60:.1f} | |")
-    return "\n".join(lines) + "\n"
 
 
 def name_markers(text: str) -> list[tuple[str, str, str]]:
