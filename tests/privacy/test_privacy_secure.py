@@ -104,8 +104,16 @@ def test_the_study_table_marks_what_a_cell_covers() -> None:
     results = StudyResults.__new__(StudyResults)
     results.privacy = {("f2l", "eps 4"): {0: (3.99, 1e-5)}}
     results.privacy_covers = {("f2l", "eps 4"): {f"{SHARED_ONLY}; {REPRODUCIBLE_NOISE}"}}
+    results.privacy_no_amplification = {}
     mark = privacy_mark(results, "f2l", "eps 4")
     assert mark.startswith(" (ε 3.99, δ 1e-05; ") and SHARED_ONLY in mark and REPRODUCIBLE_NOISE in mark
+    assert "unamplified" not in mark  # an older record without the number
+    # amplified by sampling: the worst seed's epsilon with no amplification beside it
+    results.privacy_no_amplification = {("f2l", "eps 4"): {0: 12.6, 1: 12.61}}
+    assert privacy_mark(results, "f2l", "eps 4").startswith(" (ε 3.99, δ 1e-05; ε 12.61 unamplified; ")
+    # accounted with no amplification (or every client in every round): the two are one number, shown once
+    results.privacy_no_amplification = {("f2l", "eps 4"): {0: 3.99}}
+    assert "unamplified" not in privacy_mark(results, "f2l", "eps 4")
 
 
 # -- bad inputs: one line naming the key, exit 2, no run folder ------------------------------------------------

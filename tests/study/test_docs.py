@@ -12,7 +12,7 @@ import pytest
 from fedfew.study.collect import collect
 from fedfew.study.docs import MARKER, marker_pattern, render_pages, study_files
 from fedfew.study.study_file import load_study
-from tests.study.common import DIGITS_STUDY, INTERVAL, REPO, run_cli, write_study
+from tests.study.common import DIGITS_STUDY, INTERVAL, REPO, _put, run_cli, write_study
 
 
 # -- generated docs ------------------------------------------------------------------------------------
@@ -95,3 +95,28 @@ def test_results_leads_with_the_largest_budget_that_ran() -> None:
             assert results.run_records, f"{name}@{budget} has not run"
             seconds.append(float(np.mean([r.get("wall_seconds", 0.0) for r in results.run_records])))
         assert seconds == sorted(seconds, reverse=True), f"{name}: {list(zip(budgets, seconds))}"
+
+
+def test_a_curve_block_draws_a_number_the_records_keep_at_each_round(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """``study:NAME:curve-KEY``: the figure's link and where each line ends, from the records' histories; before
+    any record keeps one, a line saying so; a key no record keeps is one line naming the keys they have."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "studies").mkdir()
+    study_path = write_study(tmp_path / "studies", DIGITS_STUDY, "digits.yaml")
+    page = tmp_path / "docs" / "page.md"
+    page.write_text("<!-- study:digits-check:curve-test_accuracy begin -->\n"
+                    "<!-- study:digits-check:curve-test_accuracy end -->\n")
+    assert run_cli(["study", "docs", "--root", str(tmp_path)], capsys)[0] == 0
+    assert "*No record of the cpu budget keeps its evaluated rounds yet*" in page.read_text()
+    _put(tmp_path / "studies" / "store", study_path, "cpu",
+         {("fl-proto", "IID 1-shot", 0): 0.5, ("fl-proto", "IID 1-shot", 1): 0.7}, history=True)
+    assert run_cli(["study", "docs", "--root", str(tmp_path)], capsys)[0] == 0
+    text = page.read_text()
+    assert "](studies/digits-check-curve-test_accuracy.png)" in text
+    assert "fl-proto, IID 1-shot: 60.00 at round 2 (2 seeds)" in text
+    assert (tmp_path / "docs" / "studies" / "digits-check-curve-test_accuracy.png").is_file()
+    page.write_text(text.replace("curve-test_accuracy", "curve-val_nonesuch"))
+    code, _, err = run_cli(["study", "docs", "--root", str(tmp_path)], capsys)
+    assert code == 2 and "'val_nonesuch'" in err and "test_accuracy, train_loss" in err
+    assert len(err.strip().splitlines()) == 1

@@ -65,6 +65,9 @@ class StudyResults:
     #: (method, setting) -> what its private runs' epsilon covers, where their summaries say
     #: (``privacy.covers.short``: the accounting, "epsilon covers the shared model only", seeded noise)
     privacy_covers: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+    #: (method, setting) -> {seed: epsilon with no amplification by sampling} of the private cells whose
+    #: summary has it (since issue 51): the tables show it beside the epsilon the run's accounting gave
+    privacy_no_amplification: dict[tuple[str, str], dict[int, float]] = field(default_factory=dict)
 
     @property
     def seeds(self) -> list[int]:
@@ -134,6 +137,9 @@ def collect(study: Study, root: Path, store_base: Path, budget: str | None = Non
             covered = str(covers.get("short", "")) if isinstance(covers, dict) else ""
             if covered:
                 results.privacy_covers.setdefault((cell.method, cell.setting), set()).add(covered)
+            if isinstance(unamplified := guarantee.get("epsilon_no_amplification"), (int, float)):
+                results.privacy_no_amplification.setdefault((cell.method, cell.setting), {})[cell.seed] = \
+                    float(unamplified)
         selected = record["metrics"].get("selected_round")
         if cell.config.federation.rounds > 0 and selected == 0 and not isinstance(selected, bool):
             results.round0.setdefault((cell.method, cell.setting), set()).add(cell.seed)

@@ -7,7 +7,8 @@ interval figure (:mod:`fedfew.study.intervals`) with the full table below it in 
 ``study:NAME:summary`` for the study in one sentence (:mod:`fedfew.study.summary`; README's "what it
 found"); ``study:NAME:epsilon`` for accuracy
 against the privacy budget (:mod:`fedfew.study.epsilon`, with its figure); ``study:NAME:choice-KEY`` for a
-choice the study makes on validation numbers (:mod:`fedfew.study.choose`); ``study:NAME@BUDGET`` for any of these at a budget other than the study's
+choice the study makes on validation numbers (:mod:`fedfew.study.choose`); ``study:NAME:curve-KEY`` for a
+number the records keep at each evaluated round (``val_accuracy``) against the round, with its figure; ``study:NAME@BUDGET`` for any of these at a budget other than the study's
 docs budget, such as a paper-budget cell; ``study:NAME@A+B`` for budgets side by side, as column groups; ``<!-- studies:compute begin -->`` for every study's progress
 and compute time), made from the committed store alone (no number in those blocks is typed by hand;
 tests/study/test_docs.py fails when a page differs from what the store gives)."""
@@ -23,7 +24,7 @@ from fedfew.study.choose import choice_markdown, make_choice
 from fedfew.study.collect import StudyResults, collect
 from fedfew.study.compute import compute_table
 from fedfew.study.epsilon import epsilon_figure, epsilon_markdown
-from fedfew.study.figures import figure
+from fedfew.study.figures import curve_figure, curve_keys, figure, in_percent
 from fedfew.study.intervals import interval_figure
 from fedfew.study.report import budgets_markdown, claims_markdown, markdown
 from fedfew.study.study_file import Study, load_study
@@ -33,7 +34,7 @@ from fedfew.study.winners import winners_markdown
 
 #: A marker is a line of its own (a marker quoted inside a sentence, as in docs/studies.md, is not one).
 #: ``@a+b+c`` puts several budgets side by side (budgets as column groups; the table view only).
-MARKER = re.compile(r"^<!-- study:([A-Za-z0-9_.-]+)(@[A-Za-z0-9_.-]+(?:\+[A-Za-z0-9_.-]+)*)?(:claims|:winners|:aggregate|:intervals|:summary|:epsilon|:choice-[A-Za-z0-9_.-]+)? "
+MARKER = re.compile(r"^<!-- study:([A-Za-z0-9_.-]+)(@[A-Za-z0-9_.-]+(?:\+[A-Za-z0-9_.-]+)*)?(:claims|:winners|:aggregate|:intervals|:summary|:epsilon|:choice-[A-Za-z0-9_.-]+|:curve-[A-Za-z0-9_]+)? "
                     r"begin -->$", re.MULTILINE)
 #: The one block about all studies: cells in the store, seeds and compute time per study.
 COMPUTE = "studies:compute"
@@ -125,6 +126,14 @@ def render_pages(root: Path, store_base: Path | None = None, figures: bool = Fal
                     interval_figure(results, root / "docs" / "studies" / f"{stem}.svg")
                 text = marker_pattern(name + at + view).sub(_between(body), text)
                 continue
+            if view.startswith(":curve-"):  # a history number against the round (fedfew.study.figures)
+                key = view.removeprefix(":curve-")
+                stem = name + (f"-{budget}" if budget else "") + f"-curve-{key}"
+                body = curve_markdown(results, str(path.relative_to(root)), key, f"studies/{stem}.png")
+                if figures and results.histories:
+                    curve_figure(results, key, root / "docs" / "studies" / f"{stem}.png")
+                text = marker_pattern(name + at + view).sub(_between(body), text)
+                continue
             if view == ":summary":
                 body = summary_line(results, str(path.relative_to(root)))
                 text = marker_pattern(name + at + view).sub(_between(body), text)
@@ -159,6 +168,33 @@ def doc_pages(root: Path) -> list[Path]:
     """The pages whose blocks the store writes: docs/*.md and README.md (its "what it found" line)."""
     readme = root / "README.md"
     return sorted((root / "docs").glob("*.md")) + ([readme] if readme.is_file() else [])
+
+
+def curve_markdown(results: StudyResults, study_path: str, key: str, figure_link: str) -> str:
+    """The ``:curve-KEY`` view: ``key`` (a number the records keep at each evaluated round, such as
+    ``val_accuracy``) against the round, one panel per setting and one line per method, the mean over
+    seeds with its 95% band, and where each line ends (its last round and value). A key no record keeps
+    is an error naming the keys they do keep."""
+    budget = results.budget
+    command = f"`fedfew study report {study_path} --budget {budget} --curve {key} FILE.png`"
+    if not results.histories:
+        return f"*No record of the {budget} budget keeps its evaluated rounds yet*: {command} draws it once one does.\n"
+    known = curve_keys(results)
+    if key not in known:
+        raise StudyError(f"marker study:{results.study.name}:curve-{key}: no stored record of the {budget} budget has "
+                         f"{key!r} at its evaluated rounds; they have {', '.join(known)}")
+    scale = 100.0 if in_percent(key) else 1.0
+    ends = []
+    for (method, setting), per_seed in sorted(results.histories.items(), key=lambda item: (
+            results.settings.index(item[0][1]) if item[0][1] in results.settings else 0, item[0][0])):
+        last = [rows[-1] for rows in per_seed.values() if rows and key in rows[-1]]
+        if last:
+            mean = sum(float(row[key]) for row in last) / len(last) * scale
+            ends.append(f"{results.study.label(method)}, {setting}: {mean:.2f} at round "
+                        f"{max(int(row['round']) for row in last)} ({len(last)} seed{'' if len(last) == 1 else 's'})")
+    alt = f"{results.study.title or results.study.name} ({budget} budget): {key} against the round"
+    return (f"![{alt}]({figure_link})\n\n{key} at each evaluated round, the mean over seeds with its 95% band, from "
+            f"the records' histories ({command}). Where each line ends: {'; '.join(ends)}.\n")
 
 
 def intervals_markdown(results: StudyResults, study_path: str, store_option: str | None, figure_link: str) -> str:

@@ -4,6 +4,7 @@ marks), and a history number's curve over rounds, the mean over seeds with its b
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 from fedfew.study.collect import StudyResults
@@ -80,7 +81,8 @@ def figure(results: StudyResults, path: Path) -> bool:
     own = any(row.metric for rows in (study.methods, study.settings) for row in rows.values())
     for ax in axes[:, 0]:
         ax.set_ylabel("accuracy (%), each column's metric" if own else f"{study.metric} (%)")
-    axes[0, 0].set_title(study.title or study.name, fontsize=9)
+    # Wrapped to the panel's width: a long title runs under the legend beside the panel.
+    axes[0, 0].set_title(textwrap.fill(study.title or study.name, width=int(11 * width_in)), fontsize=9)
     # Outside the axes: with a dozen rows a legend inside covers bars.
     fig.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 0.98), frameon=False)
     if study.paper:

@@ -43,20 +43,33 @@ def cell_text(results: StudyResults, method: str, setting: str) -> str:
 
 def privacy_mark(results: StudyResults, method: str, setting: str) -> str:
     """" (ε 3.99, δ 1e-05)" for a cell whose runs were private: the largest epsilon over its seeds (one
-    solved noise multiplier gives every seed the same) and its delta; "" for a cell without DP."""
+    solved noise multiplier gives every seed the same) and its delta, then, where the accounting
+    amplified by sampling, the largest epsilon with no amplification ("ε 12.61 unamplified"), then what
+    the guarantee covers; "" for a cell without DP."""
     budgets = results.privacy.get((method, setting))
     if not budgets:
         return ""
     epsilon = max(e for e, _ in budgets.values())
     deltas = sorted({d for _, d in budgets.values()})
-    covered = "; ".join(sorted(results.privacy_covers.get((method, setting), set())))
-    return f" (ε {epsilon:.2f}, δ {'/'.join(f'{d:g}' for d in deltas)}" + (f"; {covered}" if covered else "") + ")"
+    notes = []
+    unamplified = results.privacy_no_amplification.get((method, setting), {})
+    if unamplified and (worst := max(unamplified.values())) > epsilon + 0.005:  # equal when nothing amplified
+        notes.append(f"ε {worst:.2f} {UNAMPLIFIED}")
+    notes += sorted(results.privacy_covers.get((method, setting), set()))
+    return f" (ε {epsilon:.2f}, δ {'/'.join(f'{d:g}' for d in deltas)}" + "".join(f"; {n}" for n in notes) + ")"
+
+
+#: Beside a cell's epsilon: the same noise and rounds accounted with no amplification by sampling.
+UNAMPLIFIED = "unamplified"
 
 
 #: Under a table with a private cell: what its (ε, δ) is.
 PRIVACY_LEGEND = ("(ε, δ): the cell's client-level differential-privacy guarantee, from its runs' summaries (the "
                   "accountant's epsilon after the rounds run, the largest over seeds; docs/privacy.md); a cell "
-                  "without it is not private. A round-0 row under DP has ε 0: it released nothing the clients made.")
+                  "without it is not private. A round-0 row under DP has ε 0: it released nothing the clients made. "
+                  f"\"ε X {UNAMPLIFIED}\": the same runs' epsilon with no amplification by sampling (the most "
+                  "rounds any client took part in, each a full Gaussian release), shown where the accounting "
+                  "amplified: what the guarantee is against anyone who learns who took part.")
 
 
 def marked_label(results: StudyResults, method: str, setting: str) -> str:
