@@ -3,6 +3,8 @@ worked out by hand."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from fedfew.study.convergence import benchmark_budget, converged_budget
@@ -48,3 +50,32 @@ def test_the_benchmarks_budget_is_the_largest_and_names_the_capped() -> None:
     rising = converged_budget([(10, 50.0), (20, 60.0), (30, 70.0), (40, 80.0)])
     assert plateau.budget == 20
     assert benchmark_budget({"A": plateau, "B": rising}) == (40, ["B"])
+
+
+def test_the_docs_view_applies_the_rule_to_every_stored_curve(tmp_path: Path) -> None:
+    """Two runs of fl-proto with hand-worked curves: seed 0 the plateau above (budget 40), seed 1 still rising
+    at its cap of 40; the study's one equal budget is the largest, 40, and seed 1 is marked."""
+    from fedfew.study.collect import collect
+    from fedfew.study.convergence import convergence_markdown
+    from fedfew.study.grid import cells
+    from fedfew.study.store import ResultStore, make_record
+    from fedfew.study.study_file import load_study
+    from tests.study.common import DIGITS_STUDY, HANDMADE, dumped, write_study
+
+    curves = {0: [(10, 60.0), (20, 80.0), (30, 88.0), (40, 90.0), (50, 90.5), (60, 90.2), (70, 90.9), (80, 91.0)],
+              1: [(10, 50.0), (20, 60.0), (30, 70.0), (40, 80.0)]}
+    path = write_study(tmp_path, DIGITS_STUDY, "digits.yaml")
+    study, root = load_study(path)
+    empty = convergence_markdown(collect(study, root, tmp_path / "store", "cpu"), "digits.yaml")
+    assert empty.startswith("*No run of the cpu budget has a val_accuracy curve yet*")
+    store = ResultStore(tmp_path / "store", study.name)
+    for cell in cells(study, root, "cpu"):
+        if cell.method == "fl-proto" and cell.setting == "IID 1-shot":
+            history = [{"round": r, "val_accuracy": v / 100} for r, v in curves[cell.seed]]
+            store.put(make_record(study.name, "cpu", cell.method, cell.setting, cell.seed, cell.config_hash,
+                                  dumped(cell), HANDMADE, {"test": {"accuracy": 0.5}}, 60.0, history))
+    text = convergence_markdown(collect(study, root, tmp_path / "store", "cpu"), "digits.yaml")
+    rows = [line for line in text.splitlines() if line.startswith("| fl-proto")]
+    assert rows == ["| fl-proto | IID 1-shot | 0 | 40 | 91.00 | 80 | 80 |",
+                    "| fl-proto | IID 1-shot | 1 | 40 (still rising) | 80.00 | 40 | 40 |"]
+    assert "is **40 rounds**" in text and "Still rising at the cap (still rising): fl-proto, IID 1-shot, seed 1" in text

@@ -11,12 +11,17 @@ the cap, and the table marks it. Validation numbers only: the test score never e
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from fedfew.study.collect import StudyResults
 
 #: The rule's defaults: within one point, over the last quarter.
 TOLERANCE = 1.0
 TAIL = 0.25
+#: How a table marks a run whose budget is its cap because it was still rising there.
+STILL_RISING = "still rising"
 
 
 @dataclass(frozen=True)
@@ -67,3 +72,42 @@ def benchmark_budget(found: dict[str, Convergence]) -> tuple[int, list[str]]:
     if not found:
         raise ValueError("benchmark_budget: no method")
     return max(c.budget for c in found.values()), sorted(m for m, c in found.items() if c.still_rising)
+
+
+def validation_points(rows: Sequence[Mapping[str, object]], key: str = "val_accuracy") -> list[tuple[int, float]]:
+    """``(round, key in percent)`` of one run's evaluated rounds (a record's ``history``), where it has one."""
+    return [(int(str(row["round"])), 100.0 * float(value)) for row in rows
+            if isinstance(value := row.get(key), (int, float)) and math.isfinite(value)]
+
+
+def convergence_markdown(results: StudyResults, study_path: str, key: str = "val_accuracy") -> str:
+    """The rule applied to every stored run of a budget with a validation curve: per method, setting and
+    seed, the converged budget, the best validation accuracy and its round, the cap and whether the run
+    is still rising there; then the budget's one equal budget (the largest) and the methods still rising.
+    The ``:convergence`` docs view (docs/benchmark.md, docs/calibration.md)."""
+    budget = results.budget
+    found: dict[str, Convergence] = {}
+    lines = [f"| method | setting | seed | converged budget (round) | best {key} (%) | at round | cap (round) |",
+             "|---|---|---|---|---|---|---|"]
+    for (method, setting), per_seed in sorted(results.histories.items(), key=lambda item: (
+            results.settings.index(item[0][1]) if item[0][1] in results.settings else 0,
+            results.methods.index(item[0][0]) if item[0][0] in results.methods else 0)):
+        for seed, rows in sorted(per_seed.items()):
+            points = validation_points(rows, key)
+            if not points:
+                continue
+            rule = converged_budget(points)
+            found[f"{results.study.label(method)}, {setting}, seed {seed}"] = rule
+            mark = f" ({STILL_RISING})" if rule.still_rising else ""
+            lines.append(f"| {results.study.label(method)} | {setting} | {seed} | {rule.budget}{mark} | "
+                         f"{rule.best:.2f} | {rule.best_round} | {rule.cap} |")
+    if not found:
+        return (f"*No run of the {budget} budget has a {key} curve yet*: `fedfew study run {study_path} --budget "
+                f"{budget}`, then `fedfew study docs`.\n")
+    largest, still_rising = benchmark_budget(found)
+    tail = (f" Still rising at the cap ({STILL_RISING}): {'; '.join(still_rising)}: the budget is capped there."
+            if still_rising else " No run is still rising at its cap.")
+    return ("\n".join(lines) + f"\n\nThe rule (fedfew.study.convergence: the best {key} in the last quarter of b "
+            f"rounds within {TOLERANCE:g} point of the run's best) on the {budget} budget's "
+            f"{len(found)} run{'' if len(found) == 1 else 's'}: one equal budget for all, the largest, is "
+            f"**{largest} rounds**.{tail}\n")

@@ -8,7 +8,9 @@ interval figure (:mod:`fedfew.study.intervals`) with the full table below it in 
 found"); ``study:NAME:epsilon`` for accuracy
 against the privacy budget (:mod:`fedfew.study.epsilon`, with its figure); ``study:NAME:choice-KEY`` for a
 choice the study makes on validation numbers (:mod:`fedfew.study.choose`); ``study:NAME:curve-KEY`` for a
-number the records keep at each evaluated round (``val_accuracy``) against the round, with its figure; ``study:NAME@BUDGET`` for any of these at a budget other than the study's
+number the records keep at each evaluated round (``val_accuracy``) against the round, with its figure;
+``study:NAME:convergence`` for the convergence rule on every run's validation curve
+(:mod:`fedfew.study.convergence`); ``study:NAME@BUDGET`` for any of these at a budget other than the study's
 docs budget, such as a paper-budget cell; ``study:NAME@A+B`` for budgets side by side, as column groups; ``<!-- studies:compute begin -->`` for every study's progress
 and compute time), made from the committed store alone (no number in those blocks is typed by hand;
 tests/study/test_docs.py fails when a page differs from what the store gives)."""
@@ -23,6 +25,7 @@ from fedfew.study.aggregate import aggregate_markdown, profile_figure
 from fedfew.study.choose import choice_markdown, make_choice
 from fedfew.study.collect import StudyResults, collect
 from fedfew.study.compute import compute_table
+from fedfew.study.convergence import convergence_markdown
 from fedfew.study.epsilon import epsilon_figure, epsilon_markdown
 from fedfew.study.figures import curve_figure, curve_keys, figure, in_percent
 from fedfew.study.intervals import interval_figure
@@ -34,7 +37,7 @@ from fedfew.study.winners import winners_markdown
 
 #: A marker is a line of its own (a marker quoted inside a sentence, as in docs/studies.md, is not one).
 #: ``@a+b+c`` puts several budgets side by side (budgets as column groups; the table view only).
-MARKER = re.compile(r"^<!-- study:([A-Za-z0-9_.-]+)(@[A-Za-z0-9_.-]+(?:\+[A-Za-z0-9_.-]+)*)?(:claims|:winners|:aggregate|:intervals|:summary|:epsilon|:choice-[A-Za-z0-9_.-]+|:curve-[A-Za-z0-9_]+)? "
+MARKER = re.compile(r"^<!-- study:([A-Za-z0-9_.-]+)(@[A-Za-z0-9_.-]+(?:\+[A-Za-z0-9_.-]+)*)?(:claims|:winners|:aggregate|:intervals|:summary|:epsilon|:choice-[A-Za-z0-9_.-]+|:curve-[A-Za-z0-9_]+|:convergence)? "
                     r"begin -->$", re.MULTILINE)
 #: The one block about all studies: cells in the store, seeds and compute time per study.
 COMPUTE = "studies:compute"
@@ -132,6 +135,10 @@ def render_pages(root: Path, store_base: Path | None = None, figures: bool = Fal
                 body = curve_markdown(results, str(path.relative_to(root)), key, f"studies/{stem}.png")
                 if figures and results.histories:
                     curve_figure(results, key, root / "docs" / "studies" / f"{stem}.png")
+                text = marker_pattern(name + at + view).sub(_between(body), text)
+                continue
+            if view == ":convergence":  # the convergence rule on every run's validation curve
+                body = convergence_markdown(results, str(path.relative_to(root)))
                 text = marker_pattern(name + at + view).sub(_between(body), text)
                 continue
             if view == ":summary":
