@@ -284,6 +284,9 @@ def test_a_second_sigterm_while_stopping_leaves_no_process(tmp_path: Path) -> No
     import yaml
 
     config = tiny_config("fl-proto", federation={"rounds": 50})
+    # The four SuperNodes may take minutes to start on a loaded 2-core machine: the run must be training
+    # when the signals come, so it may wait as long as the test waits for its first round.
+    config["flower"] = {**config.get("flower", {}), "startup_timeout": 900}
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     before = federation_markers()
