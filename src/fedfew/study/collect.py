@@ -74,6 +74,13 @@ class StudyResults:
         """The seeds of every stored value."""
         return sorted({s for per_seed in self.values.values() for s in per_seed})
 
+    def table_order(self, cell: tuple[str, str]) -> tuple[int, int]:
+        """A (method, setting) cell's place as the tables show it: by setting, then by method (a name the
+        budget does not list goes first)."""
+        method, setting = cell
+        return (self.settings.index(setting) if setting in self.settings else -1,
+                self.methods.index(method) if method in self.methods else -1)
+
     def interval(self, method: str, setting: str) -> Bounds | None:
         """The cell's mean accuracy over seeds and its 95% interval inside [0, 100] (None: not stored)."""
         per_seed = self.values.get((method, setting), {})

@@ -89,9 +89,7 @@ def convergence_markdown(results: StudyResults, study_path: str, key: str = "val
     found: dict[str, Convergence] = {}
     lines = [f"| method | setting | seed | converged budget (round) | best {key} (%) | at round | cap (round) |",
              "|---|---|---|---|---|---|---|"]
-    for (method, setting), per_seed in sorted(results.histories.items(), key=lambda item: (
-            results.settings.index(item[0][1]) if item[0][1] in results.settings else 0,
-            results.methods.index(item[0][0]) if item[0][0] in results.methods else 0)):
+    for (method, setting), per_seed in sorted(results.histories.items(), key=lambda item: results.table_order(item[0])):
         for seed, rows in sorted(per_seed.items()):
             points = validation_points(rows, key)
             if not points:

@@ -192,8 +192,7 @@ def curve_markdown(results: StudyResults, study_path: str, key: str, figure_link
                          f"{key!r} at its evaluated rounds; they have {', '.join(known)}")
     scale = 100.0 if in_percent(key) else 1.0
     ends = []
-    for (method, setting), per_seed in sorted(results.histories.items(), key=lambda item: (
-            results.settings.index(item[0][1]) if item[0][1] in results.settings else 0, item[0][0])):
+    for (method, setting), per_seed in sorted(results.histories.items(), key=lambda item: results.table_order(item[0])):
         last = [rows[-1] for rows in per_seed.values() if rows and key in rows[-1]]
         if last:
             mean = sum(float(row[key]) for row in last) / len(last) * scale
