@@ -32,10 +32,6 @@ class StudyResults:
     #: environments are the header's (:func:`fedfew.run.environment.describe_environments`)
     run_records: list[StudyRecord] = field(default_factory=list)
     wall_seconds: float = 0.0
-    #: The same runs' CPU time (every thread of the run's process), summed over the records that hold it,
-    #: and how many do (records written before it was kept have none)
-    cpu_seconds: float = 0.0
-    cpu_seconds_runs: int = 0
     #: Records copied from other studies' stores (the same run: config and code), by the study that ran
     #: them, and those runs' wall time: counted there, so not in ``wall_seconds``
     reused: dict[str, int] = field(default_factory=dict)
@@ -129,9 +125,6 @@ def collect(study: Study, root: Path, store_base: Path, budget: str | None = Non
                 results.reused_seconds += float(record.get("wall_seconds", 0.0))
             else:
                 results.wall_seconds += float(record.get("wall_seconds", 0.0))
-                if isinstance(cpu := record.get("cpu_seconds"), (int, float)):
-                    results.cpu_seconds += float(cpu)
-                    results.cpu_seconds_runs += 1
         source = record["code"]["source"]
         results.sources[source] = results.sources.get(source, 0) + 1
         if record.get("history"):

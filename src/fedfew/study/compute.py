@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from fedfew.study.collect import StudyResults
+from fedfew.study.store import StudyRecord
 from fedfew.study.study_file import Study
 
 NOT_RECORDED = "not recorded"
@@ -28,22 +29,33 @@ def machine_name(environment: object) -> str:
     return " ".join(_BRAND_NOISE.sub(" ", str(cpu)).split()) if cpu else "an unknown CPU"
 
 
+def own_records(results: StudyResults) -> list[StudyRecord]:
+    """The records of the runs this study ran (not those copied from another study's store, counted there)."""
+    return [record for record in results.run_records if not record.get("reused_from")]
+
+
 def machines(results: StudyResults) -> str:
-    """The study's own runs (not those copied from another study's store) by machine, most first:
-    "Intel Xeon 30, not recorded 12"."""
-    counts = Counter(machine_name(record.get("environment")) for record in results.run_records
-                     if not record.get("reused_from"))
+    """The study's own runs by machine, most first: "Intel Xeon 30, not recorded 12"."""
+    counts = Counter(machine_name(record.get("environment")) for record in own_records(results))
     ranked = sorted(counts.items(), key=lambda item: (item[0] == NOT_RECORDED, -item[1], item[0]))
     return ", ".join(f"{name} {n}" for name, n in ranked) or "—"
 
 
+def cpu_seconds(results: StudyResults) -> tuple[float, int, int]:
+    """The study's own runs' CPU time (every thread of a run's process), summed over the records that keep
+    it; how many do, and how many runs there are (records written before it was kept have none)."""
+    own = own_records(results)
+    kept = [float(cpu) for record in own if isinstance(cpu := record.get("cpu_seconds"), (int, float))]
+    return sum(kept), len(kept), len(own)
+
+
 def cpu_minutes(results: StudyResults) -> str:
     """The runs' CPU time in minutes, with how many runs it covers where some records predate it."""
-    own = sum(1 for record in results.run_records if not record.get("reused_from"))
-    if results.cpu_seconds_runs == 0:
+    seconds, kept, own = cpu_seconds(results)
+    if kept == 0:
         return "—"
-    covered = "" if results.cpu_seconds_runs == own else f" ({results.cpu_seconds_runs} of {own} runs)"
-    return f"{results.cpu_seconds / 60:.1f}{covered}"
+    covered = "" if kept == own else f" ({kept} of {own} runs)"
+    return f"{seconds / 60:.1f}{covered}"
 
 
 def compute_table(studies: dict[str, tuple[Study, Path]], root: Path,
@@ -58,7 +70,7 @@ def compute_table(studies: dict[str, tuple[Study, Path]], root: Path,
     for name, (_, path) in sorted(studies.items(), key=lambda item: str(item[1][1])):
         results = results_of(name)
         total_wall += results.wall_seconds
-        total_cpu += results.cpu_seconds
+        total_cpu += cpu_seconds(results)[0]
         code = results.code.source if results.code else "—"
         older = sorted(src for src in results.sources if results.code and src != results.code.source)
         if older:

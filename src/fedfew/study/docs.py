@@ -27,7 +27,7 @@ from fedfew.study.collect import StudyResults, collect
 from fedfew.study.compute import compute_table
 from fedfew.study.convergence import convergence_markdown
 from fedfew.study.epsilon import epsilon_figure, epsilon_markdown
-from fedfew.study.figures import curve_figure, curve_keys, figure, in_percent
+from fedfew.study.figures import curve_figure, curve_keys, figure, mean_curve
 from fedfew.study.intervals import interval_figure
 from fedfew.study.report import budgets_markdown, claims_markdown, markdown
 from fedfew.study.study_file import Study, load_study
@@ -190,14 +190,13 @@ def curve_markdown(results: StudyResults, study_path: str, key: str, figure_link
     if key not in known:
         raise StudyError(f"marker study:{results.study.name}:curve-{key}: no stored record of the {budget} budget has "
                          f"{key!r} at its evaluated rounds; they have {', '.join(known)}")
-    scale = 100.0 if in_percent(key) else 1.0
     ends = []
     for (method, setting), per_seed in sorted(results.histories.items(), key=lambda item: results.table_order(item[0])):
-        last = [rows[-1] for rows in per_seed.values() if rows and key in rows[-1]]
-        if last:
-            mean = sum(float(row[key]) for row in last) / len(last) * scale
-            ends.append(f"{results.study.label(method)}, {setting}: {mean:.2f} at round "
-                        f"{max(int(row['round']) for row in last)} ({len(last)} seed{'' if len(last) == 1 else 's'})")
+        points = mean_curve(per_seed, key)  # the figure's own line: its last point is where the text says it ends
+        if points:
+            last_round, mean = points[-1][:2]
+            ends.append(f"{results.study.label(method)}, {setting}: {mean:.2f} at round {last_round} "
+                        f"({len(per_seed)} seed{'' if len(per_seed) == 1 else 's'})")
     alt = f"{results.study.title or results.study.name} ({budget} budget): {key} against the round"
     return (f"![{alt}]({figure_link})\n\n{key} at each evaluated round, the mean over seeds with its 95% band, from "
             f"the records' histories ({command}). Where each line ends: {'; '.join(ends)}.\n")
