@@ -63,7 +63,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     from fedfew.study.verify import verify_study
 
     study, root = load_study(args.study)
-    done = verify_study(study, root, args.budget, _checked(args, study, root, write=True), Path(args.runs), args.per_method, args.set)
+    done = verify_study(study, root, args.budget, _checked(args, study, root, write=True), Path(args.runs), args.per_method,
+                        args.set, older_tree=Path(args.old_code) if args.old_code else None)
     print(done["verdict"])  # after the drift table verify_study printed
     return 0
 
@@ -251,6 +252,9 @@ def add_parser(sub: argparse._SubParsersAction, plugin_option: object = None) ->
     verify.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="the same --set the study was run with (part of each cell's key)")
     verify.add_argument("--runs", default="runs/studies", help="base folder for the re-run cells' run folders")
+    verify.add_argument("--old-code", default=None, metavar="CHECKOUT",
+                        help="a checkout of the records' code (git worktree add --detach CHECKOUT COMMIT): run each "
+                             "cell with it here too and compare exactly, wherever the records were made")
     common(verify)
     verify.set_defaults(func=_cmd_verify)
 

@@ -81,6 +81,12 @@ class StudyRecord(_RecordAdded):
     finished: str
 
 
+class OlderCheckout(CodeJSON):
+    """The checkout ``fedfew study verify --old-code`` ran the older code from: its path and code version."""
+
+    checkout: str
+
+
 class _EquivalenceAdded(TypedDict, total=False):
     """The fields of an equivalence file that verify writes since it judges other environments by a
     tolerance (absent in older files: those were exact)."""
@@ -88,6 +94,9 @@ class _EquivalenceAdded(TypedDict, total=False):
     exact: bool
     tolerance: str
     environments: dict[str, Mapping[str, JSONValue]]
+    #: ``verify --old-code``: the checkout of the older code that ran each cell on the verifying machine
+    #: (its path, package, sources and commit); the comparison was then in one environment.
+    older_code_run_here: OlderCheckout
 
 
 class Equivalence(_EquivalenceAdded):

@@ -19,7 +19,7 @@ from fedfew.study.cell_paths import cell_folder
 from fedfew.study.grid import Cell, cells
 from fedfew.study.records import CheckedStore
 from fedfew.study.sittings import timestamp
-from fedfew.study.store import FORMAT, StudyRecord, current_code, foreign_codes, metric
+from fedfew.study.store import FORMAT, Equivalence, StudyRecord, current_code, foreign_codes, metric
 from fedfew.study.study_file import Study
 from fedfew.study.study_sections import StudyError
 
@@ -67,9 +67,11 @@ class Drift:
     exact: bool
     same_environment: bool
     environments: tuple[Environment | None, Environment | None]  # the record's, the re-run's
+    #: With ``--old-code``, ``before`` is the older code's run here, and this the stored record's metric.
+    recorded: float | None = None
 
     @classmethod
-    def of(cls, cell: Cell, path: str, before: StudyRecord, now: StudyRecord) -> Drift:
+    def of(cls, cell: Cell, path: str, before: StudyRecord, now: StudyRecord, recorded: float | None = None) -> Drift:
         from fedfew.run.environment import same_environment
 
         if metric(before, path) is None and metric(now, path) is None:
@@ -78,7 +80,7 @@ class Drift:
         return cls(cell, path, metric(before, path), metric(now, path), ci95,
                    same_numbers(before["metrics"].get("test"), now["metrics"].get("test")),
                    same_environment(before.get("environment"), now.get("environment")),
-                   (before.get("environment"), now.get("environment")))
+                   (before.get("environment"), now.get("environment")), recorded)
 
     @property
     def difference(self) -> float | None:
@@ -102,7 +104,8 @@ class Drift:
 
     def line(self) -> str:
         """The cell's progress line: the two values and the judgement."""
-        return (f"{_percent(self.rerun)}% (stored: {_percent(self.stored)}%, {self.metric}), {self.judged}"
+        before = "older code here" if self.recorded is not None else "stored"
+        return (f"{_percent(self.rerun)}% ({before}: {_percent(self.stored)}%, {self.metric}), {self.judged}"
                 + ("" if self.same_environment or self.exact else " (another environment)"))
 
     def to_json(self, labels: dict[str, tuple[str, Environment | None]]) -> JSONObject:
@@ -110,7 +113,8 @@ class Drift:
         return {"config_hash": c.config_hash, "method": c.method, "setting": c.setting, "seed": c.seed,
                 "metric": self.metric, "stored": self.stored, "rerun": self.rerun, "difference": self.difference,
                 "tolerance": self.tolerance, "exact": self.exact, "same_environment": self.same_environment,
-                "environments": [labels[_env_id(e)][0] for e in self.environments], "judged": self.judged}
+                "environments": [labels[_env_id(e)][0] for e in self.environments], "judged": self.judged,
+                **({"recorded": self.recorded} if self.recorded is not None else {})}
 
 
 def _percent(value: float | None) -> str:
@@ -138,14 +142,17 @@ def drift_table(drifts: list[Drift], labels: dict[str, tuple[str, Environment | 
     environments as stored → re-run), then what each environment label stands for and the tolerance."""
     from fedfew.run.environment import describe
 
-    lines = ["| cell | metric | stored | re-run | difference | tolerance | environments | judged |",
-             "|---|---|---|---|---|---|---|---|"]
+    by_tree = any(d.recorded is not None for d in drifts)
+    before = "older code here" if by_tree else "stored"
+    lines = [f"| cell | metric | {before} | re-run | difference | tolerance | environments | judged |"
+             + (" stored (another run of the older code) |" if by_tree else ""),
+             "|---|---|---|---|---|---|---|---|" + ("---|" if by_tree else "")]
     for d in drifts:
         difference = "—" if d.difference is None else f"{100 * d.difference:+.4f}"
         stored, rerun = (labels[_env_id(e)][0] for e in d.environments)
         lines.append(f"| {d.cell.title} | {d.metric} | {_percent(d.stored)} | {_percent(d.rerun)} | {difference} | "
                      f"{'—' if d.tolerance is None else f'± {100 * d.tolerance:.4f}'} | {stored} → {rerun} | "
-                     f"{d.judged} |")
+                     f"{d.judged} |" + (f" {_percent(d.recorded)} |" if by_tree else ""))
     lines.append("")
     lines += [f"{label}: {describe(env)}" for label, env in labels.values() if env is not None]
     lines.append(f"In one environment every stored test number must be the same; across environments (or with "
@@ -154,7 +161,8 @@ def drift_table(drifts: list[Drift], labels: dict[str, tuple[str, Environment | 
 
 
 def verify_study(study: Study, root: Path, budget: str, store_base: Path, runs_base: Path, per_method: int = 1,
-                 extra: list[str] | None = None, table_out: TextIO | None = None) -> dict[str, int | str]:
+                 extra: list[str] | None = None, table_out: TextIO | None = None,
+                 older_tree: Path | None = None) -> dict[str, int | str]:
     """Re-run ``per_method`` stored cells of each method (the first settings and seeds that have a record)
     with this code and compare each with its record of the older code that holds most of the budget's
     cells, like with like (:class:`Drift`): in the record's environment every stored test number must be
@@ -164,7 +172,11 @@ def verify_study(study: Study, root: Path, budget: str, store_base: Path, runs_b
     cell's numbers and difference, as evidence) go into the store, and the older records count as this
     version's, so a commit that does not change these runs' numbers does not send the study back to the
     start. Any one failing: nothing is written to the store (a report would otherwise switch to the few
-    new records), exit 1; `study run --new-code` then reads the re-run cells' finished runs back."""
+    new records), exit 1; `study run --new-code` then reads the re-run cells' finished runs back.
+
+    ``older_tree``: a checkout of the records' code (:mod:`fedfew.study.verify_tree`); each chosen cell
+    is run by it here as well, and this code's re-run is compared with that run, in one environment, so
+    exactly, whichever machine made the records (their own values are kept beside, as ``recorded``)."""
     from fedfew.run.experiment import dataset_cache
 
     if per_method < 1:
@@ -186,20 +198,38 @@ def verify_study(study: Study, root: Path, budget: str, store_base: Path, runs_b
         if cell.config_hash in old_records and taken.get(cell.method, 0) < per_method:
             taken[cell.method] = taken.get(cell.method, 0) + 1
             chosen.append(cell)
+    tree = None
+    if older_tree is not None:
+        from fedfew.study.verify_tree import check_tree, tree_code
+
+        tree = tree_code(older_tree)
+        check_tree(older_tree, tree, old, store.equal_codes(old))
+    by_tree = f" and, on this machine, with the older code's checkout {older_tree} (sources {tree.source})" if tree else ""
     progress_log.info(f"study {study.name} at budget {budget}: re-running {len(chosen)} of the {held[old.key]} cells "
-                      f"stored by sources {old.source} with sources {code.source}")
+                      f"stored by sources {old.source} with sources {code.source}{by_tree}")
     shown = study.model_copy(update={"metric": study.budget(budget).metric}) if study.budget(budget).metric else study
     drifts: list[Drift] = []
     records: list[StudyRecord] = []
+    befores: list[StudyRecord] = []  # what each re-run is compared with: its record, or the older code's run here
     with dataset_cache():
         for i, cell in enumerate(chosen, 1):
             summary, run_folder = run_noted(cell, cell_folder(runs_base, study, cell, code))
             record = cell_record(study, budget, cell, code, summary, run_folder, 0.0)
             records.append(record)
-            drift = Drift.of(cell, shown.metric_of(cell.method, cell.setting), old_records[cell.config_hash], record)
+            metric_path = shown.metric_of(cell.method, cell.setting)
+            if older_tree is not None and tree is not None:
+                from fedfew.study.verify_tree import tree_record
+
+                before = tree_record(study, budget, cell, old_records[cell.config_hash], older_tree, tree, runs_base)
+                drift = Drift.of(cell, metric_path, before, record,
+                                 recorded=metric(old_records[cell.config_hash], metric_path))
+            else:
+                before = old_records[cell.config_hash]
+                drift = Drift.of(cell, metric_path, before, record)
+            befores.append(before)
             drifts.append(drift)
             progress_log.info(f"[{i}/{len(chosen)}] {cell.title}: {drift.line()}")
-    labels = _environment_labels([old_records[d.cell.config_hash] for d in drifts] + records)
+    labels = _environment_labels(befores + records)
     print(drift_table(drifts, labels), file=table_out or sys.stdout, flush=True)
     exact = sum(d.exact for d in drifts)
     failed = [d for d in drifts if not d.passes]
@@ -211,13 +241,18 @@ def verify_study(study: Study, root: Path, budget: str, store_base: Path, runs_b
                           f"{failed[0].cell.title}); nothing recorded as equal: run the study again with --new-code")
     for record in records:
         store.put(record)
-    path = store.put_equivalence({
+    equivalence: Equivalence = {
         "format": FORMAT, "study": study.name, "budget": budget, "code": code.to_json(), "equal_to": old.to_json(),
         "exact": exact == len(drifts), "tolerance": TOLERANCE,
         "environments": {label: env for label, env in labels.values() if env is not None},
-        "cells": [d.to_json(labels) for d in drifts], "verified": timestamp()})
+        "cells": [d.to_json(labels) for d in drifts], "verified": timestamp()}
+    if tree is not None and older_tree is not None:
+        equivalence["older_code_run_here"] = {"checkout": str(older_tree), **tree.to_json()}
+    path = store.put_equivalence(equivalence)
     how = ("exactly" if exact == len(drifts) else
            f"{exact} exactly, {len(drifts) - exact} within {TOLERANCE} across environments")
+    if tree is not None:
+        how += f", against the older code's own runs on this machine (sources {tree.source})"
     verdict = (f"study {study.name}: sources {code.source} gives the numbers of sources {old.source} on all "
                f"{len(chosen)} re-run cells ({how}); the older records count as this version's ({path})")
     return {"cells": len(chosen), "old": old.source, "new": code.source, "file": str(path), "exact": exact,
