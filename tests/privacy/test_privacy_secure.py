@@ -116,6 +116,18 @@ def test_the_study_table_marks_what_a_cell_covers() -> None:
     assert "unamplified" not in privacy_mark(results, "f2l", "eps 4")
 
 
+def test_a_table_says_every_client_took_part_where_no_sample_was_drawn() -> None:
+    """Poisson accounting at a sampling rate of 1 (ten clients, all of them each round) drew no sample: the
+    table's note says every client took part, not that a sample was kept secret; below 1 it keeps the note."""
+    from fedfew.study.collect import WHOLE_FEDERATION, _whole_federation
+
+    short = f"{SHARED_ONLY}; Poisson sample kept secret by the server; {REPRODUCIBLE_NOISE}"
+    assert _whole_federation(short, {"sampling_rate": 1.0}) == f"{SHARED_ONLY}; {WHOLE_FEDERATION}; {REPRODUCIBLE_NOISE}"
+    assert _whole_federation(short, {"sampling_rate": 10 / 64}) == short
+    assert _whole_federation("secret fixed-size sample", {"sampling_rate": 1.0}) == WHOLE_FEDERATION
+    assert _whole_federation(short, {}) == short  # a record without the rate: as it says
+
+
 # -- bad inputs: one line naming the key, exit 2, no run folder ------------------------------------------------
 BAD = [
     (["privacy={client_metrics: false}"], "privacy.client_metrics"),  # ignored without a mechanism

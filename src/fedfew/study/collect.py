@@ -6,6 +6,7 @@ round-0 selections, privacy guarantees, curves)."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -83,6 +84,20 @@ class StudyResults:
         return accuracy_interval(list(per_seed.values())) if per_seed else None
 
 
+#: The accounting's note where every client takes part in every round (the sampling rate is 1): there is
+#: no sample to keep secret, whatever the accounting mode, and no amplification to claim.
+WHOLE_FEDERATION = "every client in every round"
+
+
+def _whole_federation(short: str, guarantee: Mapping[str, object]) -> str:
+    """A run's one-line qualifier of its epsilon (``covers.short``) as a table shows it: at a sampling rate of
+    1 (every client, every round) the Poisson note ("Poisson sample kept secret by the server") says
+    something that did not happen, so it reads :data:`WHOLE_FEDERATION` instead."""
+    if guarantee.get("sampling_rate") != 1.0:
+        return short
+    notes = [WHOLE_FEDERATION if "sample" in note else note for note in short.split("; ") if note]
+    return "; ".join(notes)
+
 def collect(study: Study, root: Path, store_base: Path, budget: str | None = None,
             damaged: dict[Path, str] | None = None) -> StudyResults:
     """The stored values of ``study``'s cells at ``budget`` (default: the docs budget), taken from the
@@ -134,7 +149,7 @@ def collect(study: Study, root: Path, store_base: Path, budget: str | None = Non
             results.privacy.setdefault((cell.method, cell.setting), {})[cell.seed] = (
                 float(epsilon), as_float(guarantee["delta"]))
             covers = guarantee.get("covers")  # since issue 51: a dict whose "short" qualifies the epsilon
-            covered = str(covers.get("short", "")) if isinstance(covers, dict) else ""
+            covered = _whole_federation(str(covers.get("short", "")) if isinstance(covers, dict) else "", guarantee)
             if covered:
                 results.privacy_covers.setdefault((cell.method, cell.setting), set()).add(covered)
             if isinstance(unamplified := guarantee.get("epsilon_no_amplification"), (int, float)):
