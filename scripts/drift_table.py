@@ -38,8 +38,13 @@ def table(store: Path, source: str) -> str:
     files = equivalences(store, source)
     if not files:
         raise SystemExit(f"no equivalence files of code version {source} under {store}")
-    rows = ["| study | cell | metric | stored | re-run | difference | tolerance | environments | judged |",
-            "|---|---|---|---|---|---|---|---|---|"]
+    # `verify --old-code`: the re-run is compared with the older code run here, and the record's own value
+    # (made on its machine) stands in a last column
+    by_tree = any("recorded" in cell for data in files for cell in data["cells"])
+    rows = (["| study | cell | metric | older code here | re-run | difference | tolerance | environments | judged | "
+             "stored record |", "|---|---|---|---|---|---|---|---|---|---|"] if by_tree else
+            ["| study | cell | metric | stored | re-run | difference | tolerance | environments | judged |",
+             "|---|---|---|---|---|---|---|---|---|"])
     labels: dict[str, str] = {}
     differences = []
     for data in files:
@@ -54,16 +59,23 @@ def table(store: Path, source: str) -> str:
             rows.append(f"| {data['_study']} | {cell['method']} / {cell['setting']} / seed {cell['seed']} | "
                         f"{cell['metric']} | {scale * cell['stored']:.4f} | {scale * cell['rerun']:.4f} | "
                         f"{difference:+.4f} | ± {scale * cell['tolerance']:.4f} | "
-                        f"{' → '.join(cell.get('environments', []))} | {cell['judged']} |")
+                        f"{' → '.join(cell.get('environments', []))} | {cell['judged']} |"
+                        + (f" {_recorded(cell, scale)} |" if by_tree else ""))
     exact = sum(1 for _, same in differences if same)
+    how = " (the older code run on the same machine)" if by_tree else ""
     largest = max((d for d, _ in differences), default=0.0)
     olds = sorted({data["equal_to"]["source"] for data in files})
     lines = [*rows, "",
              f"{len(differences)} re-run cells of {len(files)} studies, code {source} against "
-             f"{', '.join(olds)}: {exact} the same exactly, largest difference {largest:.4f} points (accuracies "
-             "in %)."]
+             f"{', '.join(olds)}{how}: {exact} the same exactly, largest difference {largest:.4f} points "
+             "(accuracies in %)."]
     lines += [f"{label}: {text}." for label, text in sorted(labels.items())]
     return "\n".join(lines)
+
+
+def _recorded(cell: dict[str, Any], scale: float) -> str:
+    """The stored record's own value beside a `--old-code` comparison ("—" for a cell compared with it)."""
+    return "—" if cell.get("recorded") is None else f"{scale * cell['recorded']:.4f}"
 
 
 def main(argv: list[str] | None = None) -> int:
