@@ -120,3 +120,31 @@ def test_a_curve_block_draws_a_number_the_records_keep_at_each_round(tmp_path: P
     code, _, err = run_cli(["study", "docs", "--root", str(tmp_path)], capsys)
     assert code == 2 and "'val_nonesuch'" in err and "test_accuracy, train_loss" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_curve_block_shows_each_untrained_control_as_a_band(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """The untrained rows (rounds 0) keep no curve: their round-0 score on the curve's split is a band, in the
+    figure and in the text (mean and interval over seeds); a score on another split is not drawn."""
+    from tests.study.common import OWN_CONTROL
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "studies").mkdir()
+    study_path = write_study(tmp_path / "studies", OWN_CONTROL, "digits.yaml")
+    page = tmp_path / "docs" / "page.md"
+    page.write_text("<!-- study:digits-check:curve-test_accuracy begin -->\n"
+                    "<!-- study:digits-check:curve-test_accuracy end -->\n")
+    store = tmp_path / "studies" / "store"
+    _put(store, study_path, "cpu", {("fl-proto", "IID 1-shot", 0): 0.5, ("fl-proto", "IID 1-shot", 1): 0.7}, history=True)
+    for seed, accuracy in ((0, 0.3), (1, 0.4)):
+        _put(store, study_path, "cpu", {("fl-proto, untrained", "IID 1-shot", seed): accuracy},
+             summary={"initial_score": {"accuracy": accuracy, "split": "test"}})
+    assert run_cli(["study", "docs", "--root", str(tmp_path)], capsys)[0] == 0
+    text = page.read_text()
+    assert "The untrained controls' test_accuracy at round 0, the grey bands" in text
+    assert "(control) prototypes, IID 1-shot: 35.00 [" in text
+    page.write_text("<!-- study:digits-check:curve-val_accuracy begin -->\n<!-- study:digits-check:curve-val_accuracy end -->\n")
+    _put(store, study_path, "cpu", {("fl-maml", "IID 1-shot", 0): 0.5}, history=True,
+         summary={"initial_score": {"accuracy": 0.2, "split": "val"}})  # trained: no band
+    code, _, err = run_cli(["study", "docs", "--root", str(tmp_path)], capsys)
+    assert code == 2 and "'val_accuracy'" in err  # the controls' val scores do not make a curve key

@@ -48,6 +48,9 @@ class StudyResults:
     verified: list[tuple[str, str, int, bool]] = field(default_factory=list)
     #: (method or CONTROL, setting) -> {seed: the run's evaluated rounds} (records that keep them)
     histories: dict[tuple[str, str], dict[int, list[dict[str, float]]]] = field(default_factory=dict)
+    #: (method or CONTROL, setting) -> {seed: {"SPLIT_accuracy": fraction}} of the runs that did not train
+    #: (rounds 0: the untrained controls): their round-0 score, which a learning curve draws as a band
+    untrained: dict[tuple[str, str], dict[int, dict[str, float]]] = field(default_factory=dict)
     settings: list[str] = field(default_factory=list)
     #: The study's further tables (``tables``), by position: (method, setting) -> {seed: value, scaled}
     extra: list[dict[tuple[str, str], dict[int, float]]] = field(default_factory=list)
@@ -82,6 +85,18 @@ class StudyResults:
         """The cell's mean accuracy over seeds and its 95% interval inside [0, 100] (None: not stored)."""
         per_seed = self.values.get((method, setting), {})
         return accuracy_interval(list(per_seed.values())) if per_seed else None
+
+
+def _round0_score(record: StudyRecord) -> dict[str, float] | None:
+    """An untrained run's (rounds 0) initial score as a curve's key names it (``val_accuracy``); None for a
+    run that trained or whose summary has no initial score."""
+    initial = record["metrics"].get("initial_score")
+    if record["metrics"].get("rounds") != 0 or not isinstance(initial, dict):
+        return None
+    accuracy, split = initial.get("accuracy"), initial.get("split")
+    if not isinstance(accuracy, (int, float)) or not isinstance(split, str):
+        return None
+    return {f"{split}_accuracy": float(accuracy)}
 
 
 #: The accounting's note where every client takes part in every round (the sampling rate is 1): there is
@@ -144,6 +159,8 @@ def collect(study: Study, root: Path, store_base: Path, budget: str | None = Non
         results.sources[source] = results.sources.get(source, 0) + 1
         if record.get("history"):
             results.histories.setdefault((cell.method, cell.setting), {})[cell.seed] = record["history"]
+        if (score := _round0_score(record)) is not None:
+            results.untrained.setdefault((cell.method, cell.setting), {})[cell.seed] = score
         guarantee = record["metrics"].get("privacy")
         if isinstance(guarantee, dict) and isinstance(epsilon := guarantee.get("epsilon"), (int, float)):
             results.privacy.setdefault((cell.method, cell.setting), {})[cell.seed] = (

@@ -27,7 +27,7 @@ from fedfew.study.collect import StudyResults, collect
 from fedfew.study.compute import compute_table
 from fedfew.study.convergence import convergence_markdown
 from fedfew.study.epsilon import epsilon_figure, epsilon_markdown
-from fedfew.study.figures import curve_figure, curve_keys, figure, mean_curve
+from fedfew.study.figures import curve_figure, curve_keys, figure, mean_curve, untrained_bands
 from fedfew.study.intervals import interval_figure
 from fedfew.study.report import budgets_markdown, claims_markdown, markdown
 from fedfew.study.study_file import Study, load_study
@@ -197,9 +197,14 @@ def curve_markdown(results: StudyResults, study_path: str, key: str, figure_link
             last_round, mean = points[-1][:2]
             ends.append(f"{results.study.label(method)}, {setting}: {mean:.2f} at round {last_round} "
                         f"({len(per_seed)} seed{'' if len(per_seed) == 1 else 's'})")
+    bands = [f"{results.study.label(method)}, {setting}: {band.mean:.2f} [{band.low:.2f}, {band.high:.2f}]"
+             for setting in results.settings for method, band in untrained_bands(results, setting, key)
+             if band.low is not None and band.high is not None]
+    controls = (f" The untrained controls' {key} at round 0, the grey bands (mean and 95% interval over seeds): "
+                f"{'; '.join(bands)}." if bands else "")
     alt = f"{results.study.title or results.study.name} ({budget} budget): {key} against the round"
     return (f"![{alt}]({figure_link})\n\n{key} at each evaluated round, the mean over seeds with its 95% band, from "
-            f"the records' histories ({command}). Where each line ends: {'; '.join(ends)}.\n")
+            f"the records' histories ({command}). Where each line ends: {'; '.join(ends)}.{controls}\n")
 
 
 def intervals_markdown(results: StudyResults, study_path: str, store_option: str | None, figure_link: str) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from fedfew.study.collect import StudyResults
 from fedfew.study.study_sections import CONTROL
-from fedfew.study.verdict import accuracy_interval, t_interval
+from fedfew.study.verdict import Bounds, accuracy_interval, t_interval
 
 #: Settings per panel of a bar figure: a study with more (the benchmark's 12 columns) wraps onto
 #: further rows of panels instead of one strip too wide to read.
@@ -126,6 +126,18 @@ def mean_curve(per_seed: dict[int, list[dict[str, float]]], key: str) -> list[tu
     return points
 
 
+def untrained_bands(results: StudyResults, setting: str, key: str) -> list[tuple[str, Bounds]]:
+    """The untrained rows of ``setting`` whose round-0 score is ``key`` (an accuracy on the curve's split):
+    each with its mean and 95% interval over seeds, in percent, in the table's order."""
+    bands = []
+    for method in [*results.methods, CONTROL]:
+        per_seed = results.untrained.get((method, setting), {})
+        values = [100.0 * scores[key] for scores in per_seed.values() if key in scores]
+        if values and len(values) == len(per_seed):
+            bands.append((method, accuracy_interval(values)))
+    return bands
+
+
 def curve_keys(results: StudyResults) -> list[str]:
     """The numbers the stored records of this budget keep at their evaluated rounds (what --curve draws)."""
     return sorted({key for per_seed in results.histories.values() for rows in per_seed.values() for row in rows
@@ -155,6 +167,11 @@ def curve_figure(results: StudyResults, key: str, path: Path) -> bool:
             rounds, means, lows, highs = zip(*points)
             line, = ax.plot(rounds, means, marker=".", label=results.study.label(method))
             ax.fill_between(rounds, lows, highs, color=line.get_color(), alpha=0.15)
+        for method, band in untrained_bands(results, setting, key):  # the controls: their round 0, a band
+            ax.axhspan(band.low, band.high, color="grey", alpha=0.12)
+            ax.axhline(band.mean, color="grey", linestyle=":", linewidth=1)
+            ax.text(0.01, band.mean, results.study.label(method), transform=ax.get_yaxis_transform(), fontsize=5,
+                    color="dimgrey", va="bottom")
         ax.set_title(setting, fontsize=9)
         ax.set_xlabel("round")
         ax.set_ylabel(f"{key} (%)" if in_percent(key) else key)
