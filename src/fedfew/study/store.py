@@ -191,13 +191,17 @@ class ResultStore:
         return json.loads(path.read_text()) if path.is_file() else None
 
     def by_hash(self, code: CodeVersion) -> dict[str, StudyRecord]:
-        """The records of ``code``, and of the versions verified to give its numbers (``fedfew study
-        verify``) where ``code`` has none of that cell."""
-        same = self.equal_codes(code)
+        """One record per cell: of ``code`` and the versions verified to give its numbers (``fedfew study
+        verify``), the cell's first run (earliest ``finished``). A verify's re-run of a stored cell comes
+        later and stays in the store as the check's evidence (its equivalence file holds both numbers), so
+        verifying never changes a table, nor mixes the re-run's machine into one written on another."""
+        same = self.equal_codes(code) | {code.key}
         found: dict[str, StudyRecord] = {}
         for r in self.records():
-            key = CodeVersion.from_json(r["code"]).key
-            if key == code.key or (key in same and r["config_hash"] not in found):
+            if CodeVersion.from_json(r["code"]).key not in same:
+                continue
+            first = found.get(r["config_hash"])
+            if first is None or (r["finished"], r["code"]["source"]) < (first["finished"], first["code"]["source"]):
                 found[r["config_hash"]] = r
         return found
 
