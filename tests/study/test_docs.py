@@ -148,3 +148,24 @@ def test_a_curve_block_shows_each_untrained_control_as_a_band(tmp_path: Path,
          summary={"initial_score": {"accuracy": 0.2, "split": "val"}})  # trained: no band
     code, _, err = run_cli(["study", "docs", "--root", str(tmp_path)], capsys)
     assert code == 2 and "'val_accuracy'" in err  # the controls' val scores do not make a curve key
+
+
+def test_a_curve_block_shows_a_one_seed_control_as_a_line(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A one-seed budget (the learning curves) has no interval for its controls: the figure draws the
+    round-0 score as a line and the text says "(one seed)" rather than failing on the missing bounds."""
+    from tests.study.common import OWN_CONTROL
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "studies").mkdir()
+    study_path = write_study(tmp_path / "studies", OWN_CONTROL, "digits.yaml")
+    page = tmp_path / "docs" / "page.md"
+    page.write_text("<!-- study:digits-check:curve-test_accuracy begin -->\n"
+                    "<!-- study:digits-check:curve-test_accuracy end -->\n")
+    store = tmp_path / "studies" / "store"
+    _put(store, study_path, "cpu", {("fl-proto", "IID 1-shot", 0): 0.5}, history=True)
+    _put(store, study_path, "cpu", {("fl-proto, untrained", "IID 1-shot", 0): 0.3},
+         summary={"initial_score": {"accuracy": 0.3, "split": "test"}})
+    assert run_cli(["study", "docs", "--root", str(tmp_path)], capsys)[0] == 0
+    assert "(control) prototypes, IID 1-shot: 30.00 (one seed)" in page.read_text()
+    assert (tmp_path / "docs" / "studies" / "digits-check-curve-test_accuracy.png").is_file()

@@ -51,6 +51,9 @@ class StudyResults:
     #: (method or CONTROL, setting) -> {seed: {"SPLIT_accuracy": fraction}} of the runs that did not train
     #: (rounds 0: the untrained controls): their round-0 score, which a learning curve draws as a band
     untrained: dict[tuple[str, str], dict[int, dict[str, float]]] = field(default_factory=dict)
+    #: Methods whose runs have one client (``partition.num_clients: 1``): centralised rows, which a
+    #: learning curve draws as the ceiling (dashed) beside the federated methods
+    one_client: set[str] = field(default_factory=set)
     settings: list[str] = field(default_factory=list)
     #: The study's further tables (``tables``), by position: (method, setting) -> {seed: value, scaled}
     extra: list[dict[tuple[str, str], dict[int, float]]] = field(default_factory=list)
@@ -159,6 +162,8 @@ def collect(study: Study, root: Path, store_base: Path, budget: str | None = Non
         results.sources[source] = results.sources.get(source, 0) + 1
         if record.get("history"):
             results.histories.setdefault((cell.method, cell.setting), {})[cell.seed] = record["history"]
+        if cell.config.partition.num_clients == 1:
+            results.one_client.add(cell.method)
         if (score := _round0_score(record)) is not None:
             results.untrained.setdefault((cell.method, cell.setting), {})[cell.seed] = score
         guarantee = record["metrics"].get("privacy")

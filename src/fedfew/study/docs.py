@@ -197,11 +197,11 @@ def curve_markdown(results: StudyResults, study_path: str, key: str, figure_link
             last_round, mean = points[-1][:2]
             ends.append(f"{results.study.label(method)}, {setting}: {mean:.2f} at round {last_round} "
                         f"({len(per_seed)} seed{'' if len(per_seed) == 1 else 's'})")
-    bands = [f"{results.study.label(method)}, {setting}: {band.mean:.2f} [{band.low:.2f}, {band.high:.2f}]"
-             for setting in results.settings for method, band in untrained_bands(results, setting, key)
-             if band.low is not None and band.high is not None]
-    controls = (f" The untrained controls' {key} at round 0, the grey bands (mean and 95% interval over seeds): "
-                f"{'; '.join(bands)}." if bands else "")
+    bands = [f"{results.study.label(method)}, {setting}: {band.mean:.2f} "
+             + (f"[{band.low:.2f}, {band.high:.2f}]" if band.low is not None and band.high is not None else "(one seed)")
+             for setting in results.settings for method, band in untrained_bands(results, setting, key)]
+    controls = (f" The untrained controls' {key} at round 0, the grey bands (mean and 95% interval over seeds; "
+                f"a dotted line alone for one seed): {'; '.join(bands)}." if bands else "")
     alt = f"{results.study.title or results.study.name} ({budget} budget): {key} against the round"
     return (f"![{alt}]({figure_link})\n\n{key} at each evaluated round, the mean over seeds with its 95% band, from "
             f"the records' histories ({command}). Where each line ends: {'; '.join(ends)}.{controls}\n")

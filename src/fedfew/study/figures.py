@@ -158,26 +158,38 @@ def curve_figure(results: StudyResults, key: str, path: Path) -> bool:
     if not curves:
         return False
     settings = [s for s in results.settings if any(cell[1] == s for cell in curves)]
-    fig, axes = plt.subplots(1, len(settings), figsize=(4.2 * len(settings), 3.4), squeeze=False)
+    drawn = [m for m in results.methods if any((m, s) in curves for s in settings)]
+    # one colour per method (tab20: up to 20 distinguishable); a centralised row (one client) dashed, the
+    # ceiling its federated methods are read against
+    colours = {m: plt.get_cmap("tab20")(i % 20) for i, m in enumerate(drawn)}
+    legend_rows = (len(drawn) + 1) // 2
+    height = 3.4 + 0.14 * legend_rows
+    fig, axes = plt.subplots(1, len(settings), figsize=(5.0 * len(settings), height), squeeze=False)
     for ax, setting in zip(axes[0], settings):
-        for method in results.methods:
+        for method in drawn:
             points = curves.get((method, setting))
             if not points:
                 continue
             rounds, means, lows, highs = zip(*points)
-            line, = ax.plot(rounds, means, marker=".", label=results.study.label(method))
-            ax.fill_between(rounds, lows, highs, color=line.get_color(), alpha=0.15)
+            style = "--" if method in results.one_client else "-"
+            ax.plot(rounds, means, style, marker=".", markersize=3, color=colours[method],
+                    label=results.study.label(method))
+            ax.fill_between(rounds, lows, highs, color=colours[method], alpha=0.15)
         for method, band in untrained_bands(results, setting, key):  # the controls: their round 0, a band
-            ax.axhspan(band.low, band.high, color="grey", alpha=0.12)
+            if band.low is not None and band.high is not None:  # one seed: the line alone, no interval
+                ax.axhspan(band.low, band.high, color="grey", alpha=0.12)
             ax.axhline(band.mean, color="grey", linestyle=":", linewidth=1)
             ax.text(0.01, band.mean, results.study.label(method), transform=ax.get_yaxis_transform(), fontsize=5,
                     color="dimgrey", va="bottom")
         ax.set_title(setting, fontsize=9)
         ax.set_xlabel("round")
         ax.set_ylabel(f"{key} (%)" if in_percent(key) else key)
-    axes[0][0].legend(fontsize=7)
-    fig.suptitle(f"{results.study.title or results.study.name}: mean over seeds, 95% band", fontsize=9)
-    fig.tight_layout()
+    # the legend below the panels: with a dozen methods it would hide the curves inside one
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=6, frameon=False)
+    fig.suptitle(f"{results.study.title or results.study.name} ({results.budget} budget): mean over seeds, 95% band",
+                 fontsize=8, wrap=True)
+    fig.tight_layout(rect=(0, (0.14 * legend_rows + 0.1) / height, 1, 0.95))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
