@@ -112,6 +112,14 @@ def test_readme_summary_is_the_stores() -> None:
     assert "FL-Proto in 8 of 12 settings (all 4 Omniglot, all 4 FEMNIST;" in line
     assert "F2L in 4 of 12 settings (all 4 HuffPost;" in line
     assert "576/576 cells" in line and "8 methods compared" in line
+    # The converged line above it: one line over the two converged budgets' columns, the centralised
+    # twins (ceilings) never counted among the methods compared.
+    both = "benchmark-fewshot@converged-omniglot+converged-femnist:summary"
+    block = marker_pattern(both).search(readme)
+    assert block is not None
+    runs = [results_of("benchmark-fewshot", b) for b in ("converged-omniglot", "converged-femnist")]
+    assert block.group(2) == summary_line(runs, "studies/benchmark_fewshot.yaml")
+    assert "budgets converged-omniglot (" in block.group(2) and "8 methods compared" in block.group(2)
 
 
 def _nav_files(node: Any) -> list[str]:

@@ -12,6 +12,7 @@ from fedfew.study.docs import render_pages
 from fedfew.study.report import markdown
 from fedfew.study.study_file import load_study
 from fedfew.study.study_sections import CONTROL
+from fedfew.study.summary import summary_line
 from tests.study.common import (
     DIGITS_STUDY,
     T1,
@@ -67,8 +68,19 @@ def test_a_report_over_budgets_puts_them_side_by_side(tmp_path: Path, capsys: py
     text = page.read_text()
     assert header in text and "`fedfew study report studies/digits.yaml --budgets smoke,cpu,x2`" in text
     assert render_pages(tmp_path)[page] == text
+    # one summary line over both budgets' settings, each budget's cells named
+    page.write_text("<!-- study:digits-check@smoke+cpu:summary begin -->\n<!-- study:digits-check@smoke+cpu:summary end -->\n")
+    assert run_cli(["study", "docs", "--root", str(tmp_path)], capsys)[0] == 0
+    line = page.read_text().splitlines()[1]
+    study, _ = load_study(path)
+    assert line == summary_line([collect(study, tmp_path, store_dir, b) for b in ("smoke", "cpu")],
+                                "studies/digits.yaml").rstrip("\n")
+    # no setting complete at either budget (smoke lacks fl-maml, cpu the control): nothing judged, each named
+    assert line.endswith("(`studies/digits.yaml`, budgets smoke (4/6 cells) and cpu (4/12 cells), seeds 0, 1; "
+                         "2 methods compared): no setting complete in the store yet; not yet judged (cells still "
+                         "to run): IID 1-shot at smoke (2 to go), non-IID 1-shot (6 to go), IID 1-shot at cpu (2 to go).")
     for marker, expected in (("digits-check@smoke+nonesuch", "names no budget 'nonesuch'"),
-                             ("digits-check@smoke+cpu:claims", "several budgets take the table view only")):
+                             ("digits-check@smoke+cpu:claims", "several budgets take the table and summary views only")):
         page.write_text(f"<!-- study:{marker} begin -->\n<!-- study:{marker} end -->\n")
         code, _, err = run_cli(["study", "docs", "--root", str(tmp_path)], capsys)
         assert code == 2 and expected in err and len(err.strip().splitlines()) == 1

@@ -75,3 +75,24 @@ def test_an_untrained_row_never_wins_and_is_not_ranked(tmp_path: Path) -> None:
     for _, best, tied, _ in winners(results):
         assert best != "fl-proto, untrained" and "fl-proto, untrained" not in tied
     assert "(control) prototypes" in markdown(results, str(path))
+
+
+def test_a_ceiling_row_never_wins_and_must_name_a_row(tmp_path: Path) -> None:
+    """A ceiling (``winners.ceilings``: trained without federation, the centralised twin) is what the
+    federated rows are measured against: with the highest mean it is still not named best, and the
+    paired rule compares the others without it; an unknown name is an error naming the key."""
+    from fedfew.study.collect import StudyResults
+    from fedfew.study.summary import summary_line
+
+    data = {**DIGITS_STUDY, "winners": {"ceilings": ["fl-proto"]}}
+    study, _ = load_study(write_study(tmp_path, data))
+    assert not study.competes("fl-proto") and study.ranked("fl-proto") and study.competes("fl-maml")
+    results = StudyResults(study, "cpu", None, cells_total=4, cells_found=4, methods=list(study.methods),
+                           settings=["IID 1-shot"])
+    results.values = {("fl-proto", "IID 1-shot"): {0: 95.0, 1: 96.0}, ("fl-maml", "IID 1-shot"): {0: 60.0, 1: 62.0}}
+    assert winners(results) == [("IID 1-shot", "fl-maml", [], None)]
+    assert "1 methods compared): best (the highest mean over seeds): FL-MAML in 1 of 1 settings" in \
+        summary_line(results, "studies/study.yaml")
+    bad = {**DIGITS_STUDY, "winners": {"ceilings": ["centralised"]}}
+    with pytest.raises(UsageError, match="winners.ceilings: 'centralised' is not one of"):
+        load_study(write_study(tmp_path, bad, name="bad.yaml"))

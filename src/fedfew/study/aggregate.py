@@ -17,8 +17,8 @@ probability that the best method beats each other one, and a performance profile
   its seeds with replacement, one seed draw for every method (seeds stay paired). The generator is
   numpy's ``default_rng(SEED)``, so the block is the same on every ``fedfew study docs``.
 
-Rows a study keeps apart (``winners.apart``: scored by another protocol), the control and the untrained
-rows (each method's own control) are not ranked.
+Rows a study keeps apart (``winners.apart``: scored by another protocol), its ceilings (``winners.ceilings``:
+trained without federation), the control and the untrained rows (each method's own control) are not ranked.
 """
 
 from __future__ import annotations
@@ -58,8 +58,7 @@ class Aggregate:
 def _grid(results: StudyResults) -> tuple[list[str], list[int], np.ndarray, np.ndarray] | str:
     """(ranked methods, seeds, accuracies (settings, seeds, methods), control (settings, seeds)), or why
     there is no aggregate."""
-    apart = set(results.study.winners.apart)
-    methods = [m for m in results.methods if m not in apart and results.study.ranked(m)]
+    methods = [m for m in results.methods if results.study.competes(m)]
     if results.study.control is None:
         return "no untrained control to normalise against"
     if len(methods) < 2:
@@ -140,11 +139,13 @@ def aggregate_markdown(results: StudyResults, study_path: str, figure_link: str 
     if isinstance(view, str):
         return f"{head}: none, {view}.\n"
     apart = [study.label(m) for m in study.winners.apart if m in results.methods]
+    ceilings = [study.label(m) for m in study.winners.ceilings if m in results.methods]
     n = len(view.settings) * len(view.seeds)
     lines = [
         f"{head}: {len(view.methods)} methods over its {len(view.settings)} settings x {len(view.seeds)} seeds "
         f"({', '.join(map(str, view.seeds))})" + (f"; not ranked: {', '.join(apart)} ({study.winners.why})" if apart
-                                                   else "") + ". "
+                                                   else "")
+        + (f"; ceilings, not ranked: {', '.join(ceilings)}" if ceilings else "") + ". "
         "**Score**: each run's accuracy normalised in its setting, 0 = the untrained control's mean, 1 = the best "
         f"method's mean, and the interquartile mean (IQM) of a method's {n} normalised runs. **Mean rank**: the "
         "methods ranked per setting by their mean over seeds (1 = best), averaged over the settings. "

@@ -11,8 +11,9 @@ choice the study makes on validation numbers (:mod:`fedfew.study.choose`); ``stu
 number the records keep at each evaluated round (``val_accuracy``) against the round, with its figure;
 ``study:NAME:convergence`` for the convergence rule on every run's validation curve
 (:mod:`fedfew.study.convergence`); ``study:NAME@BUDGET`` for any of these at a budget other than the study's
-docs budget, such as a paper-budget cell; ``study:NAME@A+B`` for budgets side by side, as column groups; ``<!-- studies:compute begin -->`` for every study's progress
-and compute time), made from the committed store alone (no number in those blocks is typed by hand;
+docs budget, such as a paper-budget cell; ``study:NAME@A+B`` for budgets side by side, as column groups
+(``study:NAME@A+B:summary``: one line over them); ``<!-- studies:compute begin -->`` for every study's
+progress and compute time), made from the committed store alone (no number in those blocks is typed by hand;
 tests/study/test_docs.py fails when a page differs from what the store gives)."""
 
 from __future__ import annotations
@@ -98,10 +99,14 @@ def render_pages(root: Path, store_base: Path | None = None, figures: bool = Fal
                 if budget not in study.budgets:
                     raise StudyError(f"{page}: marker study:{name}{at} names no budget {budget!r} of "
                                      f"{path.relative_to(root)} (it has {', '.join(study.budgets)})")
+            if len(budgets) > 1 and view == ":summary":  # one line over the budgets' settings
+                body = summary_line([results_of(name, b) for b in budgets], str(path.relative_to(root)))
+                text = marker_pattern(name + at + view).sub(_between(body), text)
+                continue
             if len(budgets) > 1:
                 if view:
-                    raise StudyError(f"{page}: marker study:{name}{at}{view}: several budgets take the table view "
-                                     f"only (study:{name}{at})")
+                    raise StudyError(f"{page}: marker study:{name}{at}{view}: several budgets take the table "
+                                     f"and summary views only (study:{name}{at}, study:{name}{at}:summary)")
                 body = budgets_markdown([results_of(name, b) for b in budgets], str(path.relative_to(root)),
                                         store_option)
                 text = marker_pattern(name + at).sub(_between(body), text)

@@ -140,9 +140,10 @@ class Study(StrictSection):
                 if method_name not in self.methods:
                     raise ValueError(f"budgets.{budget_name}.per_method: {method_name!r} is not one of "
                                      f"{list(self.methods)}")
-        for name in self.winners.apart:
-            if name not in self.methods:
-                raise ValueError(f"winners.apart: {name!r} is not one of {list(self.methods)}")
+        for key in ("apart", "ceilings"):
+            for name in getattr(self.winners, key):
+                if name not in self.methods:
+                    raise ValueError(f"winners.{key}: {name!r} is not one of {list(self.methods)}")
         for name, method in self.methods.items():
             if method.per_method:
                 raise ValueError(f"methods.{name}.per_method: only a setting takes per-method overrides")
@@ -284,8 +285,14 @@ class Study(StrictSection):
         return row.untrained_of if row is not None and row.untrained_of else method
 
     def ranked(self, method: str) -> bool:
-        """Whether a row competes (winners, the aggregate view): not the control, not an untrained row."""
+        """Whether a row is a trained method: not the control, not an untrained row."""
         return method != CONTROL and not self.methods[method].is_control()
+
+    def competes(self, method: str) -> bool:
+        """Whether a row competes (winners, the aggregate view, the summary line): a trained row neither
+        kept apart (``winners.apart``) nor a ceiling (``winners.ceilings``)."""
+        return (self.ranked(method) and method not in self.winners.apart
+                and method not in self.winners.ceilings)
 
     def no_control_reason(self, budget: str) -> str | None:
         """Why ``budget``'s block has no untrained control row, or None when it has one."""

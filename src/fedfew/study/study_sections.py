@@ -187,6 +187,10 @@ class Winners(StrictSection):
     apart: list[str] = Field(default_factory=list)
     #: Why they stand apart, the column's heading.
     why: str = "scored differently"
+    #: Rows trained without federation (one client holding every training class, the centralised
+    #: twins): the ceiling the federated rows are measured against (the price of federation), never
+    #: named best or ranked among them.
+    ceilings: list[str] = Field(default_factory=list)
 
 
 class MetricTable(StrictSection):

@@ -5,6 +5,9 @@ on the committed store."""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
+
 from fedfew.study.collect import StudyResults
 from fedfew.study.intervals import own_control
 from fedfew.study.winners import winners
@@ -27,38 +30,67 @@ def _points(low: float, high: float) -> str:
     return f"{low:.1f}" if f"{low:.1f}" == f"{high:.1f}" else f"{low:.1f} to {high:.1f}"
 
 
-def summary_line(results: StudyResults, study_path: str) -> str:
+def _budgets_head(runs: Sequence[StudyResults]) -> str:
+    """``cpu budget, 576/576 cells``; budgets side by side as ``budgets A (n/N cells) and B (m/M cells)``."""
+    if len(runs) == 1:
+        return f"{runs[0].budget} budget, {runs[0].cells_found}/{runs[0].cells_total} cells"
+    each = [f"{r.budget} ({r.cells_found}/{r.cells_total} cells)" for r in runs]
+    return f"budgets {', '.join(each[:-1])} and {each[-1]}"
+
+
+def _setting_names(runs: Sequence[StudyResults]) -> dict[tuple[int, str], str]:
+    """(index of the results, setting) -> its name in the line: the setting, with its budget added where
+    another of the budgets has a setting of the same name."""
+    counts = Counter(s for r in runs for s in r.settings)
+    return {(i, s): f"{s} at {r.budget}" if counts[s] > 1 else s for i, r in enumerate(runs) for s in r.settings}
+
+
+def summary_line(results: StudyResults | Sequence[StudyResults], study_path: str) -> str:
     """One line: per best method, the settings it is best in (separated from every other method in how
-    many), and its margin over its own untrained control (points, range over those settings)."""
-    study = results.study
-    judged = [(setting, best, tied) for setting, best, tied, _ in winners(results) if best is not None]
-    ranked = [m for m in results.methods if study.ranked(m) and m not in study.winners.apart]
-    head = (f"{study.title or study.name} (`{study_path}`, {results.budget} budget, "
-            f"{results.cells_found}/{results.cells_total} cells, seeds {', '.join(map(str, results.seeds))}; "
-            f"{len(ranked)} methods compared)")
+    many), and its margin over its own untrained control (points, range over those settings).
+    Several results (one study's budgets side by side, ``study:NAME@A+B:summary``: the converged
+    benchmark's per-dataset budgets) make one line over all their settings; a setting not yet complete
+    in the store is named as such, never judged (:func:`fedfew.study.winners.winners`)."""
+    runs = [results] if isinstance(results, StudyResults) else list(results)
+    study = runs[0].study
+    names = _setting_names(runs)
+    judged = [(r, names[i, setting], setting, best, tied) for i, r in enumerate(runs)
+              for setting, best, tied, _ in winners(r) if best is not None]
+    pending = [(r, names[i, setting], setting) for i, r in enumerate(runs)
+               for setting, best, _, _ in winners(r) if best is None]
+    all_settings = list(names.values())
+    ranked = [m for m in dict.fromkeys(m for r in runs for m in r.methods) if study.competes(m)]
+    seeds = sorted({seed for r in runs for seed in r.seeds})
+    head = (f"{study.title or study.name} (`{study_path}`, {_budgets_head(runs)}, "
+            f"seeds {', '.join(map(str, seeds))}; {len(ranked)} methods compared)")
+    waiting = ("; not yet judged (cells still to run): " + ", ".join(
+        f"{name} ({r.missing.get(setting, 0)} to go)" for r, name, setting in pending)) if pending else ""
     if not judged:
-        return f"{head}: no setting complete in the store yet.\n"
+        return f"{head}: no setting complete in the store yet{waiting}.\n"
     order: list[str] = []
-    for _, best, _ in judged:
+    for _, _, _, best, _ in judged:
         if best not in order:
             order.append(best)
     parts = []
     for method in order:
-        settings = [(s, tied) for s, best, tied in judged if best == method]
-        alone = sum(1 for _, tied in settings if not tied)
-        part = (f"{study.label(method)} in {len(settings)} of {len(results.settings)} settings "
-                f"({_where([s for s, _ in settings], results.settings)}; separated from every other method "
+        won = [(r, setting, tied) for r, _, setting, best, tied in judged if best == method]
+        alone = sum(1 for _, _, tied in won if not tied)
+        won_names = [name for _, name, _, best, _ in judged if best == method]
+        part = (f"{study.label(method)} in {len(won)} of {len(all_settings)} settings "
+                f"({_where(won_names, all_settings)}; separated from every other method "
                 f"in {alone})")
-        control = own_control(results, method)
         margins = []
-        for setting, _ in settings:
-            ours, base = results.interval(method, setting), results.interval(control, setting) if control else None
+        control = None
+        for r, setting, _ in won:
+            control = own_control(r, method)
+            ours, base = r.interval(method, setting), r.interval(control, setting) if control else None
             if ours is not None and base is not None:
                 margins.append(ours.mean - base.mean)
         if margins:
             part += (f", {_points(min(margins), max(margins))} points above its own untrained control "
                      f"({study.label(control).removeprefix('(control) ') if control else ''})")
         parts.append(part)
-    apart = [study.label(m) for m in study.winners.apart if m in results.methods and study.ranked(m)]
+    apart = [study.label(m) for m in study.winners.apart
+             if any(m in r.methods for r in runs) and study.ranked(m)]
     tail = f"; not compared: {', '.join(apart)} ({study.winners.why})" if apart else ""
-    return f"{head}: best (the highest mean over seeds): {'; '.join(parts)}{tail}.\n"
+    return f"{head}: best (the highest mean over seeds): {'; '.join(parts)}{tail}{waiting}.\n"

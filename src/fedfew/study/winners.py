@@ -15,13 +15,12 @@ WinnerRow = tuple[str, str | None, list[str], Bounds | None]
 def winners(results: StudyResults) -> list[WinnerRow]:
     """Per setting: the method with the highest mean over seeds, the methods the paired rule does not
     separate from it (the 95% interval of their per-seed difference to it does not exclude 0), and the
-    control. The control, the untrained rows and the study's ``winners.apart`` rows never win; a setting with any cell not
-    yet in the store has no best (a partial column would crown whichever rows ran first)."""
-    apart = set(results.study.winners.apart)
+    control. The control, the untrained rows, the study's ``winners.apart`` rows and its ceilings
+    (``winners.ceilings``) never win; a setting with any cell not yet in the store has no best (a partial column would crown whichever rows ran first)."""
     out: list[WinnerRow] = []
     for setting in results.settings:
         stored = {m: results.values[(m, setting)] for m in results.methods
-                  if results.values.get((m, setting)) and m not in apart and results.study.ranked(m)}
+                  if results.values.get((m, setting)) and results.study.competes(m)}
         if not stored or results.missing.get(setting):
             out.append((setting, None, [], results.interval(CONTROL, setting)))
             continue
