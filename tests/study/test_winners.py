@@ -96,3 +96,19 @@ def test_a_ceiling_row_never_wins_and_must_name_a_row(tmp_path: Path) -> None:
     bad = {**DIGITS_STUDY, "winners": {"ceilings": ["centralised"]}}
     with pytest.raises(UsageError, match="winners.ceilings: 'centralised' is not one of"):
         load_study(write_study(tmp_path, bad, name="bad.yaml"))
+
+
+def test_a_row_kept_apart_still_running_does_not_hold_the_verdict_back(tmp_path: Path) -> None:
+    """Per-row counts (as collect makes them): a missing cell of a row kept apart cannot change which row
+    is best, so the setting is judged; a missing cell of a competing row holds it back."""
+    from fedfew.study.collect import StudyResults
+
+    data = {**DIGITS_STUDY, "winners": {"apart": ["fl-proto"], "why": "another protocol"}}
+    study, _ = load_study(write_study(tmp_path, data))
+    results = StudyResults(study, "cpu", None, cells_total=4, cells_found=3, methods=list(study.methods),
+                           settings=["IID 1-shot"], missing={"IID 1-shot": 1},
+                           missing_rows={("fl-proto", "IID 1-shot"): 1, ("fl-maml", "IID 1-shot"): 0})
+    results.values = {("fl-proto", "IID 1-shot"): {0: 90.0}, ("fl-maml", "IID 1-shot"): {0: 60.0, 1: 62.0}}
+    assert winners(results) == [("IID 1-shot", "fl-maml", [], None)]
+    results.missing_rows = {("fl-proto", "IID 1-shot"): 0, ("fl-maml", "IID 1-shot"): 1}
+    assert winners(results) == [("IID 1-shot", None, [], None)]

@@ -59,6 +59,9 @@ class StudyResults:
     extra: list[dict[tuple[str, str], dict[int, float]]] = field(default_factory=list)
     #: setting -> how many of its cells (the control's included) are not in the store
     missing: dict[str, int] = field(default_factory=dict)
+    #: (method or CONTROL, setting) -> how many of its cells are not in the store (every row of the
+    #: grid, 0 when complete): what a setting still waits for, row by row
+    missing_rows: dict[tuple[str, str], int] = field(default_factory=dict)
     #: (method, setting) -> the seeds whose run trained (rounds > 0) yet selected round 0: the untrained
     #: model scored best on validation, so the cell's selected-round numbers are the untrained model's
     round0: dict[tuple[str, str], set[int]] = field(default_factory=dict)
@@ -134,6 +137,7 @@ def collect(study: Study, root: Path, store_base: Path, budget: str | None = Non
                            methods=b.methods or list(study.methods), settings=b.settings or list(study.settings))
     results.extra = [{} for _ in study.tables]
     results.missing = dict(Counter(cell.setting for cell in grid))  # each found cell is taken off below
+    results.missing_rows = dict(Counter((cell.method, cell.setting) for cell in grid))
     if code is None:
         return results
     records = store.by_hash(code)
@@ -148,6 +152,7 @@ def collect(study: Study, root: Path, store_base: Path, budget: str | None = Non
         if record is None:
             continue
         results.missing[cell.setting] -= 1
+        results.missing_rows[cell.method, cell.setting] -= 1
         results.cells_found += 1
         if cell.config_hash not in counted:  # cells reading other numbers of one run count its time once
             counted.add(cell.config_hash)

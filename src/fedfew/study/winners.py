@@ -12,16 +12,27 @@ from fedfew.study.verdict import HOLDS, Bounds, compare
 WinnerRow = tuple[str, str | None, list[str], Bounds | None]
 
 
+def _waiting(results: StudyResults, setting: str) -> int:
+    """How many cells of rows that compete (:meth:`Study.competes`) the setting still lacks: a row kept
+    apart, a ceiling or a control still running cannot change which row is best, so it does not hold
+    the verdict back. Results without the per-row count (made by hand) count every missing cell."""
+    if not results.missing_rows:
+        return results.missing.get(setting, 0)
+    return sum(n for (method, where), n in results.missing_rows.items()
+               if where == setting and method != CONTROL and results.study.competes(method))
+
+
 def winners(results: StudyResults) -> list[WinnerRow]:
     """Per setting: the method with the highest mean over seeds, the methods the paired rule does not
     separate from it (the 95% interval of their per-seed difference to it does not exclude 0), and the
     control. The control, the untrained rows, the study's ``winners.apart`` rows and its ceilings
-    (``winners.ceilings``) never win; a setting with any cell not yet in the store has no best (a partial column would crown whichever rows ran first)."""
+    (``winners.ceilings``) never win; a setting with a competing row's cell not yet in the store has no
+    best (a partial column would crown whichever rows ran first)."""
     out: list[WinnerRow] = []
     for setting in results.settings:
         stored = {m: results.values[(m, setting)] for m in results.methods
                   if results.values.get((m, setting)) and results.study.competes(m)}
-        if not stored or results.missing.get(setting):
+        if not stored or _waiting(results, setting):
             out.append((setting, None, [], results.interval(CONTROL, setting)))
             continue
         best = max(stored, key=lambda m: sum(stored[m].values()) / len(stored[m]))  # ties: the first listed
