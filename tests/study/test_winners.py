@@ -84,16 +84,18 @@ def test_a_ceiling_row_never_wins_and_must_name_a_row(tmp_path: Path) -> None:
     from fedfew.study.collect import StudyResults
     from fedfew.study.summary import summary_line
 
-    data = {**DIGITS_STUDY, "winners": {"ceilings": ["fl-proto"]}}
+    data = {**DIGITS_STUDY, "winners": {"ceilings": {"fl-maml": "fl-proto"}}}
     study, _ = load_study(write_study(tmp_path, data))
     assert not study.competes("fl-proto") and study.ranked("fl-proto") and study.competes("fl-maml")
     results = StudyResults(study, "cpu", None, cells_total=4, cells_found=4, methods=list(study.methods),
                            settings=["IID 1-shot"])
     results.values = {("fl-proto", "IID 1-shot"): {0: 95.0, 1: 96.0}, ("fl-maml", "IID 1-shot"): {0: 60.0, 1: 62.0}}
     assert winners(results) == [("IID 1-shot", "fl-maml", [], None)]
-    assert "1 methods compared): best (the highest mean over seeds): FL-MAML in 1 of 1 settings" in \
-        summary_line(results, "studies/study.yaml")
-    bad = {**DIGITS_STUDY, "winners": {"ceilings": ["centralised"]}}
+    line = summary_line(results, "studies/study.yaml")
+    assert "1 methods compared): best (the highest mean over seeds): FL-MAML in 1 of 1 settings" in line
+    # the winner's price of federation: its ceiling's mean minus its own, 95.5 - 61.0
+    assert "and 34.5 points below its ceiling, fl-proto (the price of federation)" in line
+    bad = {**DIGITS_STUDY, "winners": {"ceilings": {"fl-maml": "centralised"}}}
     with pytest.raises(UsageError, match="winners.ceilings: 'centralised' is not one of"):
         load_study(write_study(tmp_path, bad, name="bad.yaml"))
 

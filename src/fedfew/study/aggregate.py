@@ -139,7 +139,7 @@ def aggregate_markdown(results: StudyResults, study_path: str, figure_link: str 
     if isinstance(view, str):
         return f"{head}: none, {view}.\n"
     apart = [study.label(m) for m in study.winners.apart if m in results.methods]
-    ceilings = [study.label(m) for m in study.winners.ceilings if m in results.methods]
+    ceilings = [study.label(m) for m in study.winners.ceilings.values() if m in results.methods]
     n = len(view.settings) * len(view.seeds)
     lines = [
         f"{head}: {len(view.methods)} methods over its {len(view.settings)} settings x {len(view.seeds)} seeds "

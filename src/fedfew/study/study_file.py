@@ -140,10 +140,11 @@ class Study(StrictSection):
                 if method_name not in self.methods:
                     raise ValueError(f"budgets.{budget_name}.per_method: {method_name!r} is not one of "
                                      f"{list(self.methods)}")
-        for key in ("apart", "ceilings"):
-            for name in getattr(self.winners, key):
-                if name not in self.methods:
-                    raise ValueError(f"winners.{key}: {name!r} is not one of {list(self.methods)}")
+        named = [("apart", name) for name in self.winners.apart] + [
+            ("ceilings", name) for pair in self.winners.ceilings.items() for name in pair]
+        for key, name in named:
+            if name not in self.methods:
+                raise ValueError(f"winners.{key}: {name!r} is not one of {list(self.methods)}")
         for name, method in self.methods.items():
             if method.per_method:
                 raise ValueError(f"methods.{name}.per_method: only a setting takes per-method overrides")
@@ -292,7 +293,7 @@ class Study(StrictSection):
         """Whether a row competes (winners, the aggregate view, the summary line): a trained row neither
         kept apart (``winners.apart``) nor a ceiling (``winners.ceilings``)."""
         return (self.ranked(method) and method not in self.winners.apart
-                and method not in self.winners.ceilings)
+                and method not in self.winners.ceilings.values())
 
     def no_control_reason(self, budget: str) -> str | None:
         """Why ``budget``'s block has no untrained control row, or None when it has one."""

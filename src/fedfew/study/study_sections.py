@@ -187,10 +187,10 @@ class Winners(StrictSection):
     apart: list[str] = Field(default_factory=list)
     #: Why they stand apart, the column's heading.
     why: str = "scored differently"
-    #: Rows trained without federation (one client holding every training class, the centralised
-    #: twins): the ceiling the federated rows are measured against (the price of federation), never
-    #: named best or ranked among them.
-    ceilings: list[str] = Field(default_factory=list)
+    #: A federated row -> its ceiling: the same learner trained without federation (one client holding
+    #: every training class, the centralised twin), what the row is measured against (the price of
+    #: federation). A ceiling is never named best or ranked among the federated rows.
+    ceilings: dict[str, str] = Field(default_factory=dict)
 
 
 class MetricTable(StrictSection):

@@ -89,6 +89,13 @@ def summary_line(results: StudyResults | Sequence[StudyResults], study_path: str
         if margins:
             part += (f", {_points(min(margins), max(margins))} points above its own untrained control "
                      f"({study.label(control).removeprefix('(control) ') if control else ''})")
+        ceiling = study.winners.ceilings.get(method)
+        prices = [ceil.mean - ours.mean for r, setting, _ in won
+                  if (ours := r.interval(method, setting)) is not None
+                  and ceiling is not None and (ceil := r.interval(ceiling, setting)) is not None]
+        if ceiling is not None and prices:
+            part += (f" and {_points(min(prices), max(prices))} points below its ceiling, "
+                     f"{study.label(ceiling)} (the price of federation)")
         parts.append(part)
     apart = [study.label(m) for m in study.winners.apart
              if any(m in r.methods for r in runs) and study.ranked(m)]
