@@ -19,7 +19,8 @@
 #      ProtoNet on Vinyals' Omniglot, 10,000 episodes a cell on the device, as many cells as the time
 #      allows (finished cells are stored; settings in the study's order); the store's calibration folder
 #      comes back as calibration_store.tgz: unpack it into studies/store/calibration here, then
-#      `fedfew study docs`. CAL_BUDGET picks another budget (CAL_BUDGET=smoke for a dry run on a CPU).
+#      `fedfew study docs`. CAL_BUDGET picks another budget (CAL_BUDGET=gpu-maml: first- and second-order
+#      MAML, 10,000 meta-steps a cell; CAL_BUDGET=smoke for a dry run on a CPU).
 # Everything goes to $OUT (at most 8 files come back): summary.txt, all.log, env.txt, pytest.xml,
 # cuda_vs_cpu.json, peers_cuda.json, gpu_util.csv, cell.json. The whole script keeps to BUDGET seconds (default
 # 480) so that a 540 s call leaves room; each step gets what is left, capped.
