@@ -2,8 +2,10 @@
 run the code before the batch made of the same resolved config (`fedfew run`, /work/ab/old), compared
 exactly: summary.json's test and initial scores and selected round, and every round of metrics.jsonl
 without its clock fields."""
-import json, re
+import json
+import re
 from pathlib import Path
+
 
 def strip(obj):
     if isinstance(obj, dict):
