@@ -16,7 +16,7 @@ def strip(obj):
 
 def numbers(run: Path):
     s = json.loads((run / "summary.json").read_text())
-    rows = [strip(json.loads(l)) for l in (run / "metrics.jsonl").read_text().splitlines() if l.strip()]
+    rows = [strip(json.loads(line)) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     return strip({k: s.get(k) for k in ("test", "initial_score", "selected_round", "selected_score")}), rows
 
 same = 0
