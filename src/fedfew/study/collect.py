@@ -119,6 +119,14 @@ def _whole_federation(short: str, guarantee: Mapping[str, object]) -> str:
     notes = [WHOLE_FEDERATION if "sample" in note else note for note in short.split("; ") if note]
     return "; ".join(notes)
 
+def _by_setting(missing_rows: dict[tuple[str, str], int]) -> dict[str, int]:
+    """setting -> its cells not in the store, every row together (``StudyResults.missing``)."""
+    missing: dict[str, int] = {}
+    for (_, setting), count in missing_rows.items():
+        missing[setting] = missing.get(setting, 0) + count
+    return missing
+
+
 def collect(study: Study, root: Path, store_base: Path, budget: str | None = None,
             damaged: dict[Path, str] | None = None) -> StudyResults:
     """The stored values of ``study``'s cells at ``budget`` (default: the docs budget), taken from the
@@ -136,8 +144,8 @@ def collect(study: Study, root: Path, store_base: Path, budget: str | None = Non
     results = StudyResults(study, budget, code, cells_total=len(grid),
                            methods=b.methods or list(study.methods), settings=b.settings or list(study.settings))
     results.extra = [{} for _ in study.tables]
-    results.missing = dict(Counter(cell.setting for cell in grid))  # each found cell is taken off below
-    results.missing_rows = dict(Counter((cell.method, cell.setting) for cell in grid))
+    results.missing_rows = dict(Counter((cell.method, cell.setting) for cell in grid))  # found cells taken off below
+    results.missing = _by_setting(results.missing_rows)
     if code is None:
         return results
     records = store.by_hash(code)
@@ -151,7 +159,6 @@ def collect(study: Study, root: Path, store_base: Path, budget: str | None = Non
         record = records.get(cell.config_hash)
         if record is None:
             continue
-        results.missing[cell.setting] -= 1
         results.missing_rows[cell.method, cell.setting] -= 1
         results.cells_found += 1
         if cell.config_hash not in counted:  # cells reading other numbers of one run count its time once
@@ -194,4 +201,5 @@ def collect(study: Study, root: Path, store_base: Path, budget: str | None = Non
             results.cells_without_metric += 1
             continue
         results.values.setdefault((cell.method, cell.setting), {})[cell.seed] = 100.0 * value
+    results.missing = _by_setting(results.missing_rows)
     return results

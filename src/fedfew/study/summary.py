@@ -54,10 +54,14 @@ def summary_line(results: StudyResults | Sequence[StudyResults], study_path: str
     runs = [results] if isinstance(results, StudyResults) else list(results)
     study = runs[0].study
     names = _setting_names(runs)
-    judged = [(r, names[i, setting], setting, best, tied) for i, r in enumerate(runs)
-              for setting, best, tied, _ in winners(r) if best is not None]
-    pending = [(r, names[i, setting], setting) for i, r in enumerate(runs)
-               for setting, best, _, _ in winners(r) if best is None]
+    judged: list[tuple[StudyResults, str, str, str, list[str]]] = []
+    pending: list[tuple[StudyResults, str, str]] = []
+    for i, r in enumerate(runs):
+        for setting, best, tied, _ in winners(r):
+            if best is None:
+                pending.append((r, names[i, setting], setting))
+            else:
+                judged.append((r, names[i, setting], setting, best, tied))
     all_settings = list(names.values())
     ranked = [m for m in dict.fromkeys(m for r in runs for m in r.methods) if study.competes(m)]
     seeds = sorted({seed for r in runs for seed in r.seeds})
@@ -90,9 +94,9 @@ def summary_line(results: StudyResults | Sequence[StudyResults], study_path: str
             part += (f", {_points(min(margins), max(margins))} points above its own untrained control "
                      f"({study.label(control).removeprefix('(control) ') if control else ''})")
         ceiling = study.winners.ceilings.get(method)
-        prices = [ceil.mean - ours.mean for r, setting, _ in won
-                  if (ours := r.interval(method, setting)) is not None
-                  and ceiling is not None and (ceil := r.interval(ceiling, setting)) is not None]
+        prices = [] if ceiling is None else [
+            top.mean - ours.mean for r, setting, _ in won
+            if (ours := r.interval(method, setting)) is not None and (top := r.interval(ceiling, setting)) is not None]
         if ceiling is not None and prices:
             part += (f" and {_points(min(prices), max(prices))} points below its ceiling, "
                      f"{study.label(ceiling)} (the price of federation)")
